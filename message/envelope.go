@@ -1,0 +1,226 @@
+package message
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// DefaultMaxSize is the default limit, in bytes, of an encoded envelope
+// (4 MiB). Control-plane messages are small; a larger one is usually a
+// mistake. Transports may set their own limit.
+const DefaultMaxSize = 4 << 20
+
+// Kind says what an envelope is for.
+type Kind uint8
+
+// The kinds of envelope.
+const (
+	// KindSend is a one-way message to a service; no reply is sent.
+	KindSend Kind = iota + 1
+	// KindRequest is a message that expects a reply at ReplyTo.
+	KindRequest
+	// KindReply answers the request with the same CorrelationID.
+	KindReply
+	// KindEvent is broadcast to every node.
+	KindEvent
+)
+
+// String returns the kind's wire name, or "Kind(n)" for an unknown value.
+func (k Kind) String() string {
+	switch k {
+	case KindSend:
+		return "send"
+	case KindRequest:
+		return "request"
+	case KindReply:
+		return "reply"
+	case KindEvent:
+		return "event"
+	default:
+		return fmt.Sprintf("Kind(%d)", uint8(k))
+	}
+}
+
+// MarshalText encodes k as its wire name; unknown kinds are an error.
+func (k Kind) MarshalText() ([]byte, error) {
+	if k < KindSend || k > KindEvent {
+		return nil, fmt.Errorf("message: unknown kind %d", uint8(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText decodes a wire name; unknown names are an error.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for c := KindSend; c <= KindEvent; c++ {
+		if string(b) == c.String() {
+			*k = c
+			return nil
+		}
+	}
+	return fmt.Errorf("message: unknown kind %q", truncate(string(b)))
+}
+
+// Envelope is what every transport carries: routing fields, the time left
+// until the sender's deadline, headers and a JSON body of a registered
+// type. Transports treat it as opaque bytes ([EncodeEnvelope],
+// [DecodeEnvelope]); only the bus fills and reads it.
+//
+// An Envelope is not safe for concurrent mutation; once handed to a bus
+// or transport it must not be changed.
+type Envelope struct {
+	// ID uniquely identifies this message (a canonical UUID).
+	ID string `json:"id"`
+	// Kind says whether this is a one-way send, a request, a reply or an event.
+	Kind Kind `json:"kind"`
+	// Type is the registered, versioned name of the body's type
+	// (e.g. "refnode.v1.StartVm"). A reply without body (an error, or a
+	// handler that returned nothing) leaves it empty.
+	Type string `json:"type,omitempty"`
+	// ServiceID is the target service id, "<service>.<nodeUUID>" or
+	// "api.portal"; empty for events.
+	ServiceID string `json:"service_id,omitempty"`
+	// ResourceUUID, optional, is the canonical UUID of the resource the
+	// message is about; it is what the ring hashes.
+	ResourceUUID string `json:"resource_uuid,omitempty"`
+	// CorrelationID ties a reply to its request.
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// ReplyTo is where a request's reply goes (a transport reply address).
+	ReplyTo string `json:"reply_to,omitempty"`
+	// Source names the sender (a node UUID or client id), for tracing.
+	Source string `json:"source,omitempty"`
+	// Timeout is the time left until the sender's deadline when the
+	// message was sent; 0 means none. It is a duration, not an absolute
+	// time, so clock skew between nodes can neither expire nor extend it;
+	// the receiver starts its own timer on arrival.
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Headers pass through untouched (e.g. a W3C traceparent).
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the JSON encoding of a value of the registered Type.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Error is set on a reply whose request failed.
+	Error *Error `json:"error,omitempty"`
+}
+
+// Reply returns a reply envelope for the request e: kind reply, the same
+// correlation id, addressed to e.ReplyTo, with e's headers. The caller
+// sets Type and Body, or Error.
+func (e *Envelope) Reply() *Envelope {
+	return &Envelope{
+		ID:            NewUUID(),
+		Kind:          KindReply,
+		ServiceID:     e.ReplyTo,
+		ResourceUUID:  e.ResourceUUID,
+		CorrelationID: e.CorrelationID,
+		Headers:       e.Headers,
+	}
+}
+
+// maxIDLen bounds ids, service ids and reply addresses.
+const maxIDLen = 256
+
+// Validate checks the envelope's fields and returns every problem found,
+// joined, as an error matching [ErrBadRequest] (or [ErrInvalidUUID] for a
+// non-canonical resource UUID).
+func (e *Envelope) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, ErrBadRequest.WithDetails(fmt.Sprintf(format, args...)))
+	}
+	if e.ID == "" || len(e.ID) > maxIDLen {
+		bad("id must be 1 to %d bytes", maxIDLen)
+	}
+	if e.Kind < KindSend || e.Kind > KindEvent {
+		bad("unknown kind %d", uint8(e.Kind))
+	}
+	if e.Type != "" && !ValidTypeName(e.Type) {
+		bad("malformed type name %q", truncate(e.Type))
+	}
+	if e.Type == "" && e.Kind != KindReply {
+		bad("type is required on a %s", e.Kind)
+	}
+	if len(e.ServiceID) > maxIDLen || len(e.ReplyTo) > maxIDLen || len(e.CorrelationID) > maxIDLen || len(e.Source) > maxIDLen {
+		bad("service id, reply-to, correlation id and source are limited to %d bytes", maxIDLen)
+	}
+	switch e.Kind {
+	case KindSend, KindRequest:
+		if e.ServiceID == "" {
+			bad("a %s needs a target service id", e.Kind)
+		}
+	}
+	if e.Kind == KindRequest && (e.ReplyTo == "" || e.CorrelationID == "") {
+		bad("a request needs reply-to and a correlation id")
+	}
+	if e.Kind == KindReply && e.CorrelationID == "" {
+		bad("a reply needs a correlation id")
+	}
+	if e.ResourceUUID != "" && !IsCanonicalUUID(e.ResourceUUID) {
+		_, err := NormalizeUUID(e.ResourceUUID)
+		if err == nil {
+			err = invalidUUID(e.ResourceUUID, "not canonical: normalize it with message.NormalizeUUID")
+		}
+		errs = append(errs, err)
+	}
+	if e.Timeout < 0 {
+		bad("negative timeout %s", e.Timeout)
+	}
+	for k := range e.Headers {
+		if k == "" {
+			bad("empty header name")
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EncodeEnvelope validates e and encodes it. An encoding larger than
+// maxSize bytes (DefaultMaxSize if maxSize <= 0) fails with [ErrTooLarge]
+// so nothing oversize is ever sent.
+func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("message: encode envelope: %w", err)
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, ErrBadRequest.WithDetails("encode envelope").WithCause(err)
+	}
+	if err := checkSize(len(data), maxSize); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// DecodeEnvelope decodes and validates an envelope received from outside.
+// It rejects input larger than maxSize bytes (DefaultMaxSize if
+// maxSize <= 0) with [ErrTooLarge], invalid UTF-8, malformed JSON and
+// trailing data with [ErrBadRequest]. The body is not decoded: the type
+// it names is looked up in a [Registry] later, so decoding never
+// instantiates an unregistered type.
+func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
+	if err := checkSize(len(data), maxSize); err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		return nil, ErrBadRequest.WithDetails("envelope is not valid UTF-8")
+	}
+	var e Envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, ErrBadRequest.WithDetails("decode envelope").WithCause(err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("message: decode envelope: %w", err)
+	}
+	return &e, nil
+}
+
+func checkSize(n, maxSize int) error {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	if n > maxSize {
+		return ErrTooLarge.WithDetails(fmt.Sprintf("%d bytes exceeds the limit of %d bytes", n, maxSize))
+	}
+	return nil
+}

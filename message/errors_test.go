@@ -1,0 +1,132 @@
+package message_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func sentinels() map[message.Code]*message.Error {
+	return map[message.Code]*message.Error{
+		message.CodeTimeout:        message.ErrTimeout,
+		message.CodeCanceled:       message.ErrCanceled,
+		message.CodeNoRoute:        message.ErrNoRoute,
+		message.CodeUnknownMessage: message.ErrUnknownMessage,
+		message.CodeNodeLeft:       message.ErrNodeLeft,
+		message.CodeNotOwner:       message.ErrNotOwner,
+		message.CodeBusy:           message.ErrBusy,
+		message.CodeBadRequest:     message.ErrBadRequest,
+		message.CodeInvalidUUID:    message.ErrInvalidUUID,
+		message.CodeNotFound:       message.ErrNotFound,
+		message.CodeTooLarge:       message.ErrTooLarge,
+		message.CodeInternal:       message.ErrInternal,
+		message.CodeClosed:         message.ErrClosed,
+		message.CodeUnavailable:    message.ErrUnavailable,
+	}
+}
+
+func TestEveryCodeHasASentinelAndARetryRule(t *testing.T) {
+	s := sentinels()
+	require.Len(t, message.Codes(), len(s), "one sentinel per code in the table")
+	for _, c := range message.Codes() {
+		e, ok := s[c]
+		require.True(t, ok, "code %s has no sentinel", c)
+		assert.Equal(t, c, e.Code)
+		assert.NotContains(t, e.Retry().String(), "Retry(", "code %s has no retry rule", c)
+	}
+	assert.Equal(t, message.RetrySafe, message.CodeNoRoute.Retry())
+	assert.Equal(t, message.RetrySafe, message.CodeBusy.Retry())
+	assert.Equal(t, message.RetrySafe, message.CodeNotOwner.Retry())
+	assert.Equal(t, message.RetryUnknown, message.CodeNodeLeft.Retry())
+	assert.Equal(t, message.RetryUnknown, message.CodeTimeout.Retry())
+	assert.Equal(t, message.RetryNever, message.CodeBadRequest.Retry())
+	assert.Equal(t, message.RetryUnknown, message.Code("from_a_newer_node").Retry())
+	assert.Equal(t, "Retry(42)", message.Retry(42).String())
+}
+
+func TestErrorRoundTripKeepsCode(t *testing.T) {
+	for code, sentinel := range sentinels() {
+		t.Run(string(code), func(t *testing.T) {
+			local := sentinel.WithDetails("vm 932763162d054c04adaab6ab498c9139").
+				WithCause(fmt.Errorf("hypervisor: %w", io.ErrUnexpectedEOF))
+			data, err := json.Marshal(local)
+			require.NoError(t, err)
+
+			var remote message.Error
+			require.NoError(t, json.Unmarshal(data, &remote))
+			var asErr error = &remote
+			assert.ErrorIs(t, asErr, sentinel, "decoded error must match its sentinel")
+			for other, s := range sentinels() {
+				if other != code {
+					assert.NotErrorIs(t, asErr, s)
+				}
+			}
+			assert.Equal(t, local.Error(), remote.Error(), "text survives the wire")
+			cause, ok := remote.Unwrap().(*message.Error)
+			require.True(t, ok)
+			assert.Equal(t, message.Code(""), cause.Code, "a plain Go cause gains no code")
+		})
+	}
+}
+
+func TestErrorWrappedStillMatches(t *testing.T) {
+	err := fmt.Errorf("bus: call refnode.v1.StartVm: %w", message.ErrNotFound.WithDetails("vm x"))
+	assert.ErrorIs(t, err, message.ErrNotFound)
+	wire := message.AsError(err)
+	assert.Equal(t, message.CodeNotFound, wire.Code)
+	assert.Equal(t, err.Error(), wire.Description)
+}
+
+func TestErrorContextInterop(t *testing.T) {
+	assert.ErrorIs(t, message.ErrTimeout, context.DeadlineExceeded)
+	assert.ErrorIs(t, message.ErrCanceled, context.Canceled)
+	assert.NotErrorIs(t, message.ErrNodeLeft, context.DeadlineExceeded)
+	assert.Equal(t, message.CodeTimeout, message.CodeOf(fmt.Errorf("x: %w", context.DeadlineExceeded)))
+	assert.Equal(t, message.CodeCanceled, message.CodeOf(context.Canceled))
+	assert.Equal(t, message.CodeInternal, message.CodeOf(io.EOF))
+	assert.Equal(t, message.Code(""), message.CodeOf(nil))
+	assert.Nil(t, message.AsError(nil))
+}
+
+func TestErrorfWrapsCause(t *testing.T) {
+	e := message.Errorf(message.CodeInternal, "start vm %s: %w", "x", io.EOF)
+	assert.ErrorIs(t, e, io.EOF)
+	assert.ErrorIs(t, e, message.ErrInternal)
+	assert.Equal(t, "internal: start vm x: EOF: EOF", e.Error())
+	e2 := message.Errorf(message.CodeBusy, "queue %d full", 3)
+	assert.Nil(t, e2.Cause)
+	assert.Equal(t, "busy: queue 3 full", e2.Error())
+}
+
+func TestErrorDecodeHostile(t *testing.T) {
+	// No code becomes internal; a deep chain is cut.
+	var e message.Error
+	require.NoError(t, json.Unmarshal([]byte(`{"description":"x"}`), &e))
+	assert.Equal(t, message.CodeInternal, e.Code)
+
+	deep := `{"code":"busy"}`
+	for range 50 {
+		deep = `{"code":"internal","cause":` + deep + `}`
+	}
+	require.NoError(t, json.Unmarshal([]byte(deep), &e))
+	depth := 0
+	for c := error(&e); c != nil; c = errors.Unwrap(c) {
+		depth++
+	}
+	assert.LessOrEqual(t, depth, 9)
+}
+
+func TestErrorMarshalCyclicCauseIsBounded(t *testing.T) {
+	e := &message.Error{Code: message.CodeInternal, Description: "loop"}
+	e.Cause = e
+	data, err := json.Marshal(e)
+	require.NoError(t, err)
+	assert.Less(t, len(data), 1000)
+}
