@@ -1,0 +1,6 @@
+//go:build !race
+
+package ring_test
+
+// raceEnabled reports whether the race detector is on; slow tests skip then.
+const raceEnabled = false
