@@ -1,0 +1,360 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// CloudBus sends, calls and broadcasts typed messages between the
+// services of management nodes, and runs this node's handlers. Open one
+// per process (node or client); it is safe for concurrent use.
+type CloudBus struct {
+	cfg   Config
+	tr    Transport
+	reg   *message.Registry
+	log   *slog.Logger
+	obs   Observer
+	node  string
+	reply string // this bus's reply queue
+	event string // this bus's event queue
+	fan   string // the prefix's broadcast fan-out
+
+	sched *scheduler
+
+	// base is the parent of every handler's ctx; cancel ends them on Close.
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	services  map[string]*service // by service id
+	pending   map[string]*pendingCall
+	subs      map[string][]*subscription // by event type name
+	consumers []Consumer                 // reply and event consumers
+
+	events    chan *eventJob
+	eventDone chan struct{} // closed when the event dispatcher returns
+	closing   chan struct{} // closed when Close starts
+	closeOnce sync.Once
+	closeErr  error
+
+	lateReplies atomic.Uint64
+	rejected    atomic.Uint64
+}
+
+// service is one registered handler and its consumer.
+type service struct {
+	id       string
+	queue    string
+	handler  Handler
+	consumer Consumer
+}
+
+// Open validates cfg, fills its defaults, declares this bus's reply and
+// event queues on the transport and starts consuming them. The returned
+// bus is ready: Send, Call, Broadcast and Register may be used at once.
+// If Open fails it leaves nothing behind.
+func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	base, cancel := context.WithCancel(context.Background())
+	b := &CloudBus{
+		cfg:       cfg,
+		tr:        cfg.Transport,
+		reg:       cfg.Registry,
+		log:       cfg.Logger.With("node", cfg.Node),
+		obs:       cfg.Observer,
+		node:      cfg.Node,
+		reply:     cfg.Prefix + ".reply." + cfg.Node,
+		event:     cfg.Prefix + ".event." + cfg.Node,
+		fan:       cfg.Prefix + ".broadcast",
+		sched:     newScheduler(cfg.MaxConcurrency, cfg.MaxQueuePerResource),
+		base:      base,
+		cancel:    cancel,
+		services:  make(map[string]*service),
+		pending:   make(map[string]*pendingCall),
+		subs:      make(map[string][]*subscription),
+		events:    make(chan *eventJob, cfg.EventBuffer),
+		eventDone: make(chan struct{}),
+		closing:   make(chan struct{}),
+	}
+	go b.dispatchEvents()
+	if err := b.start(ctx); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *CloudBus) start(ctx context.Context) error {
+	if err := b.tr.DeclareQueue(ctx, b.reply, QueueOptions{Kind: QueueTemporary}); err != nil {
+		return fmt.Errorf("bus: declare reply queue %s: %w", b.reply, err)
+	}
+	c, err := b.tr.Consume(ctx, b.reply, ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onReply)
+	if err != nil {
+		return fmt.Errorf("bus: consume reply queue %s: %w", b.reply, err)
+	}
+	b.addConsumer(c)
+	if err := b.tr.DeclareQueue(ctx, b.event, QueueOptions{Kind: QueueTemporary, Fanout: b.fan}); err != nil {
+		return fmt.Errorf("bus: declare event queue %s: %w", b.event, err)
+	}
+	c, err = b.tr.Consume(ctx, b.event, ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onEvent)
+	if err != nil {
+		return fmt.Errorf("bus: consume event queue %s: %w", b.event, err)
+	}
+	b.addConsumer(c)
+	return nil
+}
+
+func (b *CloudBus) addConsumer(c Consumer) {
+	b.mu.Lock()
+	b.consumers = append(b.consumers, c)
+	b.mu.Unlock()
+}
+
+// Node returns this bus's node UUID.
+func (b *CloudBus) Node() string { return b.node }
+
+// Prefix returns the queue name prefix.
+func (b *CloudBus) Prefix() string { return b.cfg.Prefix }
+
+// Registry returns the payload registry the bus encodes and decodes with.
+func (b *CloudBus) Registry() *message.Registry { return b.reg }
+
+// LocalID returns the id of service on this node, "<service>.<node>".
+// Creation and other non-resource messages go there.
+func (b *CloudBus) LocalID(service string) string { return ServiceID(service, b.node) }
+
+// ResourceID returns the id of service on the node owning resourceUUID on
+// the configured ring; see [ResourceServiceID]. Without Config.Ring it
+// fails with message.ErrNoRoute.
+func (b *CloudBus) ResourceID(service, resourceUUID string) (string, error) {
+	if b.cfg.Ring == nil {
+		return "", fmt.Errorf("bus: route %s by resource: no ring configured (set Config.Ring): %w", service, message.ErrNoRoute)
+	}
+	return ResourceServiceID(b.cfg.Ring, service, resourceUUID)
+}
+
+// QueueName returns the queue of a service id: "<prefix>.message.<id>",
+// e.g. "cloudbus.message.vmInstance.3694776ab31a45709259254a018913ca" or
+// "cloudbus.message.api.portal".
+func (b *CloudBus) QueueName(serviceID string) string {
+	return b.cfg.Prefix + ".message." + serviceID
+}
+
+// Register declares the durable queue of service on this node,
+// <prefix>.message.<service>.<node>, and starts handing its messages to h.
+// Registering a service twice is an error.
+func (b *CloudBus) Register(ctx context.Context, service string, h Handler) error {
+	if !validService(service) {
+		return fmt.Errorf("bus: register %q: service names use letters, digits, '_' and '-' (at most 64): %w", service, message.ErrBadRequest)
+	}
+	return b.serve(ctx, ServiceID(service, b.node), h)
+}
+
+// RegisterShared declares the durable queue of a service id shared by
+// every node, such as [APIPortal], and starts consuming it as one of its
+// competing consumers: the broker hands each message to one of them.
+func (b *CloudBus) RegisterShared(ctx context.Context, serviceID string, h Handler) error {
+	if serviceID != APIPortal && !validPrefix(serviceID) {
+		return fmt.Errorf("bus: register shared %q: invalid service id: %w", serviceID, message.ErrBadRequest)
+	}
+	return b.serve(ctx, serviceID, h)
+}
+
+func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("bus: register %s: nil handler: %w", id, message.ErrBadRequest)
+	}
+	s := &service{id: id, queue: b.QueueName(id), handler: h}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("bus: register %s: %w", id, message.ErrClosed)
+	}
+	if _, dup := b.services[id]; dup {
+		b.mu.Unlock()
+		return fmt.Errorf("bus: register %s: already registered", id)
+	}
+	b.services[id] = s // reserve the id while declaring
+	b.mu.Unlock()
+
+	undo := func() {
+		b.mu.Lock()
+		delete(b.services, id)
+		b.mu.Unlock()
+	}
+	if err := b.tr.DeclareQueue(ctx, s.queue, QueueOptions{Kind: QueueDurable}); err != nil {
+		undo()
+		return fmt.Errorf("bus: register %s: declare queue %s: %w", id, s.queue, err)
+	}
+	c, err := b.tr.Consume(ctx, s.queue, ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d Delivery) { b.onDelivery(s, d) })
+	if err != nil {
+		undo()
+		return fmt.Errorf("bus: register %s: consume %s: %w", id, s.queue, err)
+	}
+	b.mu.Lock()
+	s.consumer = c
+	closed := b.closed
+	b.mu.Unlock()
+	if closed { // Close ran while we declared: it could not see the consumer
+		_ = c.Cancel()
+		return fmt.Errorf("bus: register %s: %w", id, message.ErrClosed)
+	}
+	b.log.Debug("service registered", "service", id, "queue", s.queue)
+	return nil
+}
+
+// Unregister stops consuming the queue of a service id registered on this
+// bus (as "<service>.<node>" or a shared id). Messages already handed to
+// its handler still run and are acknowledged. With deleteQueue the queue
+// and any messages still in it are deleted: a node leaving the cluster
+// does this only after it has left every ring, so nobody routes to it.
+func (b *CloudBus) Unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
+	b.mu.Lock()
+	s, ok := b.services[serviceID]
+	if ok {
+		delete(b.services, serviceID)
+	}
+	b.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("bus: unregister %s: not registered on this bus", serviceID)
+	}
+	var errs []error
+	if s.consumer != nil {
+		if err := s.consumer.Cancel(); err != nil {
+			errs = append(errs, fmt.Errorf("bus: unregister %s: cancel consumer: %w", serviceID, err))
+		}
+	}
+	if deleteQueue {
+		if err := b.tr.DeleteQueue(ctx, s.queue); err != nil {
+			errs = append(errs, fmt.Errorf("bus: unregister %s: delete queue %s: %w", serviceID, s.queue, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Services returns the ids of the services registered on this bus, in no
+// particular order. The caller owns the slice.
+func (b *CloudBus) Services() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]string, 0, len(b.services))
+	for id := range b.services {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Stats is a snapshot of the bus's counters.
+type Stats struct {
+	// Pending is the number of calls waiting for a reply.
+	Pending int
+	// Running is the number of handlers running.
+	Running int
+	// Queued is the number of messages waiting for a handler slot or for
+	// the earlier messages about the same resource.
+	Queued int
+	// LateReplies counts replies that arrived after their call ended.
+	LateReplies uint64
+	// Rejected counts deliveries refused before a handler ran.
+	Rejected uint64
+}
+
+// Stats returns a snapshot of the bus's counters.
+func (b *CloudBus) Stats() Stats {
+	b.mu.Lock()
+	pending := len(b.pending)
+	b.mu.Unlock()
+	running, queued := b.sched.load()
+	return Stats{
+		Pending:     pending,
+		Running:     running,
+		Queued:      queued,
+		LateReplies: b.lateReplies.Load(),
+		Rejected:    b.rejected.Load(),
+	}
+}
+
+// Shutdown stops consuming, lets the handlers already holding messages
+// finish (until ctx ends), then closes the bus. Messages not yet started
+// when ctx ends go back to their queues.
+func (b *CloudBus) Shutdown(ctx context.Context) error {
+	b.stopConsumers(false) // replies keep flowing: draining handlers may call others
+	if err := b.sched.drain(ctx); err != nil {
+		b.log.Warn("shutdown: handlers still running, closing anyway", "err", err)
+	}
+	return b.Close()
+}
+
+// Close stops every consumer, fails pending calls with message.ErrClosed,
+// cancels the ctx of running handlers and waits for them to return,
+// returns messages that had not started to their queues and deletes the
+// bus's reply and event queues. It does not close the transport, which
+// the caller owns. Close is idempotent.
+func (b *CloudBus) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		pending := b.pending
+		b.pending = make(map[string]*pendingCall)
+		b.mu.Unlock()
+		close(b.closing)
+
+		b.stopConsumers(true)
+		for _, p := range pending {
+			p.finish(nil, fmt.Errorf("bus: call %s on %s: %w", p.typ, p.target, message.ErrClosed))
+		}
+		b.cancel()
+		b.sched.close() // requeues what never started, waits for the rest
+		<-b.eventDone
+
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
+		defer cancel()
+		var errs []error
+		for _, q := range []string{b.reply, b.event} {
+			if err := b.tr.DeleteQueue(ctx, q); err != nil && !isGone(err) {
+				errs = append(errs, fmt.Errorf("bus: close: delete %s: %w", q, err))
+			}
+		}
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}
+
+// stopConsumers cancels the service consumers and, with all, the reply
+// and event consumers too; each consumer is cancelled once.
+func (b *CloudBus) stopConsumers(all bool) {
+	b.mu.Lock()
+	var cs []Consumer
+	for _, s := range b.services {
+		if s.consumer != nil {
+			cs = append(cs, s.consumer)
+			s.consumer = nil
+		}
+	}
+	if all {
+		cs = append(cs, b.consumers...)
+		b.consumers = nil
+	}
+	b.mu.Unlock()
+	for _, c := range cs {
+		if err := c.Cancel(); err != nil && !isGone(err) {
+			b.log.Warn("cancel consumer", "err", err)
+		}
+	}
+}
+
+// isGone reports errors that mean the transport is already closed or
+// unreachable, which Close tolerates.
+func isGone(err error) bool {
+	return errors.Is(err, message.ErrClosed) || errors.Is(err, message.ErrUnavailable)
+}

@@ -1,0 +1,259 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// pair opens two buses on a fresh network; closed at cleanup.
+func pair(t *testing.T, cfg bus.Config) (a, b *bus.CloudBus, net *membus.Network) {
+	t.Helper()
+	net = membus.New()
+	open := func(name string) *bus.CloudBus {
+		tr := net.Transport(name)
+		c := cfg
+		c.Transport = tr
+		c.Registry = registry()
+		bb, err := bus.Open(t.Context(), c)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			require.NoError(t, bb.Close())
+			require.NoError(t, tr.Close())
+		})
+		return bb
+	}
+	return open("a"), open("b"), net
+}
+
+func TestConfigValidate(t *testing.T) {
+	_, err := bus.Open(t.Context(), bus.Config{Node: "NOT-A-UUID", Prefix: "bad prefix", DefaultTimeout: -1, Prefetch: -1})
+	require.Error(t, err)
+	for _, want := range []string{"Transport is required", "not a canonical UUID", "Prefix", "DefaultTimeout", "Prefetch"} {
+		assert.Contains(t, err.Error(), want, "Validate must report every problem at once")
+	}
+}
+
+func TestQueueNamesFollowTheArticle(t *testing.T) {
+	a, _, net := pair(t, bus.Config{Prefix: "zstack"})
+	require.NoError(t, a.Register(t.Context(), "vmInstance", bus.NewMux()))
+	require.NoError(t, a.RegisterShared(t.Context(), bus.APIPortal, bus.NewMux()))
+	_, ok := net.Queue("zstack.message.vmInstance." + a.Node())
+	assert.True(t, ok)
+	info, ok := net.Queue("zstack.message.api.portal")
+	assert.True(t, ok)
+	assert.Equal(t, bus.QueueDurable, info.Kind)
+	assert.Equal(t, "vmInstance."+a.Node(), a.LocalID("vmInstance"))
+	assert.Error(t, a.Register(t.Context(), "vmInstance", bus.NewMux()), "a service registers once")
+	assert.ErrorIs(t, a.Register(t.Context(), "bad.name", bus.NewMux()), message.ErrBadRequest)
+
+	svc, node, ok := bus.SplitServiceID("vmInstance." + a.Node())
+	assert.True(t, ok)
+	assert.Equal(t, "vmInstance", svc)
+	assert.Equal(t, a.Node(), node)
+	_, _, ok = bus.SplitServiceID(bus.APIPortal)
+	assert.False(t, ok)
+}
+
+func TestResourceID(t *testing.T) {
+	a, _, _ := pair(t, bus.Config{})
+	_, err := a.ResourceID("vm", message.NewUUID())
+	assert.ErrorIs(t, err, message.ErrNoRoute, "no ring configured")
+}
+
+func TestUnregisterDeletesQueue(t *testing.T) {
+	a, b, net := pair(t, bus.Config{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.NewMux()))
+	q := b.QueueName(b.LocalID("svc"))
+	require.NoError(t, b.Unregister(t.Context(), b.LocalID("svc"), false))
+	_, ok := net.Queue(q)
+	assert.True(t, ok, "unregister without delete keeps the queue")
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "waits"}))
+	require.NoError(t, b.Register(t.Context(), "svc", bus.NewMux()))
+	require.NoError(t, b.Unregister(t.Context(), b.LocalID("svc"), true))
+	_, ok = net.Queue(q)
+	assert.False(t, ok)
+	assert.ErrorIs(t, a.Send(t.Context(), b.LocalID("svc"), Greet{}), message.ErrNoRoute)
+	assert.Error(t, b.Unregister(t.Context(), b.LocalID("svc"), true), "not registered any more")
+}
+
+// TestPerResourceSerialAndParallel: messages about one resource never
+// overlap and keep their order; different resources run concurrently.
+func TestPerResourceSerialAndParallel(t *testing.T) {
+	const resources, each = 100, 5
+	a, b, _ := pair(t, bus.Config{MaxConcurrency: 32})
+	var mu sync.Mutex
+	active := map[string]int{}
+	order := map[string][]string{}
+	var running, maxRunning int
+	overlapBug := atomic.Bool{}
+	var wg sync.WaitGroup
+	wg.Add(resources * each)
+	gate := make(chan struct{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		res := r.Envelope.ResourceUUID
+		mu.Lock()
+		active[res]++
+		if active[res] > 1 {
+			overlapBug.Store(true)
+		}
+		running++
+		maxRunning = max(maxRunning, running)
+		order[res] = append(order[res], r.Payload.(*Greet).Name)
+		mu.Unlock()
+		<-gate // hold the slot until every handler slot could have filled
+		mu.Lock()
+		active[res]--
+		running--
+		mu.Unlock()
+		wg.Done()
+		return nil, nil
+	})))
+	ids := make([]string, resources)
+	for i := range ids {
+		ids[i] = message.NewUUID()
+	}
+	for k := range each {
+		for _, id := range ids {
+			require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: string(rune('a' + k))}, bus.WithResource(id)))
+		}
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return running == 32 }, 5*time.Second, time.Millisecond)
+	close(gate)
+	wg.Wait()
+	assert.False(t, overlapBug.Load(), "two handlers for one resource overlapped")
+	assert.Equal(t, 32, maxRunning, "different resources must run concurrently up to MaxConcurrency")
+	for _, id := range ids {
+		assert.Equal(t, []string{"a", "b", "c", "d", "e"}, order[id], "order of resource %s", id)
+	}
+}
+
+func TestBusyWhenResourceQueueFull(t *testing.T) {
+	a, b, _ := pair(t, bus.Config{MaxQueuePerResource: 3})
+	release := make(chan struct{})
+	started := make(chan struct{}, 10)
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) {
+		started <- struct{}{}
+		<-release
+		return Greeting{Text: g.Name}, nil
+	})
+	require.NoError(t, b.Register(t.Context(), "svc", mux))
+	res := message.NewUUID()
+	errs := make(chan error, 4)
+	for range 4 { // one runs, three wait
+		go func() {
+			_, err := b.Call(t.Context(), b.LocalID("svc"), Greet{Name: "x"}, bus.WithResource(res), bus.WithTimeout(10*time.Second))
+			errs <- err
+		}()
+	}
+	<-started
+	require.Eventually(t, func() bool { return b.Stats().Queued == 3 }, 5*time.Second, time.Millisecond)
+	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "y"}, bus.WithResource(res), bus.WithTimeout(5*time.Second))
+	assert.ErrorIs(t, err, message.ErrBusy)
+	assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
+
+	// Another resource is not affected, and the node stays healthy.
+	other := make(chan error, 1)
+	go func() {
+		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "z"}, bus.WithResource(message.NewUUID()), bus.WithTimeout(5*time.Second))
+		other <- err
+	}()
+	<-started
+	close(release)
+	require.NoError(t, <-other)
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	assert.EqualValues(t, 1, b.Stats().Rejected)
+}
+
+func TestAbandonCallsFailsAtOnce(t *testing.T) {
+	a, b, _ := pair(t, bus.Config{})
+	started := make(chan struct{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{}, bus.WithTimeout(time.Minute))
+		errc <- err
+	}()
+	<-started
+	assert.Equal(t, 0, a.AbandonCalls(message.NewUUID(), nil), "other nodes' calls are untouched")
+	assert.Equal(t, 1, a.AbandonCalls(b.Node(), errors.New("evicted")))
+	err := <-errc
+	assert.ErrorIs(t, err, message.ErrNodeLeft)
+	assert.Equal(t, message.RetryUnknown, message.CodeOf(err).Retry())
+	assert.Zero(t, a.Stats().Pending)
+}
+
+func TestShutdownDrains(t *testing.T) {
+	net := membus.New()
+	ta, tb := net.Transport("a"), net.Transport("b")
+	defer ta.Close()
+	defer tb.Close()
+	a, err := bus.Open(t.Context(), bus.Config{Transport: ta, Registry: registry()})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tb, Registry: registry()})
+	require.NoError(t, err)
+	var done atomic.Int32
+	release := make(chan struct{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		<-release
+		done.Add(1)
+		return nil, nil
+	})))
+	for range 3 {
+		require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{}))
+	}
+	require.Eventually(t, func() bool { return b.Stats().Running == 3 }, 5*time.Second, time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- b.Shutdown(t.Context()) }()
+	close(release)
+	require.NoError(t, <-shut)
+	assert.EqualValues(t, 3, done.Load(), "Shutdown lets running handlers finish")
+}
+
+func TestObserverSeesEverything(t *testing.T) {
+	var mu sync.Mutex
+	ops := map[bus.Op]int{}
+	obs := bus.ObserverFunc(func(o bus.Observation) {
+		mu.Lock()
+		ops[o.Op]++
+		mu.Unlock()
+	})
+	a, b, _ := pair(t, bus.Config{Observer: obs})
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) { return Greeting{}, nil })
+	require.NoError(t, b.Register(t.Context(), "svc", mux))
+	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{})
+	require.NoError(t, err)
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{}))
+	require.NoError(t, a.Broadcast(t.Context(), HostAdded{}))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ops[bus.OpCall] == 1 && ops[bus.OpSend] == 1 && ops[bus.OpBroadcast] == 1 &&
+			ops[bus.OpHandle] == 2 && ops[bus.OpReply] == 1 && ops[bus.OpEvent] == 2
+	}, 5*time.Second, time.Millisecond, "ops: %v", ops)
+	assert.Equal(t, "late-reply", bus.OpLateReply.String())
+	assert.Equal(t, "Op(99)", bus.Op(99).String())
+}

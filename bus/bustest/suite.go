@@ -1,0 +1,241 @@
+// Package bustest is the conformance suite every [bus.Transport] runs,
+// unchanged, so that the in-memory bus behaves like RabbitMQ and a user's
+// own transport can prove it behaves like both.
+//
+// A transport's test calls [Run] with a [Harness]:
+//
+//	func TestConformance(t *testing.T) {
+//		bustest.Run(t, bustest.Harness{
+//			Features: bustest.Features{KilledQueuesPersist: true, CanKill: true},
+//			New: func(t *testing.T) bustest.Env { return myEnv(t) },
+//		})
+//	}
+//
+// Every scenario is a named subtest with its own queue prefix and node
+// UUIDs, so scenarios of several packages may share one broker. Where
+// transports legitimately differ, the [Features] struct says so; a
+// transport never skips scenarios in its own test.
+package bustest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/stretchr/testify/require"
+)
+
+// Features declares what a transport can do where transports differ.
+type Features struct {
+	// CanKill: Env.Kill crashes a node's transport abruptly (no goodbye).
+	// Scenarios about crashed consumers run only when it is set.
+	CanKill bool
+	// KilledQueuesPersist: the durable queues of a killed node keep their
+	// messages for the next consumer, and publishing to them still
+	// succeeds (true for RabbitMQ's durable queues and for membus).
+	KilledQueuesPersist bool
+	// NoRouteWithin bounds how fast publishing to a missing queue must
+	// fail. Default 1 s.
+	NoRouteWithin time.Duration
+}
+
+// Harness tells the suite how to build the transport under test.
+type Harness struct {
+	// Features declares the transport's abilities.
+	Features Features
+	// New returns a fresh environment for one scenario. Transports made by
+	// one Env share one broker; the suite gives each scenario its own
+	// queue prefix.
+	New func(t *testing.T) Env
+}
+
+// Env makes connected transports for one scenario.
+type Env interface {
+	// Transport returns a new transport connected as node. The Env closes
+	// it when the test ends (t.Cleanup); the suite may close it earlier.
+	Transport(t *testing.T, node string) bus.Transport
+	// Kill crashes every transport of node as a process crash would: no
+	// goodbye, unacknowledged deliveries go back to their queues. Called
+	// only when Features.CanKill is set.
+	Kill(t *testing.T, node string)
+}
+
+// Run runs every scenario as a named subtest.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("bustest: Harness.New is required")
+	}
+	if h.Features.NoRouteWithin == 0 {
+		h.Features.NoRouteWithin = time.Second
+	}
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			if s.needKill && !h.Features.CanKill {
+				t.Skipf("bustest: %s needs Features.CanKill, which this transport does not declare", s.name)
+			}
+			s.run(t, newCluster(t, h))
+		})
+	}
+}
+
+type scenario struct {
+	name     string
+	needKill bool
+	run      func(t *testing.T, c *cluster)
+}
+
+// scenarios lists every scenario, in the order they run.
+var scenarios = []scenario{
+	{name: "send", run: testSend},
+	{name: "call", run: testCall},
+	{name: "broadcast reaches every node exactly once", run: testBroadcastOnce},
+	{name: "subscribe by type", run: testSubscribeByType},
+	{name: "competing consumers on api.portal share the load", run: testCompeting},
+	{name: "no-route error", run: testNoRoute},
+	{name: "deadline exceeded", run: testDeadline},
+	{name: "a cancelled call leaves nothing pending", run: testCancel},
+	{name: "a late reply to a finished call is dropped and counted", run: testLateReply},
+	{name: "many concurrent calls", run: testConcurrentCalls},
+	{name: "close with calls in flight", run: testCloseInFlight},
+	{name: "ordering from one sender into one queue", run: testOrdering},
+	{name: "unknown message type", run: testUnknownType},
+	{name: "handler error codes cross the wire", run: testErrorCodes},
+	{name: "handler panic becomes an error reply and the consumer survives", run: testPanic},
+	{name: "oversize message rejected before sending", run: testOversize},
+	{name: "a killed consumer's queue keeps its messages for the next consumer", needKill: true, run: testKilledQueueKeeps},
+	{name: "a killed consumer's unacknowledged delivery is redelivered", needKill: true, run: testRedelivery},
+}
+
+// cluster is one scenario's environment: a prefix, a registry and nodes.
+type cluster struct {
+	t      *testing.T
+	h      Harness
+	env    Env
+	prefix string
+}
+
+func newCluster(t *testing.T, h Harness) *cluster {
+	return &cluster{
+		t:      t,
+		h:      h,
+		env:    h.New(t),
+		prefix: fmt.Sprintf("bustest-%08x", rand.Uint32()),
+	}
+}
+
+// node is a bus with its transport.
+type node struct {
+	*bus.CloudBus
+	id string
+	tr bus.Transport
+}
+
+// open starts a bus as node id (a fresh UUID if empty) with cfg's
+// overrides; it is closed at cleanup.
+func (c *cluster) open(id string, cfg bus.Config) *node {
+	c.t.Helper()
+	if id == "" {
+		id = message.NewUUID()
+	}
+	tr := c.env.Transport(c.t, id)
+	cfg.Transport = tr
+	cfg.Node = id
+	cfg.Prefix = c.prefix
+	if cfg.Registry == nil {
+		cfg.Registry = Registry()
+	}
+	b, err := bus.Open(c.t.Context(), cfg)
+	require.NoError(c.t, err, "bus.Open over the transport under test")
+	c.t.Cleanup(func() { _ = b.Close() })
+	return &node{CloudBus: b, id: id, tr: tr}
+}
+
+// Payload types of the suite.
+type (
+	// Echo asks the echo handler to reply with Text and Seq.
+	Echo struct {
+		Text string `json:"text"` // echoed back
+		Seq  int    `json:"seq"`  // echoed back
+	}
+	// Echoed is the reply to Echo.
+	Echoed struct {
+		Text string `json:"text"` // from the request
+		Seq  int    `json:"seq"`  // from the request
+		Node string `json:"node"` // the node that handled it
+	}
+	// Blob carries an arbitrary amount of data.
+	Blob struct {
+		Data string `json:"data"` // any size
+	}
+	// Ping is an event.
+	Ping struct {
+		Seq int `json:"seq"` // sender's sequence number
+	}
+	// Pong is another event type.
+	Pong struct {
+		Seq int `json:"seq"` // sender's sequence number
+	}
+	// Fail asks the handler to fail with Code.
+	Fail struct {
+		Code message.Code `json:"code"` // the code to fail with
+	}
+	// Unlisted is registered only by senders, never by receivers.
+	Unlisted struct {
+		X int `json:"x"` // anything
+	}
+)
+
+// Registry returns a registry holding the suite's payload types.
+func Registry() *message.Registry {
+	reg := message.NewRegistry()
+	message.MustRegister[Echo](reg, "bustest.v1.Echo")
+	message.MustRegister[Echoed](reg, "bustest.v1.Echoed")
+	message.MustRegister[Blob](reg, "bustest.v1.Blob")
+	message.MustRegister[Ping](reg, "bustest.v1.Ping")
+	message.MustRegister[Pong](reg, "bustest.v1.Pong")
+	message.MustRegister[Fail](reg, "bustest.v1.Fail")
+	return reg
+}
+
+func senderRegistry() *message.Registry {
+	reg := Registry()
+	message.MustRegister[Unlisted](reg, "bustest.v1.Unlisted")
+	return reg
+}
+
+// echoHandler replies to Echo with the node's id.
+func echoHandler(n *node) bus.Handler {
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+		return Echoed{Text: e.Text, Seq: e.Seq, Node: n.id}, nil
+	})
+	return mux
+}
+
+// eventually polls cond every 5 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("bustest: after %s: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// recv waits for a value on ch for at most d.
+func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("bustest: no %s within %s", what, d)
+		panic("unreachable")
+	}
+}

@@ -1,0 +1,144 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// Config configures a [CloudBus]. The zero value of every field but
+// Transport works: [Open] fills the defaults, then reports every problem
+// at once.
+type Config struct {
+	// Transport carries the messages; required. The caller owns it and
+	// closes it after the bus.
+	Transport Transport
+
+	// Node is the canonical UUID of this management node (or of a client
+	// process). Default: a new random version-4 UUID.
+	Node string
+
+	// Prefix starts every queue name: <prefix>.message.<service>.<node>.
+	// Default "cloudbus". Tests sharing one broker isolate themselves by
+	// giving each its own prefix.
+	Prefix string
+
+	// Registry maps payload types to names. Default: message.NewRegistry().
+	Registry *message.Registry
+
+	// Ring, optional, is used by [CloudBus.ResourceID] to route by resource.
+	Ring ring.Ring
+
+	// DefaultTimeout bounds a Call whose ctx has no deadline, so a sender
+	// never hangs. Default 30 s: long enough for slow control-plane
+	// operations, short enough that a lost reply surfaces.
+	DefaultTimeout time.Duration
+
+	// ReplyTimeout bounds publishing a reply after the handler returned.
+	// Default 5 s.
+	ReplyTimeout time.Duration
+
+	// MaxMessageSize bounds an encoded envelope, checked before sending and
+	// on receipt. Default message.DefaultMaxSize (4 MiB).
+	MaxMessageSize int
+
+	// MaxConcurrency bounds the handlers running at once on this bus.
+	// Default 64.
+	MaxConcurrency int
+
+	// MaxQueuePerResource bounds the messages about one resource waiting
+	// behind the one running; a message that finds the queue full is
+	// answered with message.ErrBusy. Default 64.
+	MaxQueuePerResource int
+
+	// Prefetch bounds the unacknowledged deliveries per consumer, which
+	// bounds the messages held in memory. Default 256.
+	Prefetch int
+
+	// EventBuffer bounds the broadcast events waiting for subscribers;
+	// when full, event consumption pauses (events wait in the broker).
+	// Default 1024.
+	EventBuffer int
+
+	// Logger receives the bus's logs; nil discards them.
+	Logger *slog.Logger
+
+	// Observer, optional, sees every send, call, delivery and reply; see
+	// [Observer].
+	Observer Observer
+}
+
+func (c *Config) setDefaults() {
+	if c.Node == "" {
+		c.Node = message.NewUUID()
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Registry == nil {
+		c.Registry = message.NewRegistry()
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 30 * time.Second
+	}
+	if c.ReplyTimeout == 0 {
+		c.ReplyTimeout = 5 * time.Second
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = message.DefaultMaxSize
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = 64
+	}
+	if c.MaxQueuePerResource == 0 {
+		c.MaxQueuePerResource = 64
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 256
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem with the configuration at once. Call it
+// after defaults are filled (Open does both).
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Transport == nil {
+		errs = append(errs, errors.New("bus: config: Transport is required (use bus/membus for an in-memory bus)"))
+	}
+	if !message.IsCanonicalUUID(c.Node) {
+		errs = append(errs, fmt.Errorf("bus: config: Node %q is not a canonical UUID (32 lower-case hex digits; see message.NormalizeUUID)", c.Node))
+	}
+	if !validPrefix(c.Prefix) {
+		errs = append(errs, fmt.Errorf("bus: config: Prefix %q: use letters, digits, '_' and '-' in dot-separated segments", c.Prefix))
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"DefaultTimeout", c.DefaultTimeout}, {"ReplyTimeout", c.ReplyTimeout}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("bus: config: %s %s is negative", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxMessageSize", c.MaxMessageSize}, {"MaxConcurrency", c.MaxConcurrency},
+		{"MaxQueuePerResource", c.MaxQueuePerResource}, {"Prefetch", c.Prefetch}, {"EventBuffer", c.EventBuffer},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("bus: config: %s %d is negative", f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,76 @@
+// Package bus is the CloudBus: typed one-way sends, request/reply calls
+// and broadcasts between the services of stateless management nodes, over
+// a small [Transport] interface.
+//
+// # Design
+//
+// Every management node hosts all services in one process. For each
+// service it hosts, a node declares a durable queue named
+//
+//	<prefix>.message.<service>.<nodeUUID>     e.g. cloudbus.message.vmInstance.3694776ab31a45709259254a018913ca
+//
+// and the API services of all nodes consume one shared queue,
+//
+//	<prefix>.message.api.portal
+//
+// as competing consumers. A message about a resource goes to the service
+// id "<service>.<owner>", where the owner is the node a consistent-hash
+// ring names for the resource UUID ([ResourceServiceID]); creation and
+// other non-resource messages go to the local node ([CloudBus.LocalID]).
+// Each bus also has a temporary reply queue (<prefix>.reply.<node>) and a
+// temporary event queue (<prefix>.event.<node>) bound to the fan-out
+// <prefix>.broadcast.
+//
+// Payloads are values of types registered in a message.Registry under
+// versioned names; typed helpers ([Call], [Handle], [Subscribe]) keep
+// user code free of casts. Headers pass through untouched, so a W3C
+// traceparent travels with the message. An [Observer] sees every send,
+// call, delivery and reply with its latency, so metrics need no change to
+// the bus.
+//
+// # Delivery guarantees
+//
+//   - Send: the message is in the target queue when Send returns nil.
+//     There is no reply; a handler failure is logged on the receiver.
+//   - Call: exactly one outcome per call: the reply, the handler's coded
+//     error, or a local error (no route, timeout, canceled, closed, node
+//     left). Timeout, cancellation, closing and node-left mean the outcome
+//     is unknown: the handler may have run. See message.Code.Retry.
+//   - A Call never hangs: ctx's deadline, WithTimeout or
+//     Config.DefaultTimeout bounds it, and the remaining time travels with
+//     the message so the handler's ctx expires with the caller's.
+//   - A message whose sender's deadline passed while it waited on the
+//     receiver is answered with message.ErrTimeout without running.
+//   - Messages about one resource (WithResource) run one at a time, in
+//     arrival order, on the receiving node; others run in parallel, at most
+//     Config.MaxConcurrency at once. A resource with
+//     Config.MaxQueuePerResource messages waiting refuses more with
+//     message.ErrBusy (safe to retry).
+//   - Deliveries are acknowledged after the handler returned and its reply
+//     was published. A message taken by a node that crashes before that is
+//     redelivered by the transport to the queue's next consumer (at least
+//     once); handlers of non-idempotent operations should deduplicate by
+//     envelope id.
+//   - Broadcast: every bus on the prefix, the sender included, receives
+//     each event once while it is connected; a bus that is down misses it.
+//     Subscribers run off the receive path, one event at a time.
+//   - Publishing to a service id whose queue does not exist fails at once
+//     with message.ErrNoRoute; a crashed node's queues still exist, so
+//     messages to it wait until a node-left event ends calls towards it
+//     ([CloudBus.AbandonCalls]).
+//
+// # Shutdown
+//
+// [CloudBus.Shutdown] stops consuming, lets handlers holding messages
+// finish, then closes. [CloudBus.Close] fails pending calls with
+// message.ErrClosed, cancels handlers' contexts and waits for them,
+// returns messages that had not started to their queues, and deletes the
+// reply and event queues. Neither closes the transport: its creator does.
+//
+// # Testing with the in-memory bus
+//
+// Package bus/membus is a broker in memory with RabbitMQ's semantics and
+// fault injection (kill, drop, partition). Many nodes share one
+// membus.Network in one test process; see the examples. Package
+// bus/bustest is the conformance suite every transport runs.
+package bus

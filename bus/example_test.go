@@ -1,0 +1,125 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Greet and Greeting are the payload types of the examples.
+type Greet struct {
+	Name string `json:"name"`
+}
+
+// Greeting is the reply to Greet.
+type Greeting struct {
+	Text string `json:"text"`
+}
+
+// HostAdded is an event broadcast to every node.
+type HostAdded struct {
+	Host string `json:"host"`
+}
+
+func registry() *message.Registry {
+	reg := message.NewRegistry()
+	message.MustRegister[Greet](reg, "example.v1.Greet")
+	message.MustRegister[Greeting](reg, "example.v1.Greeting")
+	message.MustRegister[HostAdded](reg, "example.v1.HostAdded")
+	return reg
+}
+
+// twoNodes opens two buses on one in-memory network.
+func twoNodes(ctx context.Context) (a, b *bus.CloudBus, cleanup func()) {
+	net := membus.New()
+	ta, tb := net.Transport("a"), net.Transport("b")
+	a, _ = bus.Open(ctx, bus.Config{Transport: ta, Node: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Registry: registry()})
+	b, _ = bus.Open(ctx, bus.Config{Transport: tb, Node: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", Registry: registry()})
+	return a, b, func() {
+		a.Close()
+		b.Close()
+		ta.Close()
+		tb.Close()
+	}
+}
+
+func Example_call() {
+	ctx := context.Background()
+	a, b, cleanup := twoNodes(ctx)
+	defer cleanup()
+
+	// Node b hosts the "greeter" service.
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) {
+		if g.Name == "" {
+			return Greeting{}, message.ErrBadRequest.WithDetails("name is required")
+		}
+		return Greeting{Text: "hello, " + g.Name}, nil
+	})
+	_ = b.Register(ctx, "greeter", mux)
+	fmt.Println(b.QueueName(b.LocalID("greeter")))
+
+	// Node a calls it.
+	target := bus.ServiceID("greeter", b.Node())
+	reply, err := bus.Call[Greeting](ctx, a, target, Greet{Name: "cloud"}, bus.WithTimeout(5*time.Second))
+	fmt.Println(reply.Text, err)
+
+	_, err = bus.Call[Greeting](ctx, a, target, Greet{})
+	fmt.Println(errors.Is(err, message.ErrBadRequest))
+	// Output:
+	// cloudbus.message.greeter.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
+	// hello, cloud <nil>
+	// true
+}
+
+func Example_send() {
+	ctx := context.Background()
+	a, b, cleanup := twoNodes(ctx)
+	defer cleanup()
+
+	got := make(chan string, 1)
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, g Greet) (message.Empty, error) {
+		got <- g.Name
+		return message.Empty{}, nil
+	})
+	_ = b.Register(ctx, "greeter", mux)
+
+	err := a.Send(ctx, bus.ServiceID("greeter", b.Node()), Greet{Name: "one-way"})
+	fmt.Println(err, <-got)
+
+	err = a.Send(ctx, bus.ServiceID("greeter", "cccccccccccccccccccccccccccccccc"), Greet{Name: "nobody"})
+	fmt.Println(errors.Is(err, message.ErrNoRoute))
+	// Output:
+	// <nil> one-way
+	// true
+}
+
+func Example_broadcast() {
+	ctx := context.Background()
+	a, b, cleanup := twoNodes(ctx)
+	defer cleanup()
+
+	seen := make(chan string, 2)
+	for _, n := range []*bus.CloudBus{a, b} {
+		node := n.Node()[:1]
+		_, _ = bus.Subscribe(n, func(ctx context.Context, ev HostAdded) {
+			seen <- node + " saw " + ev.Host
+		})
+	}
+	_ = a.Broadcast(ctx, HostAdded{Host: "host-1"})
+	first, second := <-seen, <-seen
+	if first > second {
+		first, second = second, first
+	}
+	fmt.Println(first)
+	fmt.Println(second)
+	// Output:
+	// a saw host-1
+	// b saw host-1
+}

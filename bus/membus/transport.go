@@ -1,0 +1,349 @@
+package membus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Transport is one node's connection to a [Network]. It implements
+// [bus.Transport]; create it with [Network.Transport].
+type Transport struct {
+	net  *Network
+	node string
+
+	// Guarded by net.mu:
+	closed      bool // Close was called
+	dead        bool // closed or killed: consumers gone, operations fail
+	consumers   map[*consumer]struct{}
+	outstanding map[*delivery]struct{} // handed out, not yet settled
+
+	wg sync.WaitGroup // consumer goroutines
+}
+
+var _ bus.Transport = (*Transport)(nil)
+
+// Node returns the node name the transport was attached as.
+func (t *Transport) Node() string { return t.node }
+
+// checkLocked reports why t cannot act now, if it cannot.
+func (t *Transport) checkLocked(op string) error {
+	switch {
+	case t.closed:
+		return fmt.Errorf("membus: %s: transport of node %s: %w", op, t.node, message.ErrClosed)
+	case t.dead:
+		return unavailable(t.node, "was killed")
+	}
+	if s := t.net.nodes[t.node]; s != nil && s.partition {
+		return unavailable(t.node, "is partitioned from the broker")
+	}
+	return nil
+}
+
+func (t *Transport) droppedLocked() bool {
+	s := t.net.nodes[t.node]
+	return s != nil && s.dropped
+}
+
+// DeclareQueue implements [bus.Transport].
+func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.QueueOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if name == "" {
+		return fmt.Errorf("membus: declare: empty queue name: %w", message.ErrBadRequest)
+	}
+	if opts.Kind != bus.QueueDurable && opts.Kind != bus.QueueTemporary {
+		return fmt.Errorf("membus: declare %s: unknown queue kind %s: %w", name, opts.Kind, message.ErrBadRequest)
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("declare " + name); err != nil {
+		return err
+	}
+	if q, ok := n.queues[name]; ok {
+		if q.kind != opts.Kind || q.fanout != opts.Fanout {
+			return fmt.Errorf("membus: declare %s: exists as %s bound to %q, declared as %s bound to %q: %w",
+				name, q.kind, q.fanout, opts.Kind, opts.Fanout, message.ErrBadRequest)
+		}
+		return nil
+	}
+	q := &queue{name: name, kind: opts.Kind, fanout: opts.Fanout}
+	if opts.Kind == bus.QueueTemporary {
+		q.owner = t
+	}
+	n.queues[name] = q
+	if opts.Fanout != "" {
+		if n.fanouts[opts.Fanout] == nil {
+			n.fanouts[opts.Fanout] = make(map[string]*queue)
+		}
+		n.fanouts[opts.Fanout][name] = q
+	}
+	return nil
+}
+
+// DeleteQueue implements [bus.Transport].
+func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("delete " + name); err != nil {
+		return err
+	}
+	if q, ok := n.queues[name]; ok {
+		n.deleteQueueLocked(q)
+	}
+	return nil
+}
+
+// Publish implements [bus.Transport].
+func (t *Transport) Publish(ctx context.Context, queue string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("publish to " + queue); err != nil {
+		return err
+	}
+	q, ok := n.queues[queue]
+	if !ok {
+		return fmt.Errorf("membus: publish: queue %s does not exist: %w", queue, message.ErrNoRoute)
+	}
+	if t.droppedLocked() {
+		return nil // lost on the way, silently
+	}
+	n.enqueueLocked(q, data)
+	return nil
+}
+
+// Broadcast implements [bus.Transport].
+func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("broadcast to " + fanout); err != nil {
+		return err
+	}
+	if t.droppedLocked() {
+		return nil
+	}
+	for _, q := range n.fanouts[fanout] {
+		n.enqueueLocked(q, data)
+	}
+	return nil
+}
+
+// Consume implements [bus.Transport].
+func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeOptions, handle func(bus.Delivery)) (bus.Consumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if handle == nil {
+		return nil, fmt.Errorf("membus: consume %s: nil handler: %w", queue, message.ErrBadRequest)
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("consume " + queue); err != nil {
+		return nil, err
+	}
+	q, ok := n.queues[queue]
+	if !ok {
+		return nil, fmt.Errorf("membus: consume: queue %s does not exist: %w", queue, message.ErrNoRoute)
+	}
+	c := &consumer{
+		t:        t,
+		q:        q,
+		prefetch: max(opts.Prefetch, 1),
+		handle:   handle,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	q.consumers = append(q.consumers, c)
+	t.consumers[c] = struct{}{}
+	t.wg.Add(1)
+	go c.run()
+	n.dispatchLocked(q)
+	return c, nil
+}
+
+// Close implements [bus.Transport]: it stops the consumers, requeues what
+// they had not acknowledged, deletes the temporary queues it declared and
+// waits until no handle call is running. It is idempotent.
+func (t *Transport) Close() error {
+	n := t.net
+	n.mu.Lock()
+	if !t.closed {
+		t.closed = true
+		if !t.dead {
+			t.killLocked()
+		}
+		if s := n.nodes[t.node]; s != nil {
+			delete(s.transports, t)
+		}
+	}
+	n.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+// killLocked ends t as a crash would, without waiting for handlers.
+func (t *Transport) killLocked() {
+	n := t.net
+	t.dead = true
+	for c := range t.consumers {
+		c.stopLocked()
+	}
+	for d := range t.outstanding {
+		d.settleLocked(true, true)
+	}
+	for _, q := range n.queues {
+		if q.owner == t {
+			n.deleteQueueLocked(q)
+		}
+	}
+}
+
+// consumer delivers one queue's messages to a handler, one at a time.
+type consumer struct {
+	t        *Transport
+	q        *queue
+	prefetch int
+	handle   func(bus.Delivery)
+
+	// Guarded by net.mu:
+	unacked int
+	inbox   []*delivery // dispatched to this consumer, not yet handed over
+	stopped bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (c *consumer) wakeUp() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *consumer) run() {
+	defer c.t.wg.Done()
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		}
+		for {
+			n := c.t.net
+			n.mu.Lock()
+			if c.stopped || len(c.inbox) == 0 {
+				n.mu.Unlock()
+				break
+			}
+			d := c.inbox[0]
+			c.inbox[0] = nil
+			c.inbox = c.inbox[1:]
+			d.handed = true
+			n.mu.Unlock()
+			c.handle(d)
+		}
+	}
+}
+
+// stopLocked detaches c from its queue; messages dispatched to it but not
+// handed over go back to the queue as if never delivered.
+func (c *consumer) stopLocked() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	close(c.stop)
+	q := c.q
+	if i := slices.Index(q.consumers, c); i >= 0 {
+		q.consumers = slices.Delete(q.consumers, i, i+1)
+		q.next = 0
+	}
+	delete(c.t.consumers, c)
+	inbox := c.inbox
+	c.inbox = nil
+	for _, d := range inbox {
+		d.settleLocked(true, false)
+	}
+}
+
+// Cancel implements [bus.Consumer]: delivery stops; deliveries already
+// handed over may still be acknowledged until the transport closes. It
+// waits until no handle call of c is running, so it must not be called
+// from c's own handle function.
+func (c *consumer) Cancel() error {
+	n := c.t.net
+	n.mu.Lock()
+	c.stopLocked()
+	n.mu.Unlock()
+	<-c.done
+	return nil
+}
+
+// delivery is one message handed to a consumer.
+type delivery struct {
+	net         *Network
+	c           *consumer
+	q           *queue
+	m           *msg
+	redelivered bool
+	handed      bool // given to the handle function (guarded by net.mu)
+	settled     bool // acked, rejected or requeued (guarded by net.mu)
+}
+
+func (d *delivery) Body() []byte      { return d.m.data }
+func (d *delivery) Redelivered() bool { return d.redelivered }
+
+func (d *delivery) Ack() error {
+	d.net.mu.Lock()
+	defer d.net.mu.Unlock()
+	d.settleLocked(false, false)
+	return nil
+}
+
+func (d *delivery) Reject(requeue bool) error {
+	d.net.mu.Lock()
+	defer d.net.mu.Unlock()
+	d.settleLocked(requeue, true)
+	return nil
+}
+
+// settleLocked finishes d once: requeue puts the message back (marked
+// redelivered if it had been handed over and redeliver is set).
+func (d *delivery) settleLocked(requeue, redeliver bool) {
+	if d.settled {
+		return
+	}
+	d.settled = true
+	d.c.unacked--
+	delete(d.c.t.outstanding, d)
+	if requeue {
+		if d.handed && redeliver {
+			d.m.redelivered = true
+		}
+		d.net.requeueLocked(d.q, d.m)
+	}
+	d.net.dispatchLocked(d.q)
+}

@@ -1,0 +1,82 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// DefaultPrefix is the queue name prefix used when Config.Prefix is empty.
+const DefaultPrefix = "cloudbus"
+
+// APIPortal is the well-known service id of the API portal. Its one queue,
+// <prefix>.message.api.portal, is shared by the API services of all nodes,
+// so the broker load-balances API messages among them.
+const APIPortal = "api.portal"
+
+// ServiceID returns the id of a service on a node: "<service>.<node>",
+// e.g. "vmInstance.3694776ab31a45709259254a018913ca".
+func ServiceID(service, node string) string {
+	return service + "." + node
+}
+
+// ResourceServiceID returns the id of service on the node that owns the
+// resource on r: "<service>.<r.Locate(resource)>". The resource UUID is
+// normalized first, so its dashed and undashed spellings route alike; a
+// malformed one fails with message.ErrInvalidUUID, an empty ring with an
+// error matching message.ErrNoRoute (and ring.ErrEmpty).
+func ResourceServiceID(r ring.Ring, service, resourceUUID string) (string, error) {
+	id, err := message.NormalizeUUID(resourceUUID)
+	if err != nil {
+		return "", fmt.Errorf("bus: route %s: %w", service, err)
+	}
+	owner, err := r.Locate(id)
+	if err != nil {
+		return "", fmt.Errorf("bus: route %s for resource %s: %w: %w", service, id, message.ErrNoRoute, err)
+	}
+	return ServiceID(service, owner), nil
+}
+
+// SplitServiceID splits "<service>.<node>" into its parts. It reports false
+// for the api.portal id and for ids without a node part.
+func SplitServiceID(id string) (service, node string, ok bool) {
+	if id == APIPortal {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 || i == len(id)-1 {
+		return "", "", false
+	}
+	return id[:i], id[i+1:], true
+}
+
+// validService reports whether a service name is usable in a queue name:
+// non-empty, ASCII letters, digits, '_' and '-', at most 64 bytes.
+func validService(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validPrefix reports whether a queue prefix is usable: like a service
+// name, but dots are allowed between segments.
+func validPrefix(p string) bool {
+	if p == "" || len(p) > 128 {
+		return false
+	}
+	for _, seg := range strings.Split(p, ".") {
+		if !validService(seg) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,215 @@
+package bus
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// scheduler runs handler jobs: jobs with the same key (resource UUID) one
+// at a time in submission order, different keys and unkeyed jobs in
+// parallel, at most maxConc at once. Each key's waiting line holds at most
+// perKey jobs; submit refuses more with message.ErrBusy, so memory stays
+// bounded (the transport's prefetch bounds the unkeyed ones).
+type scheduler struct {
+	maxConc, perKey int
+
+	mu      sync.Mutex
+	closed  bool
+	running int
+	queued  int
+	keys    map[string]*line
+	ready   []*line         // lines with a waiting job and none running, FIFO
+	idle    []chan struct{} // closed when running == queued == 0
+	parked  []chan task     // idle workers waiting for a task
+	wg      sync.WaitGroup
+}
+
+// task is a job together with its line.
+type task struct {
+	l *line
+	j *job
+}
+
+// line is the waiting line of one key (or of one unkeyed job).
+type line struct {
+	key     string
+	jobs    []*job
+	running bool
+}
+
+// job is one delivery waiting for a handler slot.
+type job struct {
+	run     func() // handles, replies, acknowledges
+	requeue func() // gives the delivery back if it never runs
+}
+
+func newScheduler(maxConc, perKey int) *scheduler {
+	return &scheduler{maxConc: maxConc, perKey: perKey, keys: make(map[string]*line)}
+}
+
+// submit queues j under key ("" for no key). It never blocks.
+func (s *scheduler) submit(key string, j *job) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return message.ErrClosed
+	}
+	if key == "" {
+		s.ready = append(s.ready, &line{jobs: []*job{j}})
+	} else if l := s.keys[key]; l != nil {
+		if len(l.jobs) >= s.perKey {
+			return message.ErrBusy
+		}
+		l.jobs = append(l.jobs, j)
+		if len(l.jobs) == 1 && !l.running {
+			s.ready = append(s.ready, l)
+		}
+	} else {
+		l := &line{key: key, jobs: []*job{j}}
+		s.keys[key] = l
+		s.ready = append(s.ready, l)
+	}
+	s.queued++
+	s.pump()
+	return nil
+}
+
+// take removes the next ready job and counts it as running. s.mu is held
+// and a slot is free.
+func (s *scheduler) take() task {
+	l := s.ready[0]
+	s.ready[0] = nil
+	s.ready = s.ready[1:]
+	j := l.jobs[0]
+	l.jobs[0] = nil
+	l.jobs = l.jobs[1:]
+	l.running = true
+	s.running++
+	s.queued--
+	return task{l: l, j: j}
+}
+
+// canRun reports whether a ready job may start now. s.mu is held.
+func (s *scheduler) canRun() bool {
+	return !s.closed && s.running < s.maxConc && len(s.ready) > 0
+}
+
+// pump hands ready jobs to parked workers, or starts workers, while slots
+// are free. s.mu is held.
+func (s *scheduler) pump() {
+	for s.canRun() {
+		t := s.take()
+		if n := len(s.parked); n > 0 {
+			w := s.parked[n-1]
+			s.parked = s.parked[:n-1]
+			w <- t // buffered: never blocks
+			continue
+		}
+		s.wg.Add(1)
+		go s.work(t)
+	}
+}
+
+// work runs tasks until none is ready, then parks until handed another
+// or the scheduler closes. Workers are reused so that handlers start on a
+// grown stack instead of a fresh goroutine each time.
+func (s *scheduler) work(t task) {
+	defer s.wg.Done()
+	inbox := make(chan task, 1)
+	for {
+		t.j.run()
+		s.mu.Lock()
+		s.finish(t.l)
+		if s.canRun() {
+			t = s.take()
+			s.pump()
+			s.mu.Unlock()
+			continue
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		s.parked = append(s.parked, inbox)
+		s.mu.Unlock()
+		var ok bool
+		if t, ok = <-inbox; !ok {
+			return
+		}
+	}
+}
+
+// finish ends the running job of l. s.mu is held.
+func (s *scheduler) finish(l *line) {
+	l.running = false
+	s.running--
+	switch {
+	case len(l.jobs) > 0:
+		s.ready = append(s.ready, l) // to the back: keys take turns
+	case l.key != "":
+		delete(s.keys, l.key)
+	}
+	if s.running == 0 && s.queued == 0 {
+		for _, c := range s.idle {
+			close(c)
+		}
+		s.idle = nil
+	}
+}
+
+// load returns the running and queued job counts.
+func (s *scheduler) load() (running, queued int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, s.queued
+}
+
+// drain waits until no job is running or queued, or ctx ends.
+func (s *scheduler) drain(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running == 0 && s.queued == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	c := make(chan struct{})
+	s.idle = append(s.idle, c)
+	s.mu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close refuses new jobs, gives back the jobs that never started and
+// waits for the running ones. It is idempotent.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	var back []*job
+	for _, l := range s.ready {
+		back = append(back, l.jobs...)
+		l.jobs = nil
+	}
+	for _, l := range s.keys {
+		if l.running {
+			back = append(back, l.jobs...)
+		}
+		l.jobs = nil
+	}
+	s.ready = nil
+	s.keys = make(map[string]*line)
+	s.queued = 0
+	for _, w := range s.parked {
+		close(w)
+	}
+	s.parked = nil
+	s.mu.Unlock()
+	for _, j := range back {
+		j.requeue()
+	}
+	s.wg.Wait()
+}

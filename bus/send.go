@@ -1,0 +1,291 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// pendingCall is a call waiting for its reply.
+type pendingCall struct {
+	typ    string
+	target string
+	node   string // target node, "" for a shared id such as api.portal
+	once   sync.Once
+	done   chan struct{}
+	reply  *message.Envelope
+	err    error
+}
+
+func (p *pendingCall) finish(reply *message.Envelope, err error) {
+	p.once.Do(func() {
+		p.reply, p.err = reply, err
+		close(p.done)
+	})
+}
+
+// Send publishes msg, a value of a registered type, one-way to the service
+// id target ("<service>.<node>" or api.portal). It returns once the
+// transport accepted the message: there is no reply and no confirmation
+// that a handler ran. A target whose queue does not exist fails at once
+// with message.ErrNoRoute.
+func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Option) error {
+	start := time.Now()
+	env, o, err := b.envelope(message.KindSend, target, msg, opts)
+	if err == nil {
+		ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, false)
+		defer cancel()
+		err = b.publish(ctx, env)
+	}
+	if err != nil {
+		err = fmt.Errorf("bus: send %s to %s: %w", typeOf(env), target, err)
+	}
+	b.observe(Observation{Op: OpSend, Type: typeOf(env), ServiceID: target, Duration: time.Since(start), Err: err})
+	return err
+}
+
+// Call sends msg to the service id target and waits for the reply,
+// returning the reply's decoded payload (a pointer to a registered type,
+// or nil for a reply without body). A reply carrying an error returns it:
+// match it with errors.Is against the message sentinels.
+//
+// Call never hangs: it is bounded by ctx's deadline, by WithTimeout, or
+// by Config.DefaultTimeout when neither is given, and fails with an error
+// matching message.ErrTimeout (and context.DeadlineExceeded). A canceled
+// ctx fails with message.ErrCanceled, a closed bus with
+// message.ErrClosed; in every case the pending entry is removed at once
+// and a reply arriving later is dropped and counted (Stats.LateReplies).
+func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Option) (any, error) {
+	start := time.Now()
+	reply, err := b.call(ctx, target, msg, opts)
+	var v any
+	if err == nil && reply.Type != "" {
+		v, err = b.reg.Decode(reply.Type, reply.Body)
+	}
+	typ, _ := b.reg.NameOf(msg)
+	if err != nil {
+		err = fmt.Errorf("bus: call %s on %s: %w", typ, target, err)
+	}
+	b.observe(Observation{Op: OpCall, Type: typ, ServiceID: target, Duration: time.Since(start), Err: err})
+	return v, err
+}
+
+// Call is the typed form of [CloudBus.Call]: it decodes the reply as
+// Resp, which may be a registered type T or *T. A reply of another type
+// fails with message.ErrUnknownMessage; a reply without body returns the
+// zero Resp.
+func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, opts ...Option) (Resp, error) {
+	var zero Resp
+	v, err := b.Call(ctx, target, msg, opts...)
+	if err != nil || v == nil {
+		return zero, err
+	}
+	if r, ok := v.(Resp); ok { // Resp is *T
+		return r, nil
+	}
+	if r, ok := derefAs[Resp](v); ok { // Resp is T
+		return r, nil
+	}
+	typ, _ := b.reg.NameOf(msg)
+	got, _ := b.reg.NameOf(v)
+	return zero, fmt.Errorf("bus: call %s on %s: reply is %s, not the requested %T: %w", typ, target, got, zero, message.ErrUnknownMessage)
+}
+
+func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Option) (*message.Envelope, error) {
+	env, o, err := b.envelope(message.KindRequest, target, msg, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, true)
+	defer cancel()
+
+	env.CorrelationID = env.ID
+	env.ReplyTo = b.reply
+	p := &pendingCall{typ: env.Type, target: target, done: make(chan struct{})}
+	if _, node, ok := SplitServiceID(target); ok {
+		p.node = node
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, message.ErrClosed
+	}
+	b.pending[env.CorrelationID] = p
+	b.mu.Unlock()
+	defer b.forget(env.CorrelationID)
+
+	if err := b.publish(ctx, env); err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return nil, p.err
+		}
+		if p.reply.Error != nil {
+			return nil, p.reply.Error
+		}
+		return p.reply, nil
+	case <-ctx.Done():
+		return nil, ctxError(ctx)
+	}
+}
+
+// forget removes a pending call; a reply arriving later is late.
+func (b *CloudBus) forget(id string) {
+	b.mu.Lock()
+	delete(b.pending, id)
+	b.mu.Unlock()
+}
+
+// Broadcast publishes event, a value of a registered type, to every node's
+// bus on this prefix, this one included; each receives it once and hands
+// it to its subscribers for the event's type.
+func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) error {
+	start := time.Now()
+	env, o, err := b.envelope(message.KindEvent, "", event, opts)
+	if err == nil {
+		var data []byte
+		data, err = message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+		if err == nil {
+			ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, false)
+			defer cancel()
+			err = b.tr.Broadcast(ctx, b.fan, data)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("bus: broadcast %s: %w", typeOf(env), err)
+	}
+	b.observe(Observation{Op: OpBroadcast, Type: typeOf(env), Duration: time.Since(start), Err: err})
+	return err
+}
+
+// AbandonCalls fails at once every call pending towards node with an
+// error matching message.ErrNodeLeft, and returns how many it failed. The
+// node calls it when it learns that node left the cluster: the outcome of
+// those calls is unknown (the message may still run, there or on the new
+// owner). A reply arriving later is dropped as late.
+func (b *CloudBus) AbandonCalls(node string, cause error) int {
+	b.mu.Lock()
+	var hit []*pendingCall
+	for id, p := range b.pending {
+		if p.node == node {
+			hit = append(hit, p)
+			delete(b.pending, id)
+		}
+	}
+	b.mu.Unlock()
+	err := message.ErrNodeLeft.WithDetails("node " + node)
+	if cause != nil {
+		err = err.WithCause(cause)
+	}
+	for _, p := range hit {
+		p.finish(nil, err)
+	}
+	return len(hit)
+}
+
+// envelope builds the envelope of an outgoing message.
+func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Option) (*message.Envelope, callOptions, error) {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if b.isClosed() {
+		return nil, o, message.ErrClosed
+	}
+	name, body, err := b.reg.Encode(msg)
+	if err != nil {
+		return nil, o, err
+	}
+	env := &message.Envelope{
+		ID:        message.NewUUID(),
+		Kind:      kind,
+		Type:      name,
+		ServiceID: target,
+		Source:    b.node,
+		Headers:   o.headers,
+		Body:      body,
+	}
+	if o.resource != "" {
+		id, err := message.NormalizeUUID(o.resource)
+		if err != nil {
+			return env, o, err
+		}
+		env.ResourceUUID = id
+	}
+	if kind != message.KindEvent && target == "" {
+		return env, o, message.ErrBadRequest.WithDetails("empty target service id")
+	}
+	return env, o, nil
+}
+
+// bound applies the per-call timeout to ctx; with always, a ctx without
+// deadline gets def. It returns the remaining time so the envelope can
+// carry it.
+func (o callOptions) bound(ctx context.Context, def time.Duration, always bool) (context.Context, context.CancelFunc) {
+	if o.timeout > 0 {
+		return context.WithTimeout(ctx, o.timeout)
+	}
+	if _, ok := ctx.Deadline(); !ok && always {
+		return context.WithTimeout(ctx, def)
+	}
+	return ctx, func() {}
+}
+
+// publish stamps the remaining time, encodes and publishes env.
+func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return ctxError(ctx)
+		}
+		env.Timeout = left
+	}
+	data, err := message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+	if err != nil {
+		return err
+	}
+	if err := b.tr.Publish(ctx, b.QueueName(env.ServiceID), data); err != nil {
+		if ctx.Err() != nil {
+			return ctxError(ctx)
+		}
+		return err
+	}
+	return nil
+}
+
+func (b *CloudBus) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// ctxError converts ctx's error into the coded error of its kind, still
+// matching the context package's sentinel.
+func ctxError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return message.ErrTimeout.WithCause(context.DeadlineExceeded)
+	}
+	return message.ErrCanceled.WithCause(ctx.Err())
+}
+
+func typeOf(env *message.Envelope) string {
+	if env == nil {
+		return ""
+	}
+	return env.Type
+}
+
+func derefAs[T any](v any) (T, bool) {
+	var zero T
+	p, ok := v.(*T)
+	if !ok || p == nil {
+		return zero, false
+	}
+	return *p, true
+}

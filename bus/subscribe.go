@@ -1,0 +1,124 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Event is a broadcast delivered to a subscriber.
+type Event struct {
+	// Envelope holds the event's headers and source; read-only.
+	Envelope *message.Envelope
+	// Payload is the decoded body: a pointer to a value of the registered
+	// type named by Envelope.Type.
+	Payload any
+}
+
+type subscription struct {
+	id  uint64
+	typ string
+	fn  func(context.Context, *Event)
+}
+
+type eventJob struct {
+	env     *message.Envelope
+	payload any
+}
+
+var subscriptionIDs atomic.Uint64
+
+// Subscribe calls fn for every broadcast event of the registered type
+// eventType that this bus receives. Subscribers run one at a time, in
+// arrival order, on the bus's event dispatcher, off the receive path:
+// a slow subscriber delays other events, never service messages. fn must
+// not block forever; its ctx is canceled when the bus closes; a panic is
+// recovered and logged. The returned function unsubscribes; it is
+// idempotent.
+func (b *CloudBus) Subscribe(eventType string, fn func(ctx context.Context, ev *Event)) (unsubscribe func(), err error) {
+	if !b.reg.Known(eventType) {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", eventType, message.ErrUnknownMessage.WithDetails("register the event type first"))
+	}
+	s := &subscription{id: subscriptionIDs.Add(1), typ: eventType, fn: fn}
+	b.mu.Lock()
+	b.subs[eventType] = append(b.subs[eventType], s)
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		list := b.subs[eventType]
+		for i, x := range list {
+			if x.id == s.id {
+				b.subs[eventType] = append(list[:i:i], list[i+1:]...)
+				return
+			}
+		}
+	}, nil
+}
+
+// Subscribe is the typed form of [CloudBus.Subscribe]: fn receives the
+// payload of events of the registered type E.
+func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscribe func(), err error) {
+	name, err := message.NameFor[E](b.reg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe: %w", err)
+	}
+	return b.Subscribe(name, func(ctx context.Context, ev *Event) {
+		if p, ok := ev.Payload.(*E); ok && p != nil {
+			fn(ctx, *p)
+		}
+	})
+}
+
+// onEvent takes an event off this bus's event queue and queues it for the
+// dispatcher, waiting while the dispatcher's buffer is full.
+func (b *CloudBus) onEvent(d Delivery) {
+	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
+	_ = d.Ack()
+	if err != nil || env.Kind != message.KindEvent {
+		b.rejected.Add(1)
+		b.log.Warn("dropping malformed event", "err", err)
+		return
+	}
+	payload, err := b.reg.Decode(env.Type, env.Body)
+	if err != nil {
+		b.log.Debug("dropping event of unknown type", "type", env.Type, "err", err)
+		return
+	}
+	select {
+	case b.events <- &eventJob{env: env, payload: payload}:
+	case <-b.closing:
+	}
+}
+
+// dispatchEvents runs subscribers until the bus closes.
+func (b *CloudBus) dispatchEvents() {
+	defer close(b.eventDone)
+	for {
+		select {
+		case j := <-b.events:
+			b.mu.Lock()
+			subs := append([]*subscription(nil), b.subs[j.env.Type]...)
+			b.mu.Unlock()
+			ev := &Event{Envelope: j.env, Payload: j.payload}
+			for _, s := range subs {
+				b.runSubscriber(s, ev)
+			}
+			b.observe(Observation{Op: OpEvent, Type: j.env.Type})
+		case <-b.closing:
+			return
+		}
+	}
+}
+
+func (b *CloudBus) runSubscriber(s *subscription, ev *Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.log.Error("event subscriber panicked", "type", s.typ, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	s.fn(b.base, ev)
+}

@@ -1,0 +1,120 @@
+package bus
+
+import (
+	"context"
+	"strconv"
+)
+
+// Transport is the broker under the bus: named queues, publishing to a
+// queue, consuming with acknowledgements, and a fan-out for broadcasts.
+// The bus builds every routing rule on these few operations, so any
+// broker that provides them can carry a cloud bus. Implementations live in
+// subpackages (bus/membus, bus/amqpbus) so importing bus pulls in no
+// broker client, and they prove conformance by running bus/bustest.
+//
+// All methods are safe for concurrent use. Every method that blocks takes
+// a ctx and returns when it is done. After Close, or after the transport
+// was killed, every method fails with an error matching message.ErrClosed
+// or message.ErrUnavailable.
+type Transport interface {
+	// DeclareQueue creates the named queue if it does not exist; declaring
+	// an existing queue again is a no-op. The options say whether the queue
+	// outlives its declarer and whether it is bound to a fan-out.
+	DeclareQueue(ctx context.Context, name string, opts QueueOptions) error
+
+	// DeleteQueue deletes the named queue and the messages in it; its
+	// consumers stop. Deleting a queue that does not exist is a no-op.
+	DeleteQueue(ctx context.Context, name string) error
+
+	// Publish puts one message into the named queue. If the queue does not
+	// exist it fails promptly (well within a second) with an error matching
+	// message.ErrNoRoute, never with a timeout. A queue whose consumers
+	// died still exists: the message waits there. Publish never blocks
+	// past ctx's deadline. The transport does not keep data.
+	Publish(ctx context.Context, queue string, data []byte) error
+
+	// Broadcast puts one copy of the message into every queue bound to the
+	// named fan-out. A fan-out with no queues drops the message without
+	// error.
+	Broadcast(ctx context.Context, fanout string, data []byte) error
+
+	// Consume starts delivering the queue's messages to handle, one call at
+	// a time per consumer, in queue order. At most opts.Prefetch deliveries
+	// are unacknowledged at once; further messages stay in the queue, where
+	// competing consumers may take them. A delivery that is never
+	// acknowledged before its consumer stops (Cancel, Close, a crash) goes
+	// back to the queue and is redelivered with Redelivered set. handle
+	// must not block for long: hand work off and acknowledge later.
+	// Consuming a queue that does not exist fails with message.ErrNoRoute.
+	Consume(ctx context.Context, queue string, opts ConsumeOptions, handle func(Delivery)) (Consumer, error)
+
+	// Close stops every consumer, deletes the transport's temporary queues
+	// and releases the connection. It is idempotent and waits until no
+	// handle call is running.
+	Close() error
+}
+
+// QueueKind says how long a queue lives.
+type QueueKind uint8
+
+const (
+	// QueueDurable outlives its declarer: a node that crashes leaves its
+	// service queues, with their messages, for a successor to drain.
+	// Service queues and the shared api.portal queue are durable.
+	QueueDurable QueueKind = iota + 1
+	// QueueTemporary is deleted when the transport that declared it closes
+	// or dies. Reply and event queues are temporary: nobody is left to
+	// read them.
+	QueueTemporary
+)
+
+// String returns "durable", "temporary" or "QueueKind(n)".
+func (k QueueKind) String() string {
+	switch k {
+	case QueueDurable:
+		return "durable"
+	case QueueTemporary:
+		return "temporary"
+	default:
+		return "QueueKind(" + strconv.Itoa(int(k)) + ")"
+	}
+}
+
+// QueueOptions configure [Transport.DeclareQueue].
+type QueueOptions struct {
+	// Kind is QueueDurable or QueueTemporary; required.
+	Kind QueueKind
+	// Fanout, if set, binds the queue to the named fan-out, so that it
+	// receives a copy of every [Transport.Broadcast] to it.
+	Fanout string
+}
+
+// ConsumeOptions configure [Transport.Consume].
+type ConsumeOptions struct {
+	// Prefetch bounds the unacknowledged deliveries of this consumer;
+	// values below 1 mean 1.
+	Prefetch int
+}
+
+// Delivery is one message handed to a consumer. Exactly one of Ack and
+// Reject should be called, once; later calls are no-ops returning nil.
+// They may be called from any goroutine.
+type Delivery interface {
+	// Body returns the message bytes. The bus does not modify them.
+	Body() []byte
+	// Redelivered reports whether the message was delivered before and not
+	// acknowledged (its previous consumer stopped or crashed).
+	Redelivered() bool
+	// Ack removes the message from its queue.
+	Ack() error
+	// Reject removes the message, or with requeue puts it back at the head
+	// of the queue for redelivery.
+	Reject(requeue bool) error
+}
+
+// Consumer is a running consumption started by [Transport.Consume].
+type Consumer interface {
+	// Cancel stops delivery; unacknowledged deliveries go back to the
+	// queue. It is idempotent and waits until no handle call is running.
+	Cancel() error
+}
