@@ -1,0 +1,151 @@
+// Package heartbeat is the membership of the management nodes: each node
+// writes a heartbeat record to a shared database, watches the others'
+// records, evicts the nodes that stop beating, and tells its owner (the
+// node's service layer, which updates the consistent-hash ring and
+// broadcasts lifecycle events) what changed.
+//
+// There is no membership protocol between the nodes and no leader: the
+// database is the only shared state, as in ZStack, where every management
+// node writes a heartbeat row and any node may delete the row of a node
+// that stopped beating. The package does not depend on the bus; the
+// service layer connects the two.
+//
+// # Design
+//
+// A [Store] holds one [Record] per live node: its UUID, the epoch of its
+// current life, a beat sequence number and the time of its last beat. A
+// [Monitor] per node drives the protocol over the store:
+//
+//   - [Monitor.Join] registers the node (a new epoch) and returns the
+//     current members, the baseline for later events.
+//   - [Monitor.Run] loops every Interval: beat (restamp its own record),
+//     list every record, evict the stale ones (a conditional delete), and
+//     report the differences to a [Listener].
+//   - [Monitor.Leave] deletes the node's record: a goodbye, so peers
+//     report the node as Left at once instead of evicting it later.
+//
+// # The store contract
+//
+// Every time is the store's: Register and Beat stamp the store's clock
+// and List reports each record's age by it, so skewed node clocks cannot
+// make a healthy node look stale (a SQL store computes ages with the
+// database's now()). Every write is one conditional statement:
+//
+//   - Beat succeeds only if the record exists with the caller's epoch;
+//     otherwise it returns [ErrEvicted] and changes nothing, so a node
+//     that was evicted learns it at its next beat and cannot resurrect
+//     its record.
+//   - Evict(node, epoch, seq) deletes the record only if it still has the
+//     epoch and sequence the evictor listed. A node that beat since the
+//     List has a new sequence and is never evicted, and of several nodes
+//     evicting the same record exactly one is told it succeeded: that one
+//     reports [Evicted] and broadcasts the leave.
+//   - Register gives a new epoch on every call, so a restarted node is a
+//     new life: the old life's beats fail and peers see Left then Joined.
+//   - Deregister deletes only the caller's epoch, and is idempotent.
+//
+// Implementations run the conformance suite in heartbeat/storetest; the
+// in-memory store is heartbeat/memstore.
+//
+// # Timing
+//
+// With beat interval H ([Config.Interval]) and eviction threshold E
+// ([Config.EvictAfter]), a node that dies is evicted between E and E+H
+// after its last successful beat: its record turns E old, and the next
+// round of any peer (rounds are spread over the interval by a random
+// initial delay) evicts it. The other peers report Left at their next
+// round. A node with a working store connection is evicted only if none
+// of its beats reached the store for E, that is about E/H consecutive
+// beats.
+//
+// [DefaultConfig] beats every 1 s and evicts after 6 s, so a dead node is
+// evicted 6-7 s after its last beat and five consecutive lost or slow
+// beats are tolerated. For comparison: ZStack beats every 5 s and evicts
+// after about 35-40 s, leaving a dead node's resources orphaned for over
+// half a minute; Akka's default failure detector needs about 25 s; Dapr's
+// placement service fails over in about 3-5 s. One small UPDATE per node
+// per second is a trivial load for a database, and 6 s rides out a long
+// GC pause, a database failover of a few seconds, or a saturated network.
+// [LocalConfig] (50 ms / 300 ms) is for tests and demos in one process.
+// OpTimeout bounds each store call (default: Interval), so a hung
+// database costs a round, never the loop.
+//
+// # Eviction safety
+//
+// A monitor evicts a record only if all of these hold:
+//
+//  1. It is not its own record: a node never evicts itself.
+//  2. The record's age, by the store's clock, exceeds EvictAfter.
+//  3. The monitor has itself listed the record unchanged (same epoch and
+//     sequence) for at least EvictAfter-Interval, by its own clock. A
+//     live node changes its sequence every Interval, so a jump of the
+//     store's clock, which makes every record look old at once, evicts
+//     nobody. In steady state this costs nothing: the record's age passes
+//     E first.
+//  4. The monitor's own beats succeeded in this round and in the two
+//     rounds before it, with no more than 2×Interval between consecutive
+//     rounds. A node cut off from the store evicts nobody (its beats
+//     fail), and a node whose loop stalled (a long pause, a blocked
+//     listener) starts counting again.
+//
+// Rule 4 gives this guarantee after an outage that every node saw (a
+// database restart or failover): once the store is back, each live node
+// sends a beat at its next tick, within one Interval; a monitor evicts
+// no earlier than its third successful round, at least two Intervals
+// after the store came back. Every live node has therefore beaten at
+// least once, with an Interval to spare for that beat's latency, before
+// anyone evicts, and nobody is evicted by the outage. A node that did
+// not come back is evicted within E+H of its last beat or of the store's
+// return, whichever is later. Requiring only two successful rounds would leave
+// no margin: a node whose tick fell just before the store came back beats
+// one Interval later, at the same moment its peer evicts.
+//
+// A node whose own beats fail does not know whether it has been evicted.
+// [Monitor.LastBeat] is the local time at which its last successful beat
+// was sent; a node that has not beaten successfully for EvictAfter must
+// assume it was evicted and stop serving (self-fencing) before a peer
+// takes over its resources.
+//
+// # Events
+//
+// Run reports [Joined] (a new record, or a new epoch of a known node),
+// [Left] (a record vanished: a goodbye or an eviction by another node, or
+// was replaced by a new epoch), [Evicted] (this monitor's Evict deleted
+// the record; the node should broadcast the leave) and [SelfEvicted]
+// (this node's record is gone or has another epoch; Run then returns
+// ErrEvicted and the node must stop serving). Within one round Left and
+// Evicted come before Joined, so a re-registered node is reported as Left
+// for the old epoch, then Joined for the new one. A stale record not yet
+// evicted is still a member. The [Listener] is called in Run's goroutine,
+// one event at a time; it must not block for long.
+//
+// # Shutdown
+//
+// The node either cancels Run's context and then calls Leave, or calls
+// Leave while Run runs; Leave stops Run, waits for it, then deregisters.
+// Either way no SelfEvicted is reported for the goodbye, Run returns nil
+// and no event follows Leave's return. A node that crashes without Leave
+// is evicted after EvictAfter.
+//
+// # Testing with memstore and synctest
+//
+// heartbeat/memstore keeps the records in memory. Its clock can be
+// injected, and [memstore.Store.For] gives each node a view that
+// [memstore.Store.SetUnreachable] can cut off (the node stops beating
+// without a goodbye) or [memstore.Store.SetLatency] can slow down. Run
+// monitors on it inside testing/synctest and the timing is exact and
+// instant:
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		s := memstore.New(memstore.Config{})
+//		// Join and Run a Monitor per node on s.For(node) ...
+//		s.SetUnreachable(c, true) // c stops beating, no goodbye
+//		time.Sleep(cfg.EvictAfter + cfg.Interval)
+//		synctest.Wait()
+//		// exactly one peer reported Evicted for c, the other Left
+//	})
+//
+// [memstore.Store.SetUnreachable]: https://pkg.go.dev/github.com/cloudbus-go/cloudbus/heartbeat/memstore#Store.SetUnreachable
+// [memstore.Store.SetLatency]: https://pkg.go.dev/github.com/cloudbus-go/cloudbus/heartbeat/memstore#Store.SetLatency
+// [memstore.Store.For]: https://pkg.go.dev/github.com/cloudbus-go/cloudbus/heartbeat/memstore#Store.For
+package heartbeat

@@ -1,0 +1,157 @@
+// Package memstore is an in-memory [heartbeat.Store] for tests, demos and
+// single-process clusters, with fault injection.
+//
+// A [Store] keeps the records in a map under a mutex; its clock is
+// [Config.Now] (default time.Now), so a test can move the store's time on
+// its own, for instance jump it forward. Inside a testing/synctest bubble
+// the default clock is the bubble's virtual clock, so heartbeat timing
+// tests run instantly.
+//
+// To model a node that loses the store, give each node its own view with
+// [Store.For] and cut it off with [Store.SetUnreachable]: every call
+// through that view then fails with an error matching [ErrUnreachable],
+// so the node stops beating without saying goodbye, while the other
+// nodes go on. [Store.SetLatency] makes a node's calls slow instead.
+//
+// Epochs are max(previous epoch + 1, Now in Unix nanoseconds): strictly
+// increasing within a store and, like a real database's, unlikely to
+// repeat across stores.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+)
+
+// ErrUnreachable is returned by every call through a [View] of a node
+// marked unreachable with [Store.SetUnreachable]. Nothing happened in the
+// store, so retrying is safe; it fails until the node is reachable again.
+var ErrUnreachable = errors.New("memstore: store unreachable from this node")
+
+// Config configures a [Store]. The zero value works.
+type Config struct {
+	// Now is the store's clock: it stamps beats and measures ages.
+	// Default: time.Now. It must be safe for concurrent use.
+	Now func() time.Time
+}
+
+// Store is an in-memory [heartbeat.Store]. It is safe for concurrent use
+// and needs no Close: it holds no goroutines. Calls made on the Store
+// itself never fail except for ctx; calls made through a [View] are
+// subject to that view's node's faults.
+type Store struct {
+	now func() time.Time
+
+	mu        sync.Mutex
+	records   map[string]*record
+	lastEpoch int64
+	faults    map[string]*fault // by node, for views
+}
+
+type record struct {
+	epoch, seq int64
+	stamp      time.Time // last beat or registration, by the store's clock
+}
+
+type fault struct {
+	unreachable bool
+	latency     time.Duration
+}
+
+var _ heartbeat.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New(cfg Config) *Store {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{
+		now:     cfg.Now,
+		records: make(map[string]*record),
+		faults:  make(map[string]*fault),
+	}
+}
+
+// Register implements [heartbeat.Store.Register].
+func (s *Store) Register(ctx context.Context, node string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: register %s: %w", node, err)
+	}
+	if node == "" {
+		return 0, errors.New("memstore: register: empty node; pass the node's UUID")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	epoch := max(s.lastEpoch+1, now.UnixNano())
+	s.lastEpoch = epoch
+	s.records[node] = &record{epoch: epoch, stamp: now}
+	return epoch, nil
+}
+
+// Beat implements [heartbeat.Store.Beat].
+func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: beat %s: %w", node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[node]
+	switch {
+	case !ok:
+		return fmt.Errorf("memstore: beat %s epoch %d: no record: %w", node, epoch, heartbeat.ErrEvicted)
+	case r.epoch != epoch:
+		return fmt.Errorf("memstore: beat %s epoch %d: the record has epoch %d: %w", node, epoch, r.epoch, heartbeat.ErrEvicted)
+	}
+	r.seq++
+	r.stamp = s.now()
+	return nil
+}
+
+// List implements [heartbeat.Store.List]. An age that would be negative,
+// because the store's clock went back, is reported as 0.
+func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: list: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]heartbeat.Record, 0, len(s.records))
+	for node, r := range s.records {
+		out = append(out, heartbeat.Record{Node: node, Epoch: r.epoch, Seq: r.seq, Age: max(now.Sub(r.stamp), 0)})
+	}
+	return out, nil
+}
+
+// Evict implements [heartbeat.Store.Evict].
+func (s *Store) Evict(ctx context.Context, node string, epoch, seq int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("memstore: evict %s: %w", node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.records[node]; ok && r.epoch == epoch && r.seq == seq {
+		delete(s.records, node)
+		return true, nil
+	}
+	return false, nil
+}
+
+// Deregister implements [heartbeat.Store.Deregister].
+func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: deregister %s: %w", node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.records[node]; ok && r.epoch == epoch {
+		delete(s.records, node)
+	}
+	return nil
+}

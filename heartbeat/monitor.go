@@ -1,0 +1,256 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Monitor keeps one node's membership record alive and watches the
+// others': [Monitor.Join] registers the node, [Monitor.Run] beats, lists,
+// evicts stale records and reports changes to a [Listener], and
+// [Monitor.Leave] says goodbye. See the package documentation for the
+// timing and the eviction safety rules.
+//
+// A Monitor starts no goroutines of its own: Run blocks in the caller's
+// goroutine, which owns the loop. Members, Epoch and LastBeat are safe to
+// call from any goroutine at any time; Join, Run and Leave follow the
+// sequence Join, Run (at most once), Leave.
+type Monitor struct {
+	store    Store
+	node     string
+	cfg      Config
+	listener Listener
+	log      *slog.Logger
+
+	// initialDelay returns the delay before Run's first round; tests
+	// replace it to fix the phase.
+	initialDelay func() time.Duration
+
+	mu           sync.Mutex
+	joining      bool
+	joined       bool
+	running      bool // Run was called
+	left         bool // Leave was called
+	deregistered bool
+	epoch        int64
+	members      []Record // sorted by node; replaced, never modified
+	lastBeat     time.Time
+	stopRun      context.CancelFunc // cancels Run's context; set by Run
+	runDone      chan struct{}      // closed when Run returns
+
+	// Owned by Join, then by Run's goroutine.
+	seen        map[string]seenRecord // node -> when this monitor first listed its current (epoch, seq)
+	streak      int                   // consecutive rounds whose beat succeeded
+	lastAttempt time.Time             // local start of the previous round
+}
+
+// seenRecord is a record version and the local time of the round that
+// first listed it.
+type seenRecord struct {
+	epoch, seq int64
+	at         time.Time
+}
+
+// healthyRounds is how many consecutive successful beats (this round's
+// included) a monitor needs before it evicts: two full intervals of
+// working store access, so that after an outage every live node has beaten
+// at least once, with an interval to spare, before anyone evicts.
+const healthyRounds = 3
+
+// NewMonitor returns a monitor for node (a canonical 32-hex UUID) on
+// store. cfg's zero fields take their [DefaultConfig] values and the
+// result is validated; every problem is reported at once. l may be nil
+// (no events); a nil logger discards logs.
+func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.Logger) (*Monitor, error) {
+	var errs []error
+	if store == nil {
+		errs = append(errs, errors.New("heartbeat: new monitor: nil Store; pass a store such as memstore.New"))
+	}
+	if !message.IsCanonicalUUID(node) {
+		errs = append(errs, fmt.Errorf("heartbeat: new monitor: node %q is not a canonical UUID (32 lower-case hex digits); normalize it with message.NormalizeUUID", node))
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Monitor{
+		store:        store,
+		node:         node,
+		cfg:          cfg,
+		listener:     l,
+		log:          logger.With("node", node),
+		initialDelay: func() time.Duration { return rand.N(cfg.Interval) },
+	}, nil
+}
+
+// Join registers the node with a new epoch, then lists the records. It
+// returns the epoch and the live records, this node's included, sorted by
+// node; the caller owns the slice. They are the baseline later events
+// are relative to: Join reports no events. The registration counts as a
+// beat for [Monitor.LastBeat].
+//
+// Join succeeds at most once. After an error it may be retried; each
+// attempt registers a new epoch, replacing the record of the failed one.
+// Join after Leave returns [ErrClosed].
+func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err error) {
+	m.mu.Lock()
+	switch {
+	case m.left:
+		m.mu.Unlock()
+		return 0, nil, fmt.Errorf("heartbeat: join node %s after Leave: %w; make a new Monitor", m.node, ErrClosed)
+	case m.joined || m.joining:
+		m.mu.Unlock()
+		return 0, nil, fmt.Errorf("heartbeat: join node %s: Join already called; a Monitor joins once", m.node)
+	}
+	m.joining = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.joining = false
+		m.mu.Unlock()
+	}()
+
+	start := time.Now()
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	epoch, err = m.store.Register(opCtx, m.node)
+	cancel()
+	if err != nil {
+		return 0, nil, fmt.Errorf("heartbeat: join: register node %s: %w; check the store and retry Join", m.node, err)
+	}
+	opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
+	recs, err := m.store.List(opCtx)
+	cancel()
+	if err != nil {
+		return 0, nil, fmt.Errorf("heartbeat: join: list members after registering node %s epoch %d: %w; retry Join (it registers a new epoch)", m.node, epoch, err)
+	}
+	if r, ok := find(recs, m.node); !ok || r.Epoch != epoch {
+		return 0, nil, fmt.Errorf("heartbeat: join: node %s epoch %d is missing from the store right after registering (is another process using the same node UUID?): %w", m.node, epoch, ErrEvicted)
+	}
+	slices.SortFunc(recs, byNode)
+	seen := make(map[string]seenRecord, len(recs))
+	for _, r := range recs {
+		seen[r.Node] = seenRecord{epoch: r.Epoch, seq: r.Seq, at: start}
+	}
+
+	m.mu.Lock()
+	if m.left {
+		// Leave ran while we registered and found nothing to deregister.
+		m.mu.Unlock()
+		opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
+		_ = m.store.Deregister(opCtx, m.node, epoch)
+		cancel()
+		return 0, nil, fmt.Errorf("heartbeat: join node %s: Leave was called meanwhile: %w", m.node, ErrClosed)
+	}
+	m.joined = true
+	m.epoch = epoch
+	m.members = recs
+	m.lastBeat = start
+	m.seen = seen
+	m.mu.Unlock()
+	m.log.Info("heartbeat: joined", "epoch", epoch, "members", len(recs))
+	return epoch, slices.Clone(recs), nil
+}
+
+// Leave says goodbye: it stops Run if it is running and waits for it to
+// return (bounded by ctx), then deregisters the node's record, so peers
+// report Left at their next round without waiting for EvictAfter. After
+// Leave, Run returns nil (at once, if it had not started) and never
+// reports SelfEvicted, and no events follow Leave's return.
+//
+// Both shutdown orders are safe: cancel Run's context and then call
+// Leave, or call Leave while Run is running (Run returns nil). Leave is
+// idempotent: a call after a successful one returns nil; a call after a
+// failed deregistration retries it. Leave before Join only marks the
+// monitor closed. Leave must not be called from the Listener (it would
+// wait for itself until ctx ends). If it fails, the record stays until
+// peers evict it after EvictAfter.
+func (m *Monitor) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	m.left = true
+	stop, done := m.stopRun, m.runDone
+	m.mu.Unlock()
+	if stop != nil {
+		stop()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("heartbeat: leave node %s: Run did not return (is a listener blocking?): %w; peers evict this node after EvictAfter", m.node, ctx.Err())
+		}
+	}
+
+	m.mu.Lock()
+	joined, deregistered, epoch := m.joined, m.deregistered, m.epoch
+	m.mu.Unlock()
+	if !joined || deregistered {
+		return nil
+	}
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	err := m.store.Deregister(opCtx, m.node, epoch)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("heartbeat: leave: deregister node %s epoch %d: %w; retry Leave, or peers evict the node after EvictAfter", m.node, epoch, err)
+	}
+	m.mu.Lock()
+	m.deregistered = true
+	m.mu.Unlock()
+	m.log.Info("heartbeat: left", "epoch", epoch)
+	return nil
+}
+
+// Node returns the node UUID the monitor beats for.
+func (m *Monitor) Node() string { return m.node }
+
+// Members returns the live records as last listed, this node's included,
+// minus those this monitor evicted since, sorted by node. A stale record
+// not yet evicted is a member. The caller owns the slice. Before Join it
+// is empty.
+func (m *Monitor) Members() []Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
+
+// Epoch returns the epoch Join registered, or 0 before Join.
+func (m *Monitor) Epoch() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.epoch
+}
+
+// LastBeat returns the local time at which the last successful beat (or
+// the registration) was sent, or the zero time before Join. The store
+// stamped that beat no earlier, so a node whose LastBeat is more than
+// EvictAfter ago may already have been evicted and should stop serving
+// (self-fencing).
+func (m *Monitor) LastBeat() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastBeat
+}
+
+// find returns node's record in recs.
+func find(recs []Record, node string) (Record, bool) {
+	for _, r := range recs {
+		if r.Node == node {
+			return r, true
+		}
+	}
+	return Record{}, false
+}
+
+func byNode(a, b Record) int { return strings.Compare(a.Node, b.Node) }

@@ -1,0 +1,262 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Run beats, watches and evicts until ctx ends or the node is evicted.
+// It blocks in the caller's goroutine, which owns the loop and in which
+// the Listener is called.
+//
+// After a random delay in [0, Interval), so that nodes do not beat in
+// lockstep, it runs one round every Interval: beat; list; evict the
+// records that are safe to evict (see the package documentation); report
+// the changes since the previous round. Each store call is bounded by
+// OpTimeout. Store errors are logged and the loop goes on: a round whose
+// List fails reports nothing.
+//
+// Run returns nil when ctx ends or Leave is called, and an error matching
+// [ErrEvicted] right after reporting SelfEvicted, when the store says
+// this node's record is gone or has another epoch. It must be called
+// after a successful Join, at most once; after Leave it returns nil at
+// once.
+func (m *Monitor) Run(ctx context.Context) error {
+	m.mu.Lock()
+	switch {
+	case m.left:
+		m.mu.Unlock()
+		return nil
+	case !m.joined:
+		m.mu.Unlock()
+		return fmt.Errorf("heartbeat: run node %s: Join has not succeeded; call Join first", m.node)
+	case m.running:
+		m.mu.Unlock()
+		return fmt.Errorf("heartbeat: run node %s: Run already called; a Monitor runs once (make a new Monitor to join again)", m.node)
+	}
+	m.running = true
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	m.stopRun, m.runDone = cancel, done
+	m.mu.Unlock()
+	defer func() {
+		cancel()
+		close(done)
+	}()
+
+	timer := time.NewTimer(m.initialDelay())
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-timer.C:
+	}
+	// A ticker keeps the period even when a round is slow; a round that
+	// overruns starts the next one at once, and missed ticks are dropped.
+	ticker := time.NewTicker(m.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		if err := m.round(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// round runs one beat-list-evict-report round. It returns an error only
+// when this node was evicted.
+func (m *Monitor) round(ctx context.Context) error {
+	start := time.Now()
+	if !m.lastAttempt.IsZero() && start.Sub(m.lastAttempt) > 2*m.cfg.Interval {
+		// This monitor stalled (a long pause or a slow round): it cannot
+		// vouch for the store's availability meanwhile.
+		m.streak = 0
+	}
+	m.lastAttempt = start
+
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	err := m.store.Beat(opCtx, m.node, m.epoch)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case err == nil:
+		m.streak++
+		m.mu.Lock()
+		m.lastBeat = start
+		m.mu.Unlock()
+	case errors.Is(err, ErrEvicted):
+		return m.selfEvicted(err)
+	default:
+		m.streak = 0
+		m.log.Warn("heartbeat: beat failed; peers evict this node if its beats fail for EvictAfter",
+			"epoch", m.epoch, "evict_after", m.cfg.EvictAfter, "err", err)
+	}
+
+	opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
+	recs, err := m.store.List(opCtx)
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		m.log.Warn("heartbeat: list failed; membership unchanged this round", "err", err)
+		return nil
+	}
+	if self, ok := find(recs, m.node); !ok || self.Epoch != m.epoch {
+		why := "the record is gone"
+		if ok {
+			why = fmt.Sprintf("the record has epoch %d", self.Epoch)
+		}
+		return m.selfEvicted(fmt.Errorf("heartbeat: node %s epoch %d: %s: %w", m.node, m.epoch, why, ErrEvicted))
+	}
+	slices.SortFunc(recs, byNode)
+	m.track(recs, start)
+	evicted := m.evict(ctx, recs, start)
+	m.report(recs, evicted)
+	return nil
+}
+
+// track records when this monitor first listed each record's current
+// (epoch, seq).
+func (m *Monitor) track(recs []Record, now time.Time) {
+	live := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		live[r.Node] = true
+		if s, ok := m.seen[r.Node]; !ok || s.epoch != r.Epoch || s.seq != r.Seq {
+			m.seen[r.Node] = seenRecord{epoch: r.Epoch, seq: r.Seq, at: now}
+		}
+	}
+	for n := range m.seen {
+		if !live[n] {
+			delete(m.seen, n)
+		}
+	}
+}
+
+// evict deletes the records that are safe to evict and returns those the
+// store confirms this monitor deleted, by node. A record is evicted only
+// if all of these hold:
+//   - it is not this node's;
+//   - its age by the store's clock exceeds EvictAfter;
+//   - this monitor has itself listed it unchanged (same epoch and
+//     sequence) for at least EvictAfter-Interval by its own clock, so a
+//     jump of the store's clock cannot make live nodes look dead;
+//   - this monitor's own beats succeeded in this round and the
+//     healthyRounds-1 rounds before it, so a monitor cut off from the
+//     store evicts nobody, and after the store returns every live node
+//     gets to beat before anyone evicts.
+func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[string]Record {
+	if m.streak < healthyRounds {
+		return nil
+	}
+	var evicted map[string]Record
+	for _, r := range recs {
+		if r.Node == m.node || r.Age <= m.cfg.EvictAfter || now.Sub(m.seen[r.Node].at) < m.cfg.EvictAfter-m.cfg.Interval {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+		ok, err := m.store.Evict(opCtx, r.Node, r.Epoch, r.Seq)
+		cancel()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				m.log.Warn("heartbeat: evict failed; retrying next round", "peer", r.Node, "peer_epoch", r.Epoch, "err", err)
+			}
+		case ok:
+			m.log.Info("heartbeat: evicted a node that stopped beating", "peer", r.Node, "peer_epoch", r.Epoch, "age", r.Age)
+			if evicted == nil {
+				evicted = make(map[string]Record)
+			}
+			evicted[r.Node] = r
+		}
+	}
+	return evicted
+}
+
+// report replaces the members with recs minus evicted and reports the
+// differences: Left and Evicted first, then Joined, each sorted by node.
+func (m *Monitor) report(recs []Record, evicted map[string]Record) {
+	current := make([]Record, 0, len(recs))
+	for _, r := range recs {
+		if _, ok := evicted[r.Node]; !ok {
+			current = append(current, r)
+		}
+	}
+	m.mu.Lock()
+	old := m.members
+	m.members = current
+	m.mu.Unlock()
+
+	type key struct {
+		node  string
+		epoch int64
+	}
+	had := make(map[key]bool, len(old))
+	for _, r := range old {
+		had[key{r.Node, r.Epoch}] = true
+	}
+	has := make(map[key]bool, len(current))
+	for _, r := range current {
+		has[key{r.Node, r.Epoch}] = true
+	}
+
+	var gone, joined []Event
+	for _, r := range old {
+		if r.Node == m.node || has[key{r.Node, r.Epoch}] {
+			continue
+		}
+		if e, ok := evicted[r.Node]; ok && e.Epoch == r.Epoch {
+			continue // reported as Evicted below
+		}
+		gone = append(gone, Event{Kind: Left, Record: r})
+	}
+	for _, r := range evicted {
+		gone = append(gone, Event{Kind: Evicted, Record: r})
+	}
+	slices.SortStableFunc(gone, func(a, b Event) int { return byNode(a.Record, b.Record) })
+	for _, r := range current {
+		if r.Node != m.node && !had[key{r.Node, r.Epoch}] {
+			joined = append(joined, Event{Kind: Joined, Record: r})
+		}
+	}
+	for _, e := range append(gone, joined...) {
+		switch e.Kind {
+		case Joined:
+			m.log.Info("heartbeat: node joined", "peer", e.Record.Node, "peer_epoch", e.Record.Epoch)
+		case Left:
+			m.log.Info("heartbeat: node left", "peer", e.Record.Node, "peer_epoch", e.Record.Epoch)
+		}
+		m.emit(e)
+	}
+}
+
+// selfEvicted reports SelfEvicted and returns err, which matches
+// ErrEvicted.
+func (m *Monitor) selfEvicted(err error) error {
+	m.mu.Lock()
+	self, ok := find(m.members, m.node)
+	if !ok {
+		self = Record{Node: m.node, Epoch: m.epoch}
+	}
+	m.mu.Unlock()
+	m.log.Error("heartbeat: this node was evicted; it must stop serving", "epoch", m.epoch, "err", err)
+	m.emit(Event{Kind: SelfEvicted, Record: self})
+	return err
+}
+
+func (m *Monitor) emit(e Event) {
+	if m.listener != nil {
+		m.listener.HeartbeatEvent(e)
+	}
+}
