@@ -37,6 +37,7 @@ type CloudBus struct {
 	pending   map[string]*pendingCall
 	subs      map[string][]*subscription // by event type name
 	consumers []Consumer                 // reply and event consumers
+	drains    drainWaiters               // markers of Drain in flight
 
 	events    chan *eventJob
 	eventDone chan struct{} // closed when the event dispatcher returns

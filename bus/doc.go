@@ -41,9 +41,11 @@
 //     the message so the handler's ctx expires with the caller's.
 //   - A message whose sender's deadline passed while it waited on the
 //     receiver is answered with message.ErrTimeout without running.
-//   - Messages about one resource (WithResource) run one at a time, in
-//     arrival order, on the receiving node; others run in parallel, at most
-//     Config.MaxConcurrency at once. A resource with
+//   - Messages about one resource (WithResource) to one service run one at
+//     a time, in arrival order, on the receiving node; others run in
+//     parallel, at most Config.MaxConcurrency at once. A handler must not
+//     synchronously call its own service about the same resource: that
+//     call would wait behind the handler itself until it times out. A resource with
 //     Config.MaxQueuePerResource messages waiting refuses more with
 //     message.ErrBusy (safe to retry).
 //   - Deliveries are acknowledged after the handler returned and its reply

@@ -23,6 +23,10 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		_ = d.Reject(false)
 		return
 	}
+	if b.takeDrainMarker(env) {
+		_ = d.Ack()
+		return
+	}
 	if env.Kind != message.KindSend && env.Kind != message.KindRequest {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
 		return
@@ -31,7 +35,13 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		run:     func() { b.handle(s, env, d, arrived) },
 		requeue: func() { _ = d.Reject(true) },
 	}
-	if err := b.sched.submit(env.ResourceUUID, j); err != nil {
+	key := ""
+	if env.ResourceUUID != "" {
+		// Per service and resource: an API portal forwarding a message
+		// about R to a service of its own node must not wait for itself.
+		key = s.id + "/" + env.ResourceUUID
+	}
+	if err := b.sched.submit(key, j); err != nil {
 		if errors.Is(err, message.ErrClosed) {
 			_ = d.Reject(true) // another consumer, or this node's successor, takes it
 			return

@@ -1,0 +1,128 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// Config configures a management [Node]. Transport and Store are
+// required; every other zero field takes a default.
+type Config struct {
+	// Node is this node's canonical UUID. Default: a new version-4 UUID,
+	// which is what a node should use: a fresh identity per start.
+	Node string
+
+	// Prefix starts every queue name. Default bus.DefaultPrefix.
+	Prefix string
+
+	// Transport carries the messages; required. The caller owns it and
+	// closes it after the node.
+	Transport bus.Transport
+
+	// Store holds the heartbeat records; required. The caller owns it.
+	Store heartbeat.Store
+
+	// Registry maps payload types to names. Default: a new registry.
+	Registry *message.Registry
+
+	// Ring is this node's ring copy; it must be empty. Default: the
+	// default ring of package ring. Every node of a cluster must use the
+	// same implementation and configuration.
+	Ring ring.Ring
+
+	// Services are hosted by this node, each on its own queue.
+	Services []Service
+
+	// Heartbeat sets beat interval and eviction threshold. Default:
+	// heartbeat.DefaultConfig().
+	Heartbeat heartbeat.Config
+
+	// Bus tunes the node's bus (timeouts, concurrency, sizes, observer);
+	// its Transport, Node, Prefix, Registry, Ring and Logger are set by
+	// the node.
+	Bus bus.Config
+
+	// LeaveTimeout bounds an orderly leave: telling peers, draining the
+	// queues and waiting for handlers. Default 10 s.
+	LeaveTimeout time.Duration
+
+	// RouteRetries is how many times a routed call or send is retried
+	// when the receiver says it is not the owner or its queue is gone
+	// (both mean the rings are converging; neither ran the message).
+	// Default 4; a negative value disables retries.
+	RouteRetries int
+
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Node == "" {
+		c.Node = message.NewUUID()
+	}
+	if c.Prefix == "" {
+		c.Prefix = bus.DefaultPrefix
+	}
+	if c.Registry == nil {
+		c.Registry = message.NewRegistry()
+	}
+	if c.Ring == nil {
+		r, err := ring.New(ring.DefaultConfig())
+		if err != nil {
+			return err
+		}
+		c.Ring = r
+	}
+	if c.LeaveTimeout == 0 {
+		c.LeaveTimeout = 10 * time.Second
+	}
+	if c.RouteRetries == 0 {
+		c.RouteRetries = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Validate reports every problem with the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Transport == nil {
+		errs = append(errs, errors.New("service: config: Transport is required (bus/membus for one process, a broker transport for a cluster)"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("service: config: Store is required (heartbeat/memstore for one process, a database store for a cluster)"))
+	}
+	if c.Node != "" && !message.IsCanonicalUUID(c.Node) {
+		errs = append(errs, fmt.Errorf("service: config: Node %q is not a canonical UUID", c.Node))
+	}
+	if c.Ring != nil && len(c.Ring.Members()) > 0 {
+		errs = append(errs, errors.New("service: config: Ring must be empty; the node fills it from the membership"))
+	}
+	if err := c.Heartbeat.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LeaveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("service: config: LeaveTimeout %s is negative", c.LeaveTimeout))
+	}
+	seen := map[string]bool{membershipService: true}
+	for i, s := range c.Services {
+		switch {
+		case s == nil:
+			errs = append(errs, fmt.Errorf("service: config: Services[%d] is nil", i))
+		case seen[s.Name()]:
+			errs = append(errs, fmt.Errorf("service: config: service name %q is used twice (or reserved)", s.Name()))
+		default:
+			seen[s.Name()] = true
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,70 @@
+// Package service is the management node of the design: it hosts every
+// service in one process, keeps a ring copy of the live nodes, routes
+// each message about a resource to the resource's owner, serves the
+// shared api.portal queue, and reacts to nodes joining, leaving and dying.
+//
+// # Design
+//
+// A [Node] gets a fresh version-4 UUID at every start. For each [Service]
+// it declares <prefix>.message.<service>.<nodeUUID> and consumes it; its
+// API portal consumes <prefix>.message.api.portal with the portals of all
+// other nodes. Nodes share nothing but the heartbeat records
+// (heartbeat.Store) and the ring's membership.
+//
+// Routing follows the article:
+//
+//   - a message about a resource goes to "<service>.<owner>", where owner
+//     is Locate(resourceUUID) on the sender's ring ([Node.Call],
+//     [Node.Send], [Node.Route]);
+//   - creation messages and messages about no resource go to the local
+//     node ([Node.CallLocal]), which is always reachable;
+//   - API messages go to api.portal; whichever node's portal takes one
+//     forwards it by the ring (services declare their API types with
+//     [APIService]) and the reply reaches the original caller. A [Client]
+//     calls through the portal without joining anything.
+//
+// Messages about one resource run one at a time on the owner, in arrival
+// order, and different resources in parallel (bounded); a resource whose
+// line is full answers message.ErrBusy. That is the lock-free design: no
+// distributed lock, because every operation on a resource is serialized
+// on its one owner.
+//
+// # Membership
+//
+// Joining keeps the property "no ring ever contains a node before its
+// queues exist": the queues are declared before the heartbeat record is
+// written and NodeJoined is broadcast. Leaving keeps the mirror property
+// "a leaving node leaves every ring before its queues are deleted": the
+// node deletes its record, broadcasts NodeLeft, has every peer confirm
+// it dropped the node, drains its queues and only then deletes them.
+//
+// Ring copies follow the lifecycle events and the heartbeat monitor's
+// view of the store, and are reconciled from the store when they differ
+// for two checks in a row, so a missed event heals. [Node.Fingerprint]
+// lets nodes and tests compare copies.
+//
+// A node that stops beating is evicted by a peer after the eviction
+// threshold (heartbeat.Config); the evictor broadcasts NodeLeft, every
+// ring drops the node, and calls pending towards it fail at once with
+// message.ErrNodeLeft: outcome unknown, since the message may still run,
+// there or on the new owner. A node that finds its own record gone stops
+// handling messages and [Node.Run] returns [ErrEvicted].
+//
+// While ring copies converge, a receiver checks that its own ring agrees
+// it owns the resource ([HeaderOwner]) and otherwise answers
+// message.ErrNotOwner without running the handler; the sender re-routes.
+//
+// # Takeover
+//
+// Services react to membership through [RingListener] (nodes joined or
+// left) and [EvictionListener], called off the message path; a service
+// takes over what [Node.Owns] now says is its own, such as reconnecting
+// the hosts of a node that died.
+//
+// # Testing
+//
+// Package service/servicetest starts an N-node cluster with the user's
+// services on an in-memory bus and store in one call, with fault
+// injection (kill a node, stop its heartbeat, drop its traffic), and runs
+// inside testing/synctest for virtual time.
+package service

@@ -1,0 +1,91 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// StartVm is an API message about a VM.
+type StartVm struct {
+	VMUUID string `json:"vm_uuid"`
+}
+
+// VmStarted is its reply.
+type VmStarted struct {
+	VMUUID string `json:"vm_uuid"`
+	Node   string `json:"node"`
+}
+
+// vmService is a stateless VM service: it accepts StartVm directly and
+// through api.portal.
+type vmService struct{ node string }
+
+func (s *vmService) Name() string       { return "vmInstance" }
+func (s *vmService) APIMessages() []any { return []any{StartVm{}} }
+func (s *vmService) Start(ctx context.Context, n *service.Node) error {
+	s.node = n.UUID()
+	return nil
+}
+func (s *vmService) Handle(ctx context.Context, r *bus.Request) (any, error) {
+	m := r.Payload.(*StartVm)
+	return VmStarted{VMUUID: m.VMUUID, Node: s.node}, nil
+}
+
+// Two management nodes and a client in one process: the client's API
+// message goes to api.portal, a portal routes it to the VM's owner, and
+// the reply comes back.
+func Example() {
+	ctx := context.Background()
+	reg := message.NewRegistry()
+	message.MustRegister[StartVm](reg, "example.v1.StartVm")
+	message.MustRegister[VmStarted](reg, "example.v1.VmStarted")
+	net, store := membus.New(), memstore.New(memstore.Config{})
+
+	var nodes []*service.Node
+	for _, id := range []string{"3694776ab31a45709259254a018913ca", "5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c"} {
+		tr := net.Transport(id)
+		defer tr.Close()
+		n, err := service.NewNode(service.Config{
+			Node: id, Prefix: "zstack", Transport: tr, Store: store.For(id), Registry: reg,
+			Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{&vmService{}},
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if err := n.Start(ctx); err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	for _, q := range net.Queues() {
+		if q.Kind == bus.QueueDurable {
+			fmt.Println(q.Name)
+		}
+	}
+
+	tr := net.Transport("cli")
+	defer tr.Close()
+	client, _ := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: "zstack", Registry: reg})
+	defer client.Close()
+	vm := "932763162d054c04adaab6ab498c9139"
+	reply, err := service.CallAPI[VmStarted](ctx, client, StartVm{VMUUID: vm}, bus.WithResource(vm))
+	owner, _ := nodes[0].Owner(vm)
+	fmt.Println(reply.VMUUID, reply.Node == owner, err)
+	// Output:
+	// zstack.message.api.portal
+	// zstack.message.cloudbus-membership.3694776ab31a45709259254a018913ca
+	// zstack.message.cloudbus-membership.5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c
+	// zstack.message.vmInstance.3694776ab31a45709259254a018913ca
+	// zstack.message.vmInstance.5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c
+	// 932763162d054c04adaab6ab498c9139 true <nil>
+}

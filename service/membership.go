@@ -1,0 +1,249 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// membershipService is the internal service every node hosts so that a
+// leaving node can have each peer confirm it dropped the node from its
+// ring before the node deletes its queues.
+const membershipService = "cloudbus-membership"
+
+// maxTombstones bounds the memory of nodes seen leaving, kept so that a
+// late NodeJoined of a departed life cannot re-add it.
+const maxTombstones = 4096
+
+// LeaveNotice asks a peer to drop a leaving node from its ring; the peer
+// replies once it has. Registered as "cloudbus.v1.LeaveNotice".
+type LeaveNotice struct {
+	// Node is the leaving node.
+	Node string `json:"node"`
+	// Epoch is the life of the node that is leaving.
+	Epoch int64 `json:"epoch"`
+}
+
+// TypeLeaveNotice is the registered name of [LeaveNotice].
+const TypeLeaveNotice = "cloudbus.v1.LeaveNotice"
+
+// memberJoined adds node (life epoch) to the ring unless that life, or a
+// later one, was already seen leaving.
+func (n *Node) memberJoined(node string, epoch int64, why string) {
+	n.mu.Lock()
+	if e, ok := n.gone[node]; ok && epoch <= e {
+		n.mu.Unlock()
+		return
+	}
+	if e, ok := n.members[node]; ok && e >= epoch {
+		n.mu.Unlock()
+		return
+	}
+	n.members[node] = epoch
+	err := n.ring.Add(node)
+	n.mu.Unlock()
+	if err != nil && !errors.Is(err, ring.ErrMemberExists) {
+		n.log.Error("ring add failed", "member", node, "err", err)
+		return
+	}
+	if err == nil {
+		n.log.Debug("ring: member joined", "member", node, "epoch", epoch, "why", why, "fingerprint", n.ring.Fingerprint())
+		n.hooks.ringChanged(node, true)
+	}
+}
+
+// How memberLeft treats the calls pending towards the node.
+const (
+	keepCalls    = iota // a goodbye: the node drains and replies to them
+	abandonCalls        // it died: fail them now with node-left
+	abandonLater        // unknown (its record vanished): fail them after LeaveTimeout
+)
+
+// memberLeft removes node (life epoch) from the ring and deals with the
+// calls pending towards it as calls says. Duplicates are harmless.
+func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
+	n.mu.Lock()
+	if e, ok := n.members[node]; ok && e > epoch {
+		n.mu.Unlock()
+		return // a newer life of node is in: this leave is stale
+	}
+	if e, ok := n.gone[node]; !ok || epoch > e {
+		if len(n.gone) >= maxTombstones {
+			for k := range n.gone { // drop an arbitrary old one
+				delete(n.gone, k)
+				break
+			}
+		}
+		n.gone[node] = epoch
+	}
+	_, was := n.members[node]
+	delete(n.members, node)
+	err := n.ring.Remove(node)
+	if calls == abandonLater && node != n.id {
+		n.abandonAt[node] = time.Now().Add(n.cfg.LeaveTimeout)
+	}
+	n.mu.Unlock()
+	if calls == abandonCalls && node != n.id {
+		n.abandon(node, why)
+	}
+	if err != nil && !errors.Is(err, ring.ErrMemberNotFound) {
+		n.log.Error("ring remove failed", "member", node, "err", err)
+	}
+	if was && err == nil {
+		n.log.Debug("ring: member left", "member", node, "epoch", epoch, "why", why, "fingerprint", n.ring.Fingerprint())
+		n.hooks.ringChanged(node, false)
+	}
+}
+
+// abandon fails the calls pending towards node with node-left.
+func (n *Node) abandon(node, why string) {
+	if b := n.Bus(); b != nil {
+		if k := b.AbandonCalls(node, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
+			n.log.Info("calls towards a node that left failed with node-left", "member", node, "calls", k)
+		}
+	}
+}
+
+// abandonDue fails the calls towards nodes whose record vanished more
+// than LeaveTimeout ago: a node saying goodbye has answered by then, so
+// what is still pending went to a node that died.
+func (n *Node) abandonDue(now time.Time) {
+	n.mu.Lock()
+	var due []string
+	for node, at := range n.abandonAt {
+		if !now.Before(at) {
+			due = append(due, node)
+			delete(n.abandonAt, node)
+		}
+	}
+	n.mu.Unlock()
+	for _, node := range due {
+		n.abandon(node, "its membership record vanished")
+	}
+}
+
+// onHeartbeat turns the monitor's findings into ring changes. It runs on
+// the monitor's goroutine and does not block for long.
+func (n *Node) onHeartbeat(ev heartbeat.Event) {
+	r := ev.Record
+	switch ev.Kind {
+	case heartbeat.Joined:
+		n.memberJoined(r.Node, r.Epoch, "membership")
+	case heartbeat.Left:
+		n.memberLeft(r.Node, r.Epoch, "membership record gone", abandonLater)
+	case heartbeat.Evicted:
+		n.log.Warn("evicted a node that stopped beating", "member", r.Node, "age", r.Age)
+		n.memberLeft(r.Node, r.Epoch, "evicted by this node", abandonCalls)
+		if b := n.Bus(); b != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat.OpTimeout+time.Second)
+			err := b.Broadcast(ctx, message.NodeLeft{Node: r.Node, Epoch: r.Epoch, Reason: message.LeaveEvicted, By: n.id})
+			cancel()
+			if err != nil {
+				n.log.Warn("broadcast NodeLeft failed; peers will drop the node from the membership store", "member", r.Node, "err", err)
+			}
+		}
+	case heartbeat.SelfEvicted:
+		n.state.Store(int32(StateEvicted)) // stop handling at once; Run cleans up
+	}
+}
+
+// reconcileLoop heals a ring copy that missed an event: when the ring's
+// membership differs from the store's live records for two checks in a
+// row (a transient difference while events travel is normal), the ring
+// is set to the store's view.
+func (n *Node) reconcileLoop(ctx context.Context) {
+	interval := n.cfg.Heartbeat.Interval
+	if interval == 0 {
+		interval = heartbeat.DefaultConfig().Interval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastDiff ring.Fingerprint
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.abandonDue(time.Now())
+		if n.State() != StateServing {
+			continue
+		}
+		want := map[string]int64{n.id: n.Epoch()}
+		for _, r := range n.monitor.Members() {
+			want[r.Node] = r.Epoch
+		}
+		ids := make([]string, 0, len(want))
+		for id := range want {
+			ids = append(ids, id)
+		}
+		fp := ring.FingerprintOf(ids)
+		if fp == n.ring.Fingerprint() {
+			lastDiff = 0
+			continue
+		}
+		if fp != lastDiff {
+			lastDiff = fp // first sighting: give events one interval to arrive
+			continue
+		}
+		n.log.Warn("ring differs from the membership store for two checks: reconciling", "ring", n.ring.Fingerprint(), "store", fp)
+		have := n.ring.Members()
+		for _, id := range have {
+			if _, ok := want[id]; !ok {
+				n.mu.Lock()
+				e := n.members[id]
+				n.mu.Unlock()
+				n.memberLeft(id, e, "reconciled from the store", abandonCalls)
+			}
+		}
+		for id, e := range want {
+			n.memberJoined(id, e, "reconciled from the store")
+		}
+		lastDiff = 0
+	}
+}
+
+// membershipHandler serves LeaveNotice: drop the node, then confirm.
+func (n *Node) membershipHandler() bus.Handler {
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, l LeaveNotice) (message.Empty, error) {
+		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
+		return message.Empty{}, nil
+	})
+	return mux
+}
+
+// confirmLeave asks every peer to drop this node and waits for their
+// replies (bounded by ctx); it returns how many confirmed. A peer that
+// does not answer drops the node when it sees the NodeLeft broadcast or
+// the record gone.
+func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) int {
+	b := n.Bus()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	confirmed := 0
+	for _, p := range peers {
+		if p == n.id {
+			continue
+		}
+		wg.Go(func() {
+			_, err := b.Call(ctx, bus.ServiceID(membershipService, p), LeaveNotice{Node: n.id, Epoch: epoch})
+			if err != nil {
+				n.log.Warn("leave: peer did not confirm", "peer", p, "err", err)
+				return
+			}
+			mu.Lock()
+			confirmed++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return confirmed
+}

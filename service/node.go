@@ -1,0 +1,240 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// ErrEvicted is returned by Run when peers evicted this node (it stopped
+// beating for longer than the eviction threshold, or its record was
+// removed). The node has stopped serving; start a new node to serve
+// again. It matches heartbeat.ErrEvicted.
+var ErrEvicted = fmt.Errorf("service: %w", heartbeat.ErrEvicted)
+
+// State is where a node is in its life.
+type State int32
+
+// The states of a node, in order.
+const (
+	// StateNew: created, not started.
+	StateNew State = iota
+	// StateStarting: declaring queues and joining.
+	StateStarting
+	// StateServing: in every ring, handling messages.
+	StateServing
+	// StateLeaving: leaving in order (goodbye): out of the rings, draining.
+	StateLeaving
+	// StateEvicted: peers evicted it; it no longer handles messages.
+	StateEvicted
+	// StateStopped: Run returned.
+	StateStopped
+)
+
+// String returns the state's name, or "State(n)".
+func (s State) String() string {
+	switch s {
+	case StateNew:
+		return "new"
+	case StateStarting:
+		return "starting"
+	case StateServing:
+		return "serving"
+	case StateLeaving:
+		return "leaving"
+	case StateEvicted:
+		return "evicted"
+	case StateStopped:
+		return "stopped"
+	default:
+		return fmt.Sprintf("State(%d)", int32(s))
+	}
+}
+
+// Node is a management node: it hosts every service in one process,
+// keeps a ring copy of the live nodes and routes messages about a
+// resource to the resource's owner. Nodes share nothing but the
+// heartbeat store and the ring's membership.
+//
+// Use [NewNode], then [Node.Run] (blocking) or [Node.Start] (returns once
+// ready); [Node.Close] leaves in order. All methods are safe for
+// concurrent use.
+type Node struct {
+	cfg      Config
+	id       string
+	log      *slog.Logger
+	ring     ring.Ring
+	services map[string]Service
+	api      map[string]string // API message type -> service name
+
+	state atomic.Int32
+	ready chan struct{}
+	done  chan struct{} // closed when Run returns
+	bus   atomic.Pointer[bus.CloudBus]
+
+	runOnce sync.Once
+	runErr  error
+	cancel  context.CancelFunc // cancels Run; set by Run
+	mu      sync.Mutex         // guards cancel, members, tombstones
+	members map[string]int64   // node -> epoch of the members in the ring
+	gone    map[string]int64   // node -> highest epoch seen leaving
+	// abandonAt: nodes whose record vanished -> when to fail the calls
+	// still pending towards them
+	abandonAt map[string]time.Time
+	epoch     int64
+	monitor   *heartbeat.Monitor
+	hooks     *hooks
+}
+
+// NewNode validates cfg and returns a node ready to Run. It does no I/O.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := message.Register[LeaveNotice](cfg.Registry, TypeLeaveNotice); err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		id:        cfg.Node,
+		log:       cfg.Logger.With("node", cfg.Node),
+		ring:      cfg.Ring,
+		services:  make(map[string]Service),
+		api:       make(map[string]string),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		members:   make(map[string]int64),
+		gone:      make(map[string]int64),
+		abandonAt: make(map[string]time.Time),
+	}
+	for _, s := range cfg.Services {
+		n.services[s.Name()] = s
+		if a, ok := s.(APIService); ok {
+			for _, proto := range a.APIMessages() {
+				name, err := cfg.Registry.NameOf(proto)
+				if err != nil {
+					return nil, fmt.Errorf("service: %s: API message %T: %w", s.Name(), proto, err)
+				}
+				if other, dup := n.api[name]; dup {
+					return nil, fmt.Errorf("service: API message %s is claimed by both %s and %s", name, other, s.Name())
+				}
+				n.api[name] = s.Name()
+			}
+		}
+	}
+	mon, err := heartbeat.NewMonitor(cfg.Store, n.id, cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.log)
+	if err != nil {
+		return nil, err
+	}
+	n.monitor = mon
+	n.hooks = newHooks(n)
+	return n, nil
+}
+
+// UUID returns the node's UUID.
+func (n *Node) UUID() string { return n.id }
+
+// State returns the node's current state.
+func (n *Node) State() State { return State(n.state.Load()) }
+
+// Ready is closed once the node serves: its queues exist, it is in the
+// membership and its ring copy holds the live nodes.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Done is closed when Run has returned.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Bus returns the node's bus, or nil before Run opened it.
+func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
+
+// Epoch returns the node's registration epoch (0 before it joined).
+func (n *Node) Epoch() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch
+}
+
+// Members returns the node UUIDs in this node's ring copy, sorted.
+func (n *Node) Members() []string { return n.ring.Members() }
+
+// Fingerprint returns the fingerprint of this node's ring copy; two nodes
+// whose fingerprints are equal agree on every owner.
+func (n *Node) Fingerprint() ring.Fingerprint { return n.ring.Fingerprint() }
+
+// Owner returns the node that owns resourceUUID on this node's ring copy.
+// The UUID is normalized first.
+func (n *Node) Owner(resourceUUID string) (string, error) {
+	id, err := message.NormalizeUUID(resourceUUID)
+	if err != nil {
+		return "", err
+	}
+	owner, err := n.ring.Locate(id)
+	if err != nil {
+		return "", fmt.Errorf("service: owner of %s: %w: %w", id, message.ErrNoRoute, err)
+	}
+	return owner, nil
+}
+
+// Owns reports whether this node serves and owns resourceUUID on its ring
+// copy. Services use it to take over resources after a ring change.
+func (n *Node) Owns(resourceUUID string) bool {
+	if n.State() != StateServing {
+		return false
+	}
+	owner, err := n.Owner(resourceUUID)
+	return err == nil && owner == n.id
+}
+
+// Start runs the node in the background and returns once it is ready,
+// or with Run's error if it could not start. Close stops it.
+func (n *Node) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	started := make(chan struct{})
+	go func() {
+		defer cancel()
+		close(started)
+		_ = n.Run(runCtx)
+	}()
+	<-started
+	select {
+	case <-n.ready:
+		return nil // Run goes on; Close stops it
+	case <-n.done:
+		return n.runErr
+	case <-ctx.Done():
+		cancel()
+		<-n.done
+		return ctx.Err()
+	}
+}
+
+// Close leaves the cluster in order (see Run) and waits until Run
+// returned. It is idempotent; it returns nil if the node never ran.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	cancel := n.cancel
+	n.mu.Unlock()
+	if cancel == nil && n.State() == StateNew {
+		return nil
+	}
+	if cancel != nil {
+		cancel()
+	}
+	<-n.done
+	if errors.Is(n.runErr, heartbeat.ErrEvicted) || errors.Is(n.runErr, context.Canceled) {
+		return nil
+	}
+	return n.runErr
+}

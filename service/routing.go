@@ -1,0 +1,175 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// HeaderOwner is the header a node sets on a message it routed by its
+// ring: the owner it computed. The receiver checks that its own ring
+// agrees before running the handler, so that while ring copies converge
+// a message is never run by a node that does not believe it owns the
+// resource; it answers message.ErrNotOwner instead, which is safe to
+// retry.
+const HeaderOwner = "cloudbus-owner"
+
+// Route returns the service id of service on the node that owns
+// resourceUUID on this node's ring: "<service>.<owner>".
+func (n *Node) Route(service, resourceUUID string) (string, error) {
+	owner, err := n.Owner(resourceUUID)
+	if err != nil {
+		return "", fmt.Errorf("service: route %s: %w", service, err)
+	}
+	return bus.ServiceID(service, owner), nil
+}
+
+// Call sends msg to service on the node that owns resourceUUID and waits
+// for the reply (see bus.CloudBus.Call). Messages about one resource are
+// thereby serialized on its owner. If the receiver is not the owner on
+// its own ring, or the owner's queue is gone (both mean ring copies are
+// converging, and neither ran the message), the call is routed again
+// after a short pause, up to Config.RouteRetries times within ctx.
+func (n *Node) Call(ctx context.Context, service, resourceUUID string, msg any, opts ...bus.Option) (any, error) {
+	b, err := n.busForCall()
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	err = n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
+		var err error
+		out, err = b.Call(ctx, target, msg, append(o, opts...)...)
+		return err
+	})
+	return out, err
+}
+
+// Call is the typed form of [Node.Call].
+func Call[Resp any](ctx context.Context, n *Node, service, resourceUUID string, msg any, opts ...bus.Option) (Resp, error) {
+	b, err := n.busForCall()
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	var out Resp
+	err = n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
+		var err error
+		out, err = bus.Call[Resp](ctx, b, target, msg, append(o, opts...)...)
+		return err
+	})
+	return out, err
+}
+
+// Send sends msg one-way to service on the owner of resourceUUID,
+// re-routing while the owner's queue is missing, like Call.
+func (n *Node) Send(ctx context.Context, service, resourceUUID string, msg any, opts ...bus.Option) error {
+	b, err := n.busForCall()
+	if err != nil {
+		return err
+	}
+	return n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
+		return b.Send(ctx, target, msg, append(o, opts...)...)
+	})
+}
+
+// CallLocal calls service on this node: the rule for creation messages
+// and messages about no resource, which any node may handle.
+func (n *Node) CallLocal(ctx context.Context, service string, msg any, opts ...bus.Option) (any, error) {
+	b, err := n.busForCall()
+	if err != nil {
+		return nil, err
+	}
+	return b.Call(ctx, bus.ServiceID(service, n.id), msg, opts...)
+}
+
+// SendLocal sends msg one-way to service on this node.
+func (n *Node) SendLocal(ctx context.Context, service string, msg any, opts ...bus.Option) error {
+	b, err := n.busForCall()
+	if err != nil {
+		return err
+	}
+	return b.Send(ctx, bus.ServiceID(service, n.id), msg, opts...)
+}
+
+func (n *Node) busForCall() (*bus.CloudBus, error) {
+	b := n.Bus()
+	if b == nil {
+		return nil, fmt.Errorf("service: node %s is not running: %w", n.id, message.ErrClosed)
+	}
+	return b, nil
+}
+
+// routed runs send against the owner of resourceUUID, re-routing on the
+// retry-safe routing errors.
+func (n *Node) routed(ctx context.Context, service, resourceUUID string, send func(target string, o []bus.Option) error) error {
+	res, err := message.NormalizeUUID(resourceUUID)
+	if err != nil {
+		return fmt.Errorf("service: route %s: %w", service, err)
+	}
+	pause := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		owner, err := n.ring.Locate(res)
+		if err != nil {
+			return fmt.Errorf("service: route %s for %s: %w: %w", service, res, message.ErrNoRoute, err)
+		}
+		err = send(bus.ServiceID(service, owner), []bus.Option{bus.WithResource(res), bus.WithHeader(HeaderOwner, owner)})
+		if err == nil || attempt >= n.cfg.RouteRetries || !(errors.Is(err, message.ErrNotOwner) || errors.Is(err, message.ErrNoRoute)) {
+			return err
+		}
+		n.log.Debug("re-routing", "service", service, "resource", res, "owner", owner, "attempt", attempt+1, "err", err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
+		}
+		pause *= 2
+	}
+}
+
+// guard wraps a service's handler: it refuses every message once the node
+// was evicted, and a message routed by ring to an owner that this node's
+// ring does not agree is itself.
+func (n *Node) guard(s Service) bus.Handler {
+	return bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		switch st := n.State(); st {
+		case StateServing, StateLeaving:
+		case StateEvicted:
+			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s was evicted and no longer serves", n.id))
+		default:
+			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st))
+		}
+		if claimed := r.Envelope.Headers[HeaderOwner]; claimed != "" && r.Envelope.ResourceUUID != "" {
+			owner, err := n.ring.Locate(r.Envelope.ResourceUUID)
+			if err != nil || owner != n.id {
+				return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf(
+					"resource %s: the sender's ring names %s, this node's ring (%s) names %q",
+					r.Envelope.ResourceUUID, claimed, n.ring.Fingerprint(), owner))
+			}
+		}
+		return s.Handle(ctx, r)
+	})
+}
+
+// portal serves the shared api.portal queue: it forwards each API message
+// to the service that accepts its type, on the resource's owner or, for a
+// message about no resource, on this node, and returns the reply to the
+// original caller.
+func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
+	service, ok := n.api[r.Envelope.Type]
+	if !ok {
+		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", r.Envelope.Type, bus.APIPortal))
+	}
+	opts := []bus.Option{bus.WithHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id)}
+	if res := r.Envelope.ResourceUUID; res != "" {
+		return n.Call(ctx, service, res, r.Payload, opts...)
+	}
+	return n.CallLocal(ctx, service, r.Payload, opts...)
+}
+
+// HeaderPortal is set on a message forwarded from api.portal: the node
+// whose portal forwarded it.
+const HeaderPortal = "cloudbus-portal"
