@@ -95,7 +95,21 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 	return b, nil
 }
 
+// serviceQueueOptions are the options of durable service queues.
+func (b *CloudBus) serviceQueueOptions() QueueOptions {
+	o := QueueOptions{Kind: QueueDurable}
+	if b.cfg.MaxDeliveries > 0 {
+		o.MaxDeliveries, o.DeadLetter = b.cfg.MaxDeliveries, b.cfg.DeadLetterQueue
+	}
+	return o
+}
+
 func (b *CloudBus) start(ctx context.Context) error {
+	if b.cfg.MaxDeliveries > 0 {
+		if err := b.tr.DeclareQueue(ctx, b.cfg.DeadLetterQueue, QueueOptions{Kind: QueueDurable}); err != nil {
+			return fmt.Errorf("bus: declare dead-letter queue %s: %w", b.cfg.DeadLetterQueue, err)
+		}
+	}
 	if err := b.tr.DeclareQueue(ctx, b.reply, QueueOptions{Kind: QueueTemporary}); err != nil {
 		return fmt.Errorf("bus: declare reply queue %s: %w", b.reply, err)
 	}
@@ -120,6 +134,9 @@ func (b *CloudBus) addConsumer(c Consumer) {
 	b.consumers = append(b.consumers, c)
 	b.mu.Unlock()
 }
+
+// DeadLetterQueue returns the name of the queue poison messages go to.
+func (b *CloudBus) DeadLetterQueue() string { return b.cfg.DeadLetterQueue }
 
 // Node returns this bus's node UUID.
 func (b *CloudBus) Node() string { return b.node }
@@ -193,7 +210,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 		delete(b.services, id)
 		b.mu.Unlock()
 	}
-	if err := b.tr.DeclareQueue(ctx, s.queue, QueueOptions{Kind: QueueDurable}); err != nil {
+	if err := b.tr.DeclareQueue(ctx, s.queue, b.serviceQueueOptions()); err != nil {
 		undo()
 		return fmt.Errorf("bus: register %s: declare queue %s: %w", id, s.queue, err)
 	}

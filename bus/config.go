@@ -59,6 +59,18 @@ type Config struct {
 	// bounds the messages held in memory. Default 256.
 	Prefetch int
 
+	// MaxDeliveries bounds how many times a message of a service queue is
+	// handed to a consumer that then crashes or gives it back before it
+	// is moved to DeadLetterQueue: a message that kills every node that
+	// takes it must not circle forever. A handler that returns an error or
+	// panics does not count: its message is answered and acknowledged.
+	// Default 10; a negative value disables the limit.
+	MaxDeliveries int
+
+	// DeadLetterQueue receives poison messages, with the reason in a
+	// header. Default "<prefix>.dead". The bus declares it (durable).
+	DeadLetterQueue string
+
 	// EventBuffer bounds the broadcast events waiting for subscribers;
 	// when full, event consumption pauses (events wait in the broker).
 	// Default 1024.
@@ -99,6 +111,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 256
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 10
+	}
+	if c.DeadLetterQueue == "" {
+		c.DeadLetterQueue = c.Prefix + ".dead"
 	}
 	if c.EventBuffer == 0 {
 		c.EventBuffer = 1024

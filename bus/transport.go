@@ -87,7 +87,26 @@ type QueueOptions struct {
 	// Fanout, if set, binds the queue to the named fan-out, so that it
 	// receives a copy of every [Transport.Broadcast] to it.
 	Fanout string
+	// MaxDeliveries, if positive, bounds how many times a message of this
+	// queue is handed to a consumer without being acknowledged (its
+	// consumer crashed, or gave it back): instead of an extra delivery it
+	// is moved to DeadLetter, with HeaderDeadReason and HeaderDeadQueue
+	// set, so a poison message cannot circle forever while the others
+	// keep flowing.
+	MaxDeliveries int
+	// DeadLetter names the existing queue poison messages are moved to;
+	// required when MaxDeliveries is positive.
+	DeadLetter string
 }
+
+// Headers a transport sets on a message it moved to a dead-letter queue,
+// read with [Delivery.Header].
+const (
+	// HeaderDeadReason says why the message was dead-lettered.
+	HeaderDeadReason = "x-cloudbus-dead-reason"
+	// HeaderDeadQueue names the queue the message was taken from.
+	HeaderDeadQueue = "x-cloudbus-dead-queue"
+)
 
 // ConsumeOptions configure [Transport.Consume].
 type ConsumeOptions struct {
@@ -105,6 +124,9 @@ type Delivery interface {
 	// Redelivered reports whether the message was delivered before and not
 	// acknowledged (its previous consumer stopped or crashed).
 	Redelivered() bool
+	// Header returns a transport header of the message, such as
+	// HeaderDeadReason on a dead-lettered one, or "".
+	Header(key string) string
 	// Ack removes the message from its queue.
 	Ack() error
 	// Reject removes the message, or with requeue puts it back at the head

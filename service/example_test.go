@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
@@ -68,7 +69,7 @@ func Example() {
 		nodes = append(nodes, n)
 	}
 	for _, q := range net.Queues() {
-		if q.Kind == bus.QueueDurable {
+		if q.Kind == bus.QueueDurable && strings.Contains(q.Name, ".message.") {
 			fmt.Println(q.Name)
 		}
 	}

@@ -182,3 +182,50 @@ func testRedelivery(t *testing.T, c *cluster) {
 	_ = d.Ack() // stale: its consumer died; this must not settle the redelivery
 	require.NoError(t, d2.Ack())
 }
+
+func testPoison(t *testing.T, c *cluster) {
+	const limit = 3
+	tr := c.env.Transport(t, message.NewUUID())
+	queue := c.prefix + ".message.poison.q"
+	dead := c.prefix + ".poison.dead"
+	ctx := t.Context()
+	require.NoError(t, tr.DeclareQueue(ctx, dead, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable, MaxDeliveries: limit, DeadLetter: dead}))
+	t.Cleanup(func() {
+		_ = tr.DeleteQueue(context.Background(), queue)
+		_ = tr.DeleteQueue(context.Background(), dead)
+	})
+
+	var handedPoison atomic.Int32
+	good := make(chan string, 10)
+	_, err := tr.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+		if string(d.Body()) == "poison" {
+			handedPoison.Add(1)
+			_ = d.Reject(true) // gives it back, as a crashing consumer would
+			return
+		}
+		good <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	deadGot := make(chan bus.Delivery, 1)
+	_, err = tr.Consume(ctx, dead, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+		deadGot <- d
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+
+	for _, body := range []string{"ok-1", "poison", "ok-2", "ok-3"} {
+		require.NoError(t, tr.Publish(ctx, queue, []byte(body)))
+	}
+	got := map[string]bool{}
+	for range 3 {
+		got[recv(t, good, 10*time.Second, "the other messages of the queue")] = true
+	}
+	assert.Len(t, got, 3, "the other messages keep flowing")
+	d := recv(t, deadGot, 10*time.Second, "the poison message in the dead-letter queue")
+	assert.Equal(t, "poison", string(d.Body()))
+	assert.Contains(t, d.Header(bus.HeaderDeadReason), "3 times", "the dead-letter reason says why")
+	assert.Equal(t, queue, d.Header(bus.HeaderDeadQueue))
+	assert.EqualValues(t, limit, handedPoison.Load(), "a poison message is handed over exactly MaxDeliveries times")
+}

@@ -108,6 +108,7 @@ var scenarios = []scenario{
 	{name: "oversize message rejected before sending", run: testOversize},
 	{name: "a killed consumer's queue keeps its messages for the next consumer", needKill: true, run: testKilledQueueKeeps},
 	{name: "a killed consumer's unacknowledged delivery is redelivered", needKill: true, run: testRedelivery},
+	{name: "a poison message is dead-lettered after a bounded number of deliveries", run: testPoison},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.
@@ -116,15 +117,37 @@ type cluster struct {
 	h      Harness
 	env    Env
 	prefix string
+	nodes  []*node
 }
 
+// newCluster makes the scenario's environment. When the scenario ends,
+// after every bus closed, a janitor transport deletes the durable queues
+// the scenario left (service queues, api.portal, the dead-letter queue),
+// so a shared broker keeps nothing.
 func newCluster(t *testing.T, h Harness) *cluster {
-	return &cluster{
+	c := &cluster{
 		t:      t,
 		h:      h,
 		env:    h.New(t),
 		prefix: fmt.Sprintf("bustest-%08x", rand.Uint32()),
 	}
+	janitor := c.env.Transport(t, message.NewUUID())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		names := map[string]bool{c.prefix + ".message." + bus.APIPortal: true, c.prefix + ".dead": true}
+		for _, n := range c.nodes {
+			for _, id := range n.Services() {
+				names[n.QueueName(id)] = true
+			}
+		}
+		for q := range names {
+			if err := janitor.DeleteQueue(ctx, q); err != nil {
+				t.Errorf("bustest: cleanup: delete %s: %v", q, err)
+			}
+		}
+	})
+	return c
 }
 
 // node is a bus with its transport.
@@ -151,7 +174,9 @@ func (c *cluster) open(id string, cfg bus.Config) *node {
 	b, err := bus.Open(c.t.Context(), cfg)
 	require.NoError(c.t, err, "bus.Open over the transport under test")
 	c.t.Cleanup(func() { _ = b.Close() })
-	return &node{CloudBus: b, id: id, tr: tr}
+	n := &node{CloudBus: b, id: id, tr: tr}
+	c.nodes = append(c.nodes, n)
+	return n
 }
 
 // Payload types of the suite.

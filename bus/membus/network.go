@@ -39,6 +39,8 @@ type queue struct {
 	kind      bus.QueueKind
 	owner     *Transport // declarer of a temporary queue
 	fanout    string
+	maxDeliv  int    // deliveries before dead-lettering; 0: unbounded
+	deadQueue string // where poison messages go
 	msgs      []*msg // ready messages, sorted by seq
 	consumers []*consumer
 	next      int // round-robin position
@@ -49,6 +51,8 @@ type msg struct {
 	seq         uint64
 	data        []byte
 	redelivered bool
+	handed      int               // times handed to a handler unacknowledged
+	headers     map[string]string // transport headers (dead-letter reason)
 }
 
 // New returns an empty network.
@@ -206,6 +210,10 @@ func (n *Network) dispatchLocked(q *queue) {
 		m := q.msgs[0]
 		q.msgs[0] = nil
 		q.msgs = q.msgs[1:]
+		if q.maxDeliv > 0 && m.handed >= q.maxDeliv {
+			n.deadLetterLocked(q, m)
+			continue
+		}
 		d := &delivery{net: n, c: c, q: q, m: m, redelivered: m.redelivered}
 		c.unacked++
 		c.t.outstanding[d] = struct{}{}
@@ -231,6 +239,21 @@ func (n *Network) reachableLocked(t *Transport) bool {
 	}
 	s := n.nodes[t.node]
 	return s == nil || (!s.dropped && !s.partition)
+}
+
+// deadLetterLocked moves a poison message of q to q's dead-letter queue
+// (dropping it if that queue is gone).
+func (n *Network) deadLetterLocked(q *queue, m *msg) {
+	dl, ok := n.queues[q.deadQueue]
+	if !ok {
+		return
+	}
+	n.seq++
+	dl.msgs = append(dl.msgs, &msg{seq: n.seq, data: m.data, headers: map[string]string{
+		bus.HeaderDeadReason: fmt.Sprintf("handed to a consumer %d times without acknowledgement (limit %d): each consumer crashed or gave it back", m.handed, q.maxDeliv),
+		bus.HeaderDeadQueue:  q.name,
+	}})
+	n.dispatchLocked(dl)
 }
 
 func (n *Network) dispatchAllLocked() {

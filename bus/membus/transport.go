@@ -73,7 +73,10 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.Queu
 		}
 		return nil
 	}
-	q := &queue{name: name, kind: opts.Kind, fanout: opts.Fanout}
+	if opts.MaxDeliveries > 0 && opts.DeadLetter == "" {
+		return fmt.Errorf("membus: declare %s: MaxDeliveries needs a DeadLetter queue: %w", name, message.ErrBadRequest)
+	}
+	q := &queue{name: name, kind: opts.Kind, fanout: opts.Fanout, maxDeliv: opts.MaxDeliveries, deadQueue: opts.DeadLetter}
 	if opts.Kind == bus.QueueTemporary {
 		q.owner = t
 	}
@@ -262,6 +265,7 @@ func (c *consumer) run() {
 			c.inbox[0] = nil
 			c.inbox = c.inbox[1:]
 			d.handed = true
+			d.m.handed++
 			n.mu.Unlock()
 			c.handle(d)
 		}
@@ -316,6 +320,8 @@ type delivery struct {
 func (d *delivery) Body() []byte      { return d.m.data }
 func (d *delivery) Redelivered() bool { return d.redelivered }
 
+func (d *delivery) Header(key string) string { return d.m.headers[key] }
+
 func (d *delivery) Ack() error {
 	d.net.mu.Lock()
 	defer d.net.mu.Unlock()
@@ -339,6 +345,9 @@ func (d *delivery) settleLocked(requeue, redeliver bool) {
 	d.settled = true
 	d.c.unacked--
 	delete(d.c.t.outstanding, d)
+	if !requeue {
+		d.m.handed = 0 // settled for good
+	}
 	if requeue {
 		if d.handed && redeliver {
 			d.m.redelivered = true

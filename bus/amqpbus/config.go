@@ -1,0 +1,130 @@
+package amqpbus
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Config configures a [Transport]. URL is required; every other zero
+// field takes the default written beside it.
+type Config struct {
+	// URL of the broker: amqp://user:password@host:port/vhost, or amqps://
+	// for TLS. Credentials come from here (or from the broker's defaults)
+	// and never appear in logs or errors: see [MaskURL].
+	URL string
+
+	// TLS configures amqps:// connections (root CAs, client certificates,
+	// server name). Default: the system roots and the URL's host name.
+	TLS *tls.Config
+
+	// Dial, optional, opens the TCP connection (for example through a
+	// proxy). Default: net.Dialer with DialTimeout.
+	Dial func(network, addr string) (net.Conn, error)
+
+	// ConnectionName is shown in the broker's connection list. Default
+	// "cloudbus".
+	ConnectionName string
+
+	// DialTimeout bounds connecting and the AMQP handshake. Default 10 s.
+	DialTimeout time.Duration
+
+	// Heartbeat is the AMQP heartbeat interval: a dead TCP connection is
+	// noticed after about two of them. Default 5 s.
+	Heartbeat time.Duration
+
+	// Publishers is the number of channels publishing in parallel, each in
+	// confirm mode with its own goroutine. Default 4.
+	Publishers int
+
+	// PublishTimeout bounds a publish whose ctx has no deadline, so that a
+	// caller never hangs (for example while the broker blocks publishers on
+	// a memory alarm). Default 30 s.
+	PublishTimeout time.Duration
+
+	// QueueExpires is the x-expires of durable queues: a queue nobody
+	// consumed or declared for this long is deleted by the broker, with its
+	// messages. It must stay well above the eviction threshold plus the
+	// time a survivor needs to drain a dead node's queues, because
+	// RabbitMQ does not dead-letter the messages of an expiring queue.
+	// Default 30 min (the default eviction threshold is 6 s). Every node
+	// of a cluster must use the same value: the broker refuses to
+	// redeclare a queue with other arguments.
+	QueueExpires time.Duration
+
+	// MaxMessageSize bounds a published message; a larger one fails with
+	// message.ErrTooLarge before anything is sent. Default
+	// message.DefaultMaxSize (4 MiB), well below RabbitMQ's own limit.
+	MaxMessageSize int
+
+	// Logger receives the transport's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ConnectionName == "" {
+		c.ConnectionName = "cloudbus"
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	if c.Publishers == 0 {
+		c.Publishers = 4
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 30 * time.Second
+	}
+	if c.QueueExpires == 0 {
+		c.QueueExpires = 30 * time.Minute
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = message.DefaultMaxSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem with the configuration at once, naming
+// the URL only in masked form.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("amqpbus: config: URL is required, e.g. amqp://user:password@127.0.0.1:5672/"))
+	} else if _, err := amqp.ParseURI(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("amqpbus: config: URL %s is not an AMQP URI (amqp:// or amqps://)", MaskURL(c.URL)))
+	}
+	if c.Publishers < 0 || c.DialTimeout < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 {
+		errs = append(errs, errors.New("amqpbus: config: counts and durations must not be negative"))
+	}
+	if c.QueueExpires != 0 && c.QueueExpires < time.Minute {
+		errs = append(errs, fmt.Errorf("amqpbus: config: QueueExpires %s is too short: a dead node's queue must outlive eviction and draining (use minutes)", c.QueueExpires))
+	}
+	return errors.Join(errs...)
+}
+
+// MaskURL returns u with its password replaced by "xxxxx", for logs and
+// errors. A string that does not parse as a URL is replaced whole.
+func MaskURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return "(unparsable URL)"
+	}
+	if p.User != nil {
+		if _, has := p.User.Password(); has {
+			p.User = url.UserPassword(p.User.Username(), "xxxxx")
+		}
+	}
+	return p.Redacted()
+}

@@ -1,0 +1,298 @@
+package amqpbus
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// pubReq is one publish handed to a publisher goroutine.
+type pubReq struct {
+	ctx      context.Context
+	exchange string // "" for a queue (default exchange), else a fan-out
+	key      string
+	msg      amqp.Publishing
+	done     chan error // buffered; receives the outcome once
+}
+
+// publisher owns one channel in confirm mode. Its run goroutine
+// publishes; its notify goroutine receives both the returns and the
+// confirms on unbuffered channels: amqp091 delivers a mandatory message's
+// return before its confirm, from one reader goroutine, so one receiving
+// goroutine always sees the return first and can report no-route.
+type publisher struct {
+	t        *Transport
+	id       int
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+	confirms chan amqp.Confirmation
+	chClosed chan *amqp.Error
+
+	mu       sync.Mutex
+	tag      uint64             // delivery tag of the last publish
+	pending  map[uint64]*pubReq // by delivery tag
+	returned map[string]bool    // message ids returned as unroutable
+	broken   bool               // the channel closed: fail new publishes
+	declared map[string]bool    // fan-outs declared on this channel
+}
+
+var messageIDs atomic.Uint64
+
+func newPublisher(t *Transport, id int) (*publisher, error) {
+	ch, err := t.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("amqpbus: open publishing channel: %w", unavailable(err))
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("amqpbus: confirm mode: %w", unavailable(err))
+	}
+	p := &publisher{
+		t:        t,
+		id:       id,
+		ch:       ch,
+		returns:  ch.NotifyReturn(make(chan amqp.Return)),
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation)),
+		chClosed: ch.NotifyClose(make(chan *amqp.Error, 1)),
+		pending:  make(map[uint64]*pubReq),
+		returned: make(map[string]bool),
+		declared: make(map[string]bool),
+	}
+	return p, nil
+}
+
+// run publishes requests until the transport closes or the channel breaks.
+func (p *publisher) run() {
+	defer p.t.wg.Done()
+	for {
+		var r *pubReq
+		select {
+		case r = <-p.t.reqs:
+		case <-p.t.closing:
+			return
+		case <-p.t.dead:
+			return
+		}
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		p.mu.Lock()
+		broken := p.broken
+		p.mu.Unlock()
+		if broken {
+			r.done <- fmt.Errorf("amqpbus: publishing channel %d closed: %w", p.id, message.ErrUnavailable)
+			continue
+		}
+		if r.exchange != "" && !p.declared[r.exchange] {
+			// Publishing to a missing exchange would close the channel.
+			if err := p.ch.ExchangeDeclare(r.exchange, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+				r.done <- p.t.opError("declare fan-out "+r.exchange, err)
+				continue
+			}
+			p.declared[r.exchange] = true
+		}
+		p.mu.Lock()
+		p.tag++
+		tag := p.tag
+		p.pending[tag] = r
+		p.mu.Unlock()
+		err := p.ch.Publish(r.exchange, r.key, r.exchange == "", false, r.msg)
+		if err != nil {
+			p.mu.Lock()
+			if p.pending[tag] == r { // not failed by notify meanwhile
+				delete(p.pending, tag)
+				p.tag--
+			}
+			p.mu.Unlock()
+			r.done <- p.t.opError("publish to "+target(r), err)
+		}
+	}
+}
+
+// notify resolves publishes from the broker's returns and confirms.
+func (p *publisher) notify() {
+	defer p.t.wg.Done()
+	for {
+		select {
+		case ret, ok := <-p.returns:
+			if !ok {
+				p.returns = nil
+				continue
+			}
+			p.mu.Lock()
+			p.returned[ret.MessageId] = true
+			p.mu.Unlock()
+		case c, ok := <-p.confirms:
+			if !ok {
+				p.fail()
+				return
+			}
+			p.mu.Lock()
+			r := p.pending[c.DeliveryTag]
+			delete(p.pending, c.DeliveryTag)
+			var returned bool
+			if r != nil {
+				returned = p.returned[r.msg.MessageId]
+				delete(p.returned, r.msg.MessageId)
+			}
+			p.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			switch {
+			case returned:
+				r.done <- fmt.Errorf("amqpbus: publish: queue %s does not exist: %w", r.key, message.ErrNoRoute)
+			case !c.Ack:
+				r.done <- fmt.Errorf("amqpbus: publish to %s: the broker refused it (nack): %w", target(r), message.ErrUnavailable)
+			default:
+				r.done <- nil
+			}
+		case <-p.chClosed:
+			// The confirms channel closes too; keep draining until it does.
+			p.chClosed = nil
+		}
+	}
+}
+
+// fail ends every pending publish of a closed channel: the broker may or
+// may not have taken them.
+func (p *publisher) fail() {
+	p.mu.Lock()
+	p.broken = true
+	pending := p.pending
+	p.pending = make(map[uint64]*pubReq)
+	p.mu.Unlock()
+	for _, r := range pending {
+		r.done <- fmt.Errorf("amqpbus: publish to %s: channel closed before the broker confirmed; outcome unknown: %w", target(r), message.ErrUnavailable)
+	}
+}
+
+func target(r *pubReq) string {
+	if r.exchange != "" {
+		return "fan-out " + r.exchange
+	}
+	return "queue " + r.key
+}
+
+// Publish implements [bus.Transport]: a mandatory, persistent publish to
+// the default exchange with the queue name as routing key, confirmed by
+// the broker. A message for a missing queue comes back as a return before
+// its confirm and fails with message.ErrNoRoute within a round trip.
+func (t *Transport) Publish(ctx context.Context, queue string, data []byte) error {
+	return t.publish(ctx, "", queue, data, amqp.Persistent)
+}
+
+// Broadcast implements [bus.Transport]: a confirmed publish to the
+// fan-out exchange; with no queue bound the broker drops it.
+func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) error {
+	return t.publish(ctx, fanout, "", data, amqp.Transient)
+}
+
+func (t *Transport) publish(ctx context.Context, exchange, key string, data []byte, mode uint8) error {
+	op := "publish to queue " + key
+	if exchange != "" {
+		op = "broadcast to " + exchange
+	}
+	if len(data) > t.cfg.MaxMessageSize {
+		return fmt.Errorf("amqpbus: %s: %d bytes exceeds MaxMessageSize %d: %w", op, len(data), t.cfg.MaxMessageSize, message.ErrTooLarge)
+	}
+	if err := t.check(op); err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.PublishTimeout)
+		defer cancel()
+	}
+	// While the broker blocks publishers (memory or disk alarm), wait for
+	// it to unblock or for the deadline: never inside amqp091, which would
+	// ignore ctx.
+	t.mu.Lock()
+	blocked := t.blocked
+	t.mu.Unlock()
+	if blocked != nil {
+		select {
+		case <-blocked:
+		case <-ctx.Done():
+			return fmt.Errorf("amqpbus: %s: the broker blocks publishing (resource alarm): %w", op, ctxErr(ctx))
+		}
+	}
+	r := &pubReq{
+		ctx:      ctx,
+		exchange: exchange,
+		key:      key,
+		msg: amqp.Publishing{
+			MessageId:    strconv.FormatUint(messageIDs.Add(1), 36),
+			DeliveryMode: mode,
+			ContentType:  "application/json",
+			Body:         data,
+		},
+		done: make(chan error, 1),
+	}
+	return t.send(ctx, op, r)
+}
+
+// send hands r to a publisher and waits for its outcome or ctx.
+func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
+	select {
+	case t.reqs <- r:
+	case <-ctx.Done():
+		return fmt.Errorf("amqpbus: %s: no publishing channel free: %w", op, ctxErr(ctx))
+	case <-t.closing:
+		return t.check(op)
+	case <-t.dead:
+		return t.check(op)
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("amqpbus: %s: not confirmed in time; outcome unknown: %w", op, ctxErr(ctx))
+	case <-t.dead:
+		return fmt.Errorf("amqpbus: %s: connection lost before the broker confirmed; outcome unknown: %w", op, message.ErrUnavailable)
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return message.ErrTimeout.WithCause(ctx.Err())
+	}
+	return message.ErrCanceled.WithCause(ctx.Err())
+}
+
+// scrub removes the URL and its password from err's text, in case a
+// library error quotes them.
+func scrub(err error, rawURL string) string {
+	s := err.Error()
+	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			s = strings.ReplaceAll(s, pw, "xxxxx")
+		}
+	}
+	return strings.ReplaceAll(s, rawURL, MaskURL(rawURL))
+}
+
+// publishTable publishes data persistently to queue with headers.
+func (t *Transport) publishTable(ctx context.Context, queue string, data []byte, headers amqp.Table) error {
+	r := &pubReq{
+		ctx: ctx,
+		key: queue,
+		msg: amqp.Publishing{
+			MessageId:    strconv.FormatUint(messageIDs.Add(1), 36),
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/json",
+			Headers:      headers,
+			Body:         data,
+		},
+		done: make(chan error, 1),
+	}
+	return t.send(ctx, "publish to queue "+queue, r)
+}

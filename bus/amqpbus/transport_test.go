@@ -1,0 +1,276 @@
+package amqpbus_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testQueue(t *testing.T) string {
+	return fmt.Sprintf("amqpbus-test-%s.message.q.%s", strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-"), message.NewUUID()[:8])
+}
+
+func TestNoRouteUnderASecond(t *testing.T) {
+	e := newEnv(t)
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{})
+	for range 5 {
+		start := time.Now()
+		err := tr.Publish(t.Context(), testQueue(t), []byte("x"))
+		took := time.Since(start)
+		require.ErrorIs(t, err, message.ErrNoRoute)
+		assert.Less(t, took, time.Second, "no-route must come back within a second, not as a timeout")
+		t.Logf("no-route reported after %s", took)
+	}
+	// The channel survives a return: a routable publish still works.
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("x")))
+}
+
+func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
+	p, u := newProxy(t, brokerURL(t))
+	e := &env{url: u, conns: map[string][]net.Conn{}}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	p.stall()
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := tr.Publish(ctx, q, []byte("stuck"))
+	took := time.Since(start)
+	assert.ErrorIs(t, err, message.ErrTimeout, "a stalled broker must not hold the caller past its deadline")
+	assert.Less(t, took, deadline+500*time.Millisecond)
+	t.Logf("publish to a stalled broker returned after %s (deadline %s): %v", took, deadline, err)
+	ctx2, cancel2 := context.WithTimeout(t.Context(), deadline)
+	defer cancel2()
+	assert.Error(t, tr.DeclareQueue(ctx2, q+"-2", bus.QueueOptions{Kind: bus.QueueTemporary}), "declarations honour ctx too")
+	p.heal()
+}
+
+func TestMaxMessageSize(t *testing.T) {
+	e := newEnv(t)
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{MaxMessageSize: 1024})
+	err := tr.Publish(t.Context(), testQueue(t), make([]byte, 2048))
+	assert.ErrorIs(t, err, message.ErrTooLarge)
+	assert.Contains(t, err.Error(), "exceeds MaxMessageSize 1024")
+}
+
+func TestQueueArgumentsMustAgree(t *testing.T) {
+	e := newEnv(t)
+	a := e.dial(t, message.NewUUID(), amqpbus.Config{})
+	b := e.dial(t, message.NewUUID(), amqpbus.Config{QueueExpires: time.Hour})
+	q := testQueue(t)
+	require.NoError(t, a.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueDurable}))
+	t.Cleanup(func() { _ = a.DeleteQueue(context.Background(), q) })
+	err := b.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueDurable})
+	assert.ErrorIs(t, err, message.ErrBadRequest)
+	assert.Contains(t, err.Error(), "other settings")
+	// The control channel recovers from the channel error.
+	require.NoError(t, b.DeclareQueue(t.Context(), q+"-ok", bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, a.DeleteQueue(t.Context(), q+"-does-not-exist"), "deleting a missing queue is not an error")
+}
+
+func TestMaskURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"amqp://bob:s3cret@host:5672/vh": "amqp://bob:xxxxx@host:5672/vh",
+		"amqps://bob@host/":              "amqps://bob@host/",
+		"amqp://127.0.0.1:5672/":         "amqp://127.0.0.1:5672/",
+		"not a url at all with s3cret 😀": "(unparsable URL)",
+	} {
+		assert.Equal(t, want, amqpbus.MaskURL(in))
+	}
+	_, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: "http://bob:s3cret@host/"})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "s3cret")
+}
+
+// TestCredentialsNeverLogged uses a non-default user whose password must
+// appear nowhere: not in logs, not in errors (failed logins included).
+func TestCredentialsNeverLogged(t *testing.T) {
+	base := brokerURL(t)
+	const user, password = "cloudbus_test_user", "Pw-8f3a1c-never-printed"
+	rabbitmqctl(t, "add_user", user, password)
+	t.Cleanup(func() { rabbitmqctlQuiet("delete_user", user) })
+	rabbitmqctl(t, "set_permissions", "-p", "/", user, ".*", ".*", ".*")
+
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	u.User = url.UserPassword(user, password)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u.String(), Logger: logger})
+	require.NoError(t, err, "dial as %s", user)
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("hello")))
+	errs := []error{tr.Publish(t.Context(), testQueue(t), []byte("no route"))}
+	require.NoError(t, tr.Close())
+
+	bad := *u
+	bad.User = url.UserPassword(user, password+"-wrong")
+	_, err = amqpbus.Dial(t.Context(), amqpbus.Config{URL: bad.String(), Logger: logger})
+	errs = append(errs, err)
+	closed := *u
+	closed.Host = "127.0.0.1:1"
+	_, err = amqpbus.Dial(t.Context(), amqpbus.Config{URL: closed.String(), Logger: logger, DialTimeout: time.Second})
+	errs = append(errs, err)
+
+	for _, err := range errs {
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), password, "an error leaked the password")
+		t.Logf("error (password masked): %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotContains(t, logs.String(), password, "the logs leaked the password")
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// rabbitmqctl runs the broker's admin tool; without it the test skips,
+// or fails under CI.
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	path, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("rabbitmqctl not found; CI needs it to create a test user")
+		}
+		t.Skip("rabbitmqctl not found: it creates the non-default user this test needs")
+	}
+	out, err := exec.Command(path, args...).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "already exists") {
+		t.Fatalf("rabbitmqctl %s: %v: %s", args[0], err, out)
+	}
+}
+
+func rabbitmqctlQuiet(args ...string) {
+	if path, err := exec.LookPath("rabbitmqctl"); err == nil {
+		_ = exec.Command(path, args...).Run()
+	}
+}
+
+// TestTLS connects with amqps:// and a custom tls.Config through a TLS
+// listener the test sets up in front of the broker.
+func TestTLS(t *testing.T) {
+	base, err := url.Parse(brokerURL(t))
+	require.NoError(t, err)
+	cert, pool := selfSigned(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", base.Host)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			wg.Go(func() { copyClose(up, c) })
+			wg.Go(func() { copyClose(c, up) })
+		}
+	})
+	u := *base
+	u.Scheme = "amqps"
+	u.Host = ln.Addr().String()
+
+	_, err = amqpbus.Dial(t.Context(), amqpbus.Config{URL: u.String(), DialTimeout: 2 * time.Second})
+	require.Error(t, err, "an untrusted certificate must be refused")
+
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u.String(), TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}})
+	require.NoError(t, err)
+	defer tr.Close()
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	got := make(chan string, 1)
+	_, err = tr.Consume(t.Context(), q, bus.ConsumeOptions{}, func(d bus.Delivery) { got <- string(d.Body()); _ = d.Ack() })
+	require.NoError(t, err)
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("over tls")))
+	select {
+	case s := <-got:
+		assert.Equal(t, "over tls", s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery over TLS")
+	}
+}
+
+func copyClose(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "cloudbus test broker"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
