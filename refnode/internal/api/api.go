@@ -1,0 +1,280 @@
+// Package api holds the messages of refnode's services, registered under
+// stable, versioned names ("refnode.v1.StartVm"), and [Call], which sends
+// one through api.portal and names its resource so the portal routes it
+// to the resource's owner.
+//
+// # Routing
+//
+// A message about an existing resource (StartVm, AddHost, GetImage, …)
+// implements [Routed]: it goes to its service on the node that owns the
+// resource's UUID on the ring. A creation message (CreateVm) and a
+// message about no resource (AllocateHost) go to the local node's
+// service. API messages reach either through api.portal: the portal of
+// whichever node takes one forwards it by the same rule.
+//
+// Every reply embeds [Handling], which says which management node ran
+// the message and through which node's api.portal it came, so people and
+// tests can see the routing.
+//
+// Names are part of the wire format: never rename one; register a new
+// version ("refnode.v2.…") instead.
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// The service names, used in queue names and service ids.
+const (
+	// HostService tracks hosts and allocates them.
+	HostService = "host"
+	// ImageService keeps images.
+	ImageService = "image"
+	// VMService runs VM operations.
+	VMService = "vmInstance"
+)
+
+// Routed is implemented by a message about one existing resource: it is
+// routed by the resource's UUID to the resource's ring owner.
+type Routed interface {
+	// Resource returns the UUID of the resource the message is about.
+	Resource() string
+}
+
+// Handling says which management node handled a message.
+type Handling struct {
+	// Node is the UUID of the node whose service handled the message.
+	Node string `json:"node"`
+	// Portal is the UUID of the node whose api.portal forwarded the
+	// message, or empty if the message did not come through api.portal.
+	Portal string `json:"portal,omitempty"`
+}
+
+// AddHost adds a host; routed by its UUID to the host service of its
+// owner, which connects the host and then tracks it. API.
+type AddHost struct {
+	// UUID is the new host's UUID, chosen by the caller.
+	UUID string `json:"uuid"`
+	// Name is a label for people.
+	Name string `json:"name,omitempty"`
+	// Address is where the host's agent listens.
+	Address string `json:"address,omitempty"`
+}
+
+// GetHost reads a host's record; routed by its UUID. API.
+type GetHost struct {
+	// UUID is the host's UUID.
+	UUID string `json:"uuid"`
+}
+
+// ReconnectHost connects the host again; routed by its UUID. API.
+type ReconnectHost struct {
+	// UUID is the host's UUID.
+	UUID string `json:"uuid"`
+}
+
+// HostReply answers AddHost, GetHost and ReconnectHost.
+type HostReply struct {
+	// Host is the host's record after the operation.
+	Host cloud.Host `json:"host"`
+	Handling
+}
+
+// AllocateHost asks the local host service to pick a host for a new VM:
+// a message about no resource, sent to the local node. Internal.
+type AllocateHost struct {
+	// CPUs is the number of virtual CPUs of the VM to place.
+	CPUs int `json:"cpus,omitempty"`
+	// MemoryMB is the VM's memory size in MiB.
+	MemoryMB int `json:"memory_mb,omitempty"`
+}
+
+// HostAllocated answers AllocateHost.
+type HostAllocated struct {
+	// HostUUID is the chosen host.
+	HostUUID string `json:"host_uuid"`
+	Handling
+}
+
+// AddImage adds an image; routed by its UUID to the image service of its
+// owner. API.
+type AddImage struct {
+	// UUID is the new image's UUID, chosen by the caller.
+	UUID string `json:"uuid"`
+	// Name is a label for people.
+	Name string `json:"name,omitempty"`
+	// URL is where the image is downloaded from.
+	URL string `json:"url,omitempty"`
+	// SizeMB is the image's size in MiB.
+	SizeMB int64 `json:"size_mb,omitempty"`
+}
+
+// GetImage reads an image's record; routed by its UUID. API.
+type GetImage struct {
+	// UUID is the image's UUID.
+	UUID string `json:"uuid"`
+}
+
+// ImageReply answers AddImage and GetImage.
+type ImageReply struct {
+	// Image is the image's record.
+	Image cloud.Image `json:"image"`
+	Handling
+}
+
+// CreateVm creates a VM: a creation message, handled by the local node's
+// VM service, which asks its own host service for a host (AllocateHost)
+// and defines the VM there. Through api.portal, the portal's node is the
+// local node. API.
+type CreateVm struct {
+	// UUID is the new VM's UUID; empty means the node picks one. Which
+	// node creates the VM does not depend on it.
+	UUID string `json:"uuid,omitempty"`
+	// Name is a label for people.
+	Name string `json:"name,omitempty"`
+	// ImageUUID is the image to create the VM from; it must exist.
+	ImageUUID string `json:"image_uuid"`
+	// CPUs is the number of virtual CPUs. Default 1.
+	CPUs int `json:"cpus,omitempty"`
+	// MemoryMB is the memory size in MiB. Default 512.
+	MemoryMB int `json:"memory_mb,omitempty"`
+}
+
+// VmCreated answers CreateVm.
+type VmCreated struct {
+	// VM is the new VM's record (state created).
+	VM cloud.VM `json:"vm"`
+	// AllocatedBy is the node whose host service picked the host: the
+	// node that created the VM.
+	AllocatedBy string `json:"allocated_by"`
+	Handling
+}
+
+// StartVm starts a VM; routed by its UUID to its owner. API.
+type StartVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+}
+
+// StopVm stops a VM; routed by its UUID to its owner. API.
+type StopVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+}
+
+// RebootVm reboots a running VM; routed by its UUID to its owner. API.
+type RebootVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+}
+
+// DestroyVm destroys a VM; routed by its UUID to its owner. API.
+type DestroyVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+}
+
+// GetVm reads a VM's record; routed by its UUID to its owner. API.
+type GetVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+}
+
+// VmReply answers the VM operations and GetVm.
+type VmReply struct {
+	// VM is the VM's record after the operation.
+	VM cloud.VM `json:"vm"`
+	Handling
+}
+
+// Resource returns the host's UUID.
+func (m AddHost) Resource() string { return m.UUID }
+
+// Resource returns the host's UUID.
+func (m GetHost) Resource() string { return m.UUID }
+
+// Resource returns the host's UUID.
+func (m ReconnectHost) Resource() string { return m.UUID }
+
+// Resource returns the image's UUID.
+func (m AddImage) Resource() string { return m.UUID }
+
+// Resource returns the image's UUID.
+func (m GetImage) Resource() string { return m.UUID }
+
+// Resource returns the VM's UUID.
+func (m StartVm) Resource() string { return m.UUID }
+
+// Resource returns the VM's UUID.
+func (m StopVm) Resource() string { return m.UUID }
+
+// Resource returns the VM's UUID.
+func (m RebootVm) Resource() string { return m.UUID }
+
+// Resource returns the VM's UUID.
+func (m DestroyVm) Resource() string { return m.UUID }
+
+// Resource returns the VM's UUID.
+func (m GetVm) Resource() string { return m.UUID }
+
+// Register registers every message of this package in reg under its
+// "refnode.v1." name. It is idempotent.
+func Register(reg *message.Registry) error {
+	for _, err := range []error{
+		message.Register[AddHost](reg, "refnode.v1.AddHost"),
+		message.Register[GetHost](reg, "refnode.v1.GetHost"),
+		message.Register[ReconnectHost](reg, "refnode.v1.ReconnectHost"),
+		message.Register[HostReply](reg, "refnode.v1.HostReply"),
+		message.Register[AllocateHost](reg, "refnode.v1.AllocateHost"),
+		message.Register[HostAllocated](reg, "refnode.v1.HostAllocated"),
+		message.Register[AddImage](reg, "refnode.v1.AddImage"),
+		message.Register[GetImage](reg, "refnode.v1.GetImage"),
+		message.Register[ImageReply](reg, "refnode.v1.ImageReply"),
+		message.Register[CreateVm](reg, "refnode.v1.CreateVm"),
+		message.Register[VmCreated](reg, "refnode.v1.VmCreated"),
+		message.Register[StartVm](reg, "refnode.v1.StartVm"),
+		message.Register[StopVm](reg, "refnode.v1.StopVm"),
+		message.Register[RebootVm](reg, "refnode.v1.RebootVm"),
+		message.Register[DestroyVm](reg, "refnode.v1.DestroyVm"),
+		message.Register[GetVm](reg, "refnode.v1.GetVm"),
+		message.Register[VmReply](reg, "refnode.v1.VmReply"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Call sends msg through api.portal and waits for a reply of type Resp.
+// If msg is [Routed], Call names its resource (bus.WithResource), so the
+// portal forwards it to the resource's owner; otherwise the portal's own
+// node handles it. opts are added after.
+func Call[Resp any](ctx context.Context, c *service.Client, msg any, opts ...bus.Option) (Resp, error) {
+	if r, ok := msg.(Routed); ok && r.Resource() != "" {
+		opts = append([]bus.Option{bus.WithResource(r.Resource())}, opts...)
+	}
+	return service.CallAPI[Resp](ctx, c, msg, opts...)
+}
+
+// CallFrom sends msg from node n by the node-to-node rule: a [Routed]
+// message to svc on the owner of its resource (re-routed while the ring
+// converges, see service.Node.Call), anything else to svc on n itself
+// (service.Node.CallLocal). It waits for a reply of type Resp.
+func CallFrom[Resp any](ctx context.Context, n *service.Node, svc string, msg any, opts ...bus.Option) (Resp, error) {
+	if r, ok := msg.(Routed); ok {
+		return service.Call[Resp](ctx, n, svc, r.Resource(), msg, opts...)
+	}
+	b := n.Bus()
+	if b == nil {
+		var zero Resp
+		return zero, fmt.Errorf("api: call %s on node %s: the node is not running: %w", svc, n.UUID(), message.ErrClosed)
+	}
+	return bus.Call[Resp](ctx, b, b.LocalID(svc), msg, opts...)
+}

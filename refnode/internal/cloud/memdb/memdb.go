@@ -1,0 +1,186 @@
+// Package memdb is an in-memory [cloud.Store] shared by the management
+// nodes of one process, for the demo, tests and single-process clusters.
+//
+// Records live in maps under one mutex. To model a node that dies or
+// loses its database connection, give each node its own view with
+// [Store.For] and cut it off with [Store.SetUnreachable]: every call
+// through that view then fails with an error matching [ErrUnreachable]
+// and changes nothing, so a killed node can no longer write what its new
+// owners wrote, as a dead process cannot.
+package memdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+)
+
+// ErrUnreachable is returned by every call through a [View] of a node cut
+// off with [Store.SetUnreachable]. Nothing changed in the store, so
+// retrying is safe; it fails until the node is reachable again.
+var ErrUnreachable = errors.New("memdb: store unreachable from this node")
+
+// Store is an in-memory [cloud.Store]. It is safe for concurrent use and
+// needs no Close: it holds no goroutines. Calls on the Store itself never
+// fail for reachability; calls through a [View] may.
+type Store struct {
+	mu          sync.Mutex
+	hosts       map[string]cloud.Host
+	images      map[string]cloud.Image
+	vms         map[string]cloud.VM
+	unreachable map[string]bool // by node, for views
+}
+
+var _ cloud.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		hosts:       make(map[string]cloud.Host),
+		images:      make(map[string]cloud.Image),
+		vms:         make(map[string]cloud.VM),
+		unreachable: make(map[string]bool),
+	}
+}
+
+// AddHost implements [cloud.Store.AddHost].
+func (s *Store) AddHost(ctx context.Context, h cloud.Host) error {
+	return add(ctx, s, s.hosts, "host", h.UUID, h)
+}
+
+// Host implements [cloud.Store.Host].
+func (s *Store) Host(ctx context.Context, uuid string) (cloud.Host, error) {
+	return get(ctx, s, s.hosts, "host", uuid)
+}
+
+// Hosts implements [cloud.Store.Hosts].
+func (s *Store) Hosts(ctx context.Context) ([]cloud.Host, error) {
+	return list(ctx, s, s.hosts)
+}
+
+// UpdateHost implements [cloud.Store.UpdateHost].
+func (s *Store) UpdateHost(ctx context.Context, uuid string, update func(*cloud.Host) error) (cloud.Host, error) {
+	return modify(ctx, s, s.hosts, "host", uuid, update, func(h cloud.Host) string { return h.UUID })
+}
+
+// AddImage implements [cloud.Store.AddImage].
+func (s *Store) AddImage(ctx context.Context, img cloud.Image) error {
+	return add(ctx, s, s.images, "image", img.UUID, img)
+}
+
+// Image implements [cloud.Store.Image].
+func (s *Store) Image(ctx context.Context, uuid string) (cloud.Image, error) {
+	return get(ctx, s, s.images, "image", uuid)
+}
+
+// Images implements [cloud.Store.Images].
+func (s *Store) Images(ctx context.Context) ([]cloud.Image, error) {
+	return list(ctx, s, s.images)
+}
+
+// AddVM implements [cloud.Store.AddVM].
+func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error {
+	return add(ctx, s, s.vms, "vm", vm.UUID, vm)
+}
+
+// VM implements [cloud.Store.VM].
+func (s *Store) VM(ctx context.Context, uuid string) (cloud.VM, error) {
+	return get(ctx, s, s.vms, "vm", uuid)
+}
+
+// VMs implements [cloud.Store.VMs].
+func (s *Store) VMs(ctx context.Context) ([]cloud.VM, error) {
+	return list(ctx, s, s.vms)
+}
+
+// UpdateVM implements [cloud.Store.UpdateVM].
+func (s *Store) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) error) (cloud.VM, error) {
+	return modify(ctx, s, s.vms, "vm", uuid, update, func(vm cloud.VM) string { return vm.UUID })
+}
+
+func checkUUID(kind, uuid string) error {
+	if !message.IsCanonicalUUID(uuid) {
+		if _, err := message.NormalizeUUID(uuid); err != nil {
+			return fmt.Errorf("memdb: %s: %w", kind, err)
+		}
+		return message.ErrInvalidUUID.WithDetails(fmt.Sprintf("%s UUID %s is not canonical; normalize it with message.NormalizeUUID", kind, uuid))
+	}
+	return nil
+}
+
+func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string, rec T) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkUUID(kind, uuid); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := rows[uuid]; ok {
+		return cloud.Exists(kind, uuid)
+	}
+	rows[uuid] = rec
+	return nil
+}
+
+func get[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if err := checkUUID(kind, uuid); err != nil {
+		return zero, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := rows[uuid]
+	if !ok {
+		return zero, cloud.NotFound(kind, uuid)
+	}
+	return rec, nil
+}
+
+func list[T any](ctx context.Context, s *Store, rows map[string]T) ([]T, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(rows))
+	out := make([]T, len(keys))
+	for i, k := range keys {
+		out[i] = rows[k]
+	}
+	return out, nil
+}
+
+func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string, update func(*T) error, id func(T) string) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if err := checkUUID(kind, uuid); err != nil {
+		return zero, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := rows[uuid]
+	if !ok {
+		return zero, cloud.NotFound(kind, uuid)
+	}
+	if err := update(&rec); err != nil {
+		return zero, err
+	}
+	if id(rec) != uuid {
+		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("memdb: update of %s %s changed its UUID to %q; UUIDs never change", kind, uuid, id(rec)))
+	}
+	rows[uuid] = rec
+	return rec, nil
+}

@@ -1,0 +1,134 @@
+package memdb
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+)
+
+// View is the store as one management node reaches it: every call goes to
+// the [Store] unless that node was cut off with [Store.SetUnreachable]. A
+// View is safe for concurrent use.
+type View struct {
+	s    *Store
+	node string
+}
+
+var _ cloud.Store = (*View)(nil)
+
+// For returns the store as node reaches it. Views of one node share its
+// reachability.
+func (s *Store) For(node string) *View { return &View{s: s, node: node} }
+
+// SetUnreachable cuts node's views off the store (on) or reconnects them
+// (off). While cut off, every call through them fails at once with an
+// error matching [ErrUnreachable] and changes nothing. Calls on the Store
+// itself are not affected.
+func (s *Store) SetUnreachable(node string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.unreachable[node] = true
+	} else {
+		delete(s.unreachable, node)
+	}
+}
+
+func (v *View) reach(op string) error {
+	v.s.mu.Lock()
+	cut := v.s.unreachable[v.node]
+	v.s.mu.Unlock()
+	if cut {
+		return fmt.Errorf("memdb: %s from node %s: %w", op, v.node, ErrUnreachable)
+	}
+	return nil
+}
+
+// AddHost implements [cloud.Store.AddHost] for the view's node.
+func (v *View) AddHost(ctx context.Context, h cloud.Host) error {
+	if err := v.reach("add host"); err != nil {
+		return err
+	}
+	return v.s.AddHost(ctx, h)
+}
+
+// Host implements [cloud.Store.Host] for the view's node.
+func (v *View) Host(ctx context.Context, uuid string) (cloud.Host, error) {
+	if err := v.reach("get host"); err != nil {
+		return cloud.Host{}, err
+	}
+	return v.s.Host(ctx, uuid)
+}
+
+// Hosts implements [cloud.Store.Hosts] for the view's node.
+func (v *View) Hosts(ctx context.Context) ([]cloud.Host, error) {
+	if err := v.reach("list hosts"); err != nil {
+		return nil, err
+	}
+	return v.s.Hosts(ctx)
+}
+
+// UpdateHost implements [cloud.Store.UpdateHost] for the view's node.
+func (v *View) UpdateHost(ctx context.Context, uuid string, update func(*cloud.Host) error) (cloud.Host, error) {
+	if err := v.reach("update host"); err != nil {
+		return cloud.Host{}, err
+	}
+	return v.s.UpdateHost(ctx, uuid, update)
+}
+
+// AddImage implements [cloud.Store.AddImage] for the view's node.
+func (v *View) AddImage(ctx context.Context, img cloud.Image) error {
+	if err := v.reach("add image"); err != nil {
+		return err
+	}
+	return v.s.AddImage(ctx, img)
+}
+
+// Image implements [cloud.Store.Image] for the view's node.
+func (v *View) Image(ctx context.Context, uuid string) (cloud.Image, error) {
+	if err := v.reach("get image"); err != nil {
+		return cloud.Image{}, err
+	}
+	return v.s.Image(ctx, uuid)
+}
+
+// Images implements [cloud.Store.Images] for the view's node.
+func (v *View) Images(ctx context.Context) ([]cloud.Image, error) {
+	if err := v.reach("list images"); err != nil {
+		return nil, err
+	}
+	return v.s.Images(ctx)
+}
+
+// AddVM implements [cloud.Store.AddVM] for the view's node.
+func (v *View) AddVM(ctx context.Context, vm cloud.VM) error {
+	if err := v.reach("add vm"); err != nil {
+		return err
+	}
+	return v.s.AddVM(ctx, vm)
+}
+
+// VM implements [cloud.Store.VM] for the view's node.
+func (v *View) VM(ctx context.Context, uuid string) (cloud.VM, error) {
+	if err := v.reach("get vm"); err != nil {
+		return cloud.VM{}, err
+	}
+	return v.s.VM(ctx, uuid)
+}
+
+// VMs implements [cloud.Store.VMs] for the view's node.
+func (v *View) VMs(ctx context.Context) ([]cloud.VM, error) {
+	if err := v.reach("list vms"); err != nil {
+		return nil, err
+	}
+	return v.s.VMs(ctx)
+}
+
+// UpdateVM implements [cloud.Store.UpdateVM] for the view's node.
+func (v *View) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) error) (cloud.VM, error) {
+	if err := v.reach("update vm"); err != nil {
+		return cloud.VM{}, err
+	}
+	return v.s.UpdateVM(ctx, uuid, update)
+}

@@ -1,0 +1,99 @@
+package simhv_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const host, vm = "11111111111111111111111111111111", "22222222222222222222222222222222"
+
+func TestLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hv, err := simhv.New(simhv.Config{Latency: 50 * time.Millisecond, OpLatency: map[simhv.Op]time.Duration{simhv.OpPing: time.Second}})
+		require.NoError(t, err)
+		ctx := t.Context()
+		began := time.Now()
+		require.NoError(t, hv.Connect(ctx, cloud.Host{UUID: host}))
+		assert.Equal(t, 50*time.Millisecond, time.Since(began))
+		began = time.Now()
+		require.NoError(t, hv.Ping(ctx, host))
+		assert.Equal(t, time.Second, time.Since(began), "per-op latency overrides")
+
+		short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		err = hv.Ping(short, host)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "an operation ends with its ctx")
+
+		hv.SetLatency(simhv.OpPing, 0)
+		began = time.Now()
+		require.NoError(t, hv.Ping(ctx, host))
+		assert.Zero(t, time.Since(began))
+		assert.Equal(t, 3, hv.Calls(simhv.OpPing))
+	})
+}
+
+func TestVMsAndFailures(t *testing.T) {
+	ctx := context.Background()
+	hv, err := simhv.New(simhv.Config{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, hv.Ping(ctx, host), simhv.ErrUnknown, "a host never connected")
+	require.NoError(t, hv.Connect(ctx, cloud.Host{UUID: host}))
+	assert.ErrorIs(t, hv.StartVM(ctx, host, vm), simhv.ErrUnknown, "a VM never created")
+	require.NoError(t, hv.CreateVM(ctx, host, cloud.VM{UUID: vm}))
+	power := func() simhv.Power { p, _ := hv.PowerOf(vm); return p }
+	assert.Equal(t, simhv.PowerOff, power())
+	assert.Error(t, hv.RebootVM(ctx, host, vm), "rebooting a VM that is off")
+	require.NoError(t, hv.StartVM(ctx, host, vm))
+	assert.Equal(t, simhv.PowerOn, power())
+	require.NoError(t, hv.RebootVM(ctx, host, vm))
+
+	hv.FailNext(simhv.OpStopVM, 2)
+	assert.ErrorIs(t, hv.StopVM(ctx, host, vm), simhv.ErrInjected)
+	assert.ErrorIs(t, hv.StopVM(ctx, host, vm), simhv.ErrInjected)
+	assert.Equal(t, simhv.PowerOn, power(), "a failed operation did not happen")
+	require.NoError(t, hv.StopVM(ctx, host, vm), "FailNext counts down")
+
+	hv.SetHostDown(host, true)
+	assert.ErrorIs(t, hv.Ping(ctx, host), simhv.ErrHostDown)
+	assert.ErrorIs(t, hv.Connect(ctx, cloud.Host{UUID: host}), simhv.ErrHostDown)
+	assert.ErrorIs(t, hv.StartVM(ctx, host, vm), simhv.ErrHostDown)
+	hv.SetHostDown(host, false)
+	require.NoError(t, hv.Ping(ctx, host))
+	require.NoError(t, hv.DestroyVM(ctx, host, vm))
+	_, ok := hv.PowerOf(vm)
+	assert.False(t, ok)
+}
+
+func TestFailRate(t *testing.T) {
+	ctx := context.Background()
+	always, err := simhv.New(simhv.Config{FailRate: 1})
+	require.NoError(t, err)
+	assert.ErrorIs(t, always.Connect(ctx, cloud.Host{UUID: host}), simhv.ErrInjected)
+
+	half, err := simhv.New(simhv.Config{FailRate: 0.5, Seed: 42})
+	require.NoError(t, err)
+	failed := 0
+	for range 1000 {
+		if half.Connect(ctx, cloud.Host{UUID: host}) != nil {
+			failed++
+		}
+	}
+	assert.InDelta(t, 500, failed, 100)
+}
+
+func TestConfig(t *testing.T) {
+	_, err := simhv.New(simhv.Config{Latency: -1, FailRate: 2, OpLatency: map[simhv.Op]time.Duration{"warp": 1, simhv.OpPing: -1}})
+	require.Error(t, err)
+	for _, want := range []string{"Latency -1ns is negative", "FailRate 2", `OpLatency names unknown("warp")`, "OpLatency[ping] -1ns"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Len(t, simhv.Ops(), 7)
+	assert.Equal(t, "ping", simhv.OpPing.String())
+}

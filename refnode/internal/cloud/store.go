@@ -1,0 +1,67 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Store holds the records of hosts, images and VMs, shared by every
+// management node of a cluster: an in-memory map for one process
+// (package memdb), a SQL database for a real cluster. The nodes share it;
+// they do not share which node manages what.
+//
+// A Store is safe for concurrent use. Every method honours ctx. UUIDs
+// must be canonical (message.NormalizeUUID); a malformed one fails with
+// an error matching message.ErrInvalidUUID. Records are values: what a
+// method returns is the caller's, and changing it changes nothing in the
+// store. Lists are sorted by UUID.
+//
+// Store does not serialize operations on one resource: the bus does, by
+// running them one at a time on the resource's ring owner. The Update
+// methods are nevertheless atomic (a transaction in SQL), so that two
+// writers of different fields of one record (a VM operation and a host
+// ping, say) do not lose each other's writes.
+type Store interface {
+	// AddHost inserts h. A host with h.UUID already present fails with
+	// an error matching message.ErrBadRequest.
+	AddHost(ctx context.Context, h Host) error
+	// Host returns the host, or an error matching message.ErrNotFound.
+	Host(ctx context.Context, uuid string) (Host, error)
+	// Hosts returns every host.
+	Hosts(ctx context.Context) ([]Host, error)
+	// UpdateHost applies update to the host atomically and returns the
+	// result. If update returns an error nothing changes and that error
+	// is returned as is. update must not block, call the store, or
+	// change the UUID.
+	UpdateHost(ctx context.Context, uuid string, update func(*Host) error) (Host, error)
+
+	// AddImage inserts img; an existing UUID fails like AddHost.
+	AddImage(ctx context.Context, img Image) error
+	// Image returns the image, or an error matching message.ErrNotFound.
+	Image(ctx context.Context, uuid string) (Image, error)
+	// Images returns every image.
+	Images(ctx context.Context) ([]Image, error)
+
+	// AddVM inserts vm; an existing UUID fails like AddHost.
+	AddVM(ctx context.Context, vm VM) error
+	// VM returns the VM, or an error matching message.ErrNotFound.
+	VM(ctx context.Context, uuid string) (VM, error)
+	// VMs returns every VM, destroyed ones included.
+	VMs(ctx context.Context) ([]VM, error)
+	// UpdateVM applies update to the VM atomically, like UpdateHost.
+	UpdateVM(ctx context.Context, uuid string, update func(*VM) error) (VM, error)
+}
+
+// NotFound returns the error a [Store] answers for an unknown UUID: it
+// matches message.ErrNotFound and names the kind ("host", "image", "vm").
+func NotFound(kind, uuid string) error {
+	return message.ErrNotFound.WithDetails(fmt.Sprintf("%s %s does not exist", kind, uuid))
+}
+
+// Exists returns the error a [Store] answers when adding a record whose
+// UUID is taken: it matches message.ErrBadRequest.
+func Exists(kind, uuid string) error {
+	return message.ErrBadRequest.WithDetails(fmt.Sprintf("%s %s already exists; pick another UUID", kind, uuid))
+}

@@ -1,0 +1,71 @@
+package cloud_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/stretchr/testify/assert"
+)
+
+var states = []cloud.VMState{cloud.VMCreated, cloud.VMStarting, cloud.VMRunning, cloud.VMStopping, cloud.VMStopped, cloud.VMRebooting, cloud.VMDestroyed}
+
+func TestTransition(t *testing.T) {
+	type result struct{ during, after cloud.VMState }
+	valid := map[cloud.VMOp]map[cloud.VMState]result{
+		cloud.VMOpStart: {
+			cloud.VMCreated: {cloud.VMStarting, cloud.VMRunning},
+			cloud.VMStopped: {cloud.VMStarting, cloud.VMRunning},
+		},
+		cloud.VMOpStop: {
+			cloud.VMRunning:   {cloud.VMStopping, cloud.VMStopped},
+			cloud.VMStarting:  {cloud.VMStopping, cloud.VMStopped},
+			cloud.VMStopping:  {cloud.VMStopping, cloud.VMStopped},
+			cloud.VMRebooting: {cloud.VMStopping, cloud.VMStopped},
+		},
+		cloud.VMOpReboot: {
+			cloud.VMRunning: {cloud.VMRebooting, cloud.VMRunning},
+		},
+		cloud.VMOpDestroy: {
+			cloud.VMCreated: {"", cloud.VMDestroyed}, cloud.VMStarting: {"", cloud.VMDestroyed},
+			cloud.VMRunning: {"", cloud.VMDestroyed}, cloud.VMStopping: {"", cloud.VMDestroyed},
+			cloud.VMStopped: {"", cloud.VMDestroyed}, cloud.VMRebooting: {"", cloud.VMDestroyed},
+		},
+	}
+	for op, table := range valid {
+		for _, from := range states {
+			t.Run(fmt.Sprintf("%s from %s", op, from), func(t *testing.T) {
+				during, after, err := cloud.Transition(from, op)
+				want, ok := table[from]
+				if !ok {
+					assert.ErrorIs(t, err, message.ErrBadRequest, "invalid transitions are bad requests")
+					assert.Contains(t, err.Error(), fmt.Sprintf("cannot %s a VM that is %s", op, from))
+					return
+				}
+				assert.NoError(t, err)
+				assert.Equal(t, want, result{during, after})
+			})
+		}
+	}
+	_, _, err := cloud.Transition(cloud.VMRunning, "explode")
+	assert.ErrorIs(t, err, message.ErrBadRequest)
+}
+
+func TestStrings(t *testing.T) {
+	for _, s := range states {
+		assert.Equal(t, string(s), s.String())
+	}
+	assert.Equal(t, `unknown("zombie")`, cloud.VMState("zombie").String())
+	assert.Equal(t, `unknown("x")`, cloud.VMOp("x").String())
+	assert.Equal(t, "start", cloud.VMOpStart.String())
+	assert.Equal(t, "connected", cloud.HostConnected.String())
+	assert.Equal(t, `unknown("")`, cloud.HostStatus("").String())
+	assert.True(t, cloud.VMRebooting.Transitional())
+	assert.False(t, cloud.VMStopped.Transitional())
+}
+
+func TestErrors(t *testing.T) {
+	assert.ErrorIs(t, cloud.NotFound("vm", "x"), message.ErrNotFound)
+	assert.ErrorIs(t, cloud.Exists("vm", "x"), message.ErrBadRequest)
+}

@@ -1,0 +1,277 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// HostService is the "host" service: it adds, reads and reconnects hosts
+// on their ring owner, allocates hosts for new VMs on the local node, and
+// tracks the hosts its node owns (see the package documentation). It
+// implements service.Starter, service.Stopper, service.RingListener,
+// service.EvictionListener and service.APIService. Safe for concurrent
+// use once started.
+type HostService struct {
+	cfg  Config
+	log  *slog.Logger
+	node *service.Node
+	mux  *bus.Mux
+
+	mu      sync.Mutex
+	tracked map[string]cloud.HostStatus // hosts this node tracks -> last status
+
+	resync     chan struct{} // cap 1: a ring change asks the tracker to resync
+	needResync atomic.Bool   // the last resync failed; retry at the next round
+	stop       chan struct{}
+	done       chan struct{} // closed when the tracker returns; nil before Start
+	cancel     context.CancelFunc
+	stopOnce   sync.Once
+
+	pings, pingFailures, reconnects, takeovers atomic.Uint64
+}
+
+// HostStats counts what a node's host tracker did.
+type HostStats struct {
+	// Tracked is the number of hosts the node tracks now.
+	Tracked int
+	// Pings is the number of pings sent; PingFailures of those failed.
+	Pings uint64
+	// PingFailures is the number of pings that failed.
+	PingFailures uint64
+	// Reconnects counts the tracker's successful connects: takeovers and
+	// hosts that answered again after being disconnected.
+	Reconnects uint64
+	// Takeovers counts hosts taken over from the node that managed them
+	// and reconnected.
+	Takeovers uint64
+}
+
+func newHostService(cfg Config) *HostService {
+	s := &HostService{
+		cfg:     cfg,
+		log:     cfg.Logger.With("service", api.HostService),
+		mux:     bus.NewMux(),
+		tracked: make(map[string]cloud.HostStatus),
+		resync:  make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	on(s.mux, s.add)
+	on(s.mux, s.get)
+	on(s.mux, s.reconnectMsg)
+	on(s.mux, s.allocate)
+	return s
+}
+
+// Name returns "host".
+func (s *HostService) Name() string { return api.HostService }
+
+// APIMessages returns AddHost, GetHost and ReconnectHost; AllocateHost
+// is internal.
+func (s *HostService) APIMessages() []any {
+	return []any{api.AddHost{}, api.GetHost{}, api.ReconnectHost{}}
+}
+
+// Start binds the service to its node and starts the host tracker. The
+// node's ring is still empty here: the tracker takes its hosts over at
+// the first RingChanged, which follows the join.
+func (s *HostService) Start(ctx context.Context, n *service.Node) error {
+	if s.node != nil {
+		return fmt.Errorf("services: host service already started on node %s; create a Set per node", s.node.UUID())
+	}
+	s.node = n
+	s.log = s.log.With("node", n.UUID())
+	base, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.run(base)
+	}()
+	return nil
+}
+
+// Stop stops the tracker, canceling its hypervisor calls, and waits for
+// it (or for ctx). It is idempotent and safe without Start.
+func (s *HostService) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		if s.cancel != nil {
+			s.cancel()
+		}
+	})
+	if s.done == nil {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("services: stop host tracker: %w", ctx.Err())
+	}
+}
+
+// RingChanged asks the tracker to take over the hosts this node now owns
+// and drop those it no longer owns. It does not block.
+func (s *HostService) RingChanged(ctx context.Context, ch service.RingChange) {
+	select {
+	case s.resync <- struct{}{}:
+	default: // a resync is pending already; it will see this change too
+	}
+}
+
+// Evicted drops every tracked host: peers own them now.
+func (s *HostService) Evicted(ctx context.Context) {
+	s.mu.Lock()
+	n := len(s.tracked)
+	clear(s.tracked)
+	s.mu.Unlock()
+	s.log.Warn("node evicted: stopped tracking its hosts", "hosts", n)
+}
+
+// Stats returns the tracker's counters.
+func (s *HostService) Stats() HostStats {
+	s.mu.Lock()
+	n := len(s.tracked)
+	s.mu.Unlock()
+	return HostStats{
+		Tracked:      n,
+		Pings:        s.pings.Load(),
+		PingFailures: s.pingFailures.Load(),
+		Reconnects:   s.reconnects.Load(),
+		Takeovers:    s.takeovers.Load(),
+	}
+}
+
+// Tracked returns the UUIDs of the hosts this node tracks, sorted. The
+// caller owns the slice.
+func (s *HostService) Tracked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.tracked))
+	for id := range s.tracked {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Handle handles one message; see [bus.Handler].
+func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
+	if err := started(s.node, api.HostService); err != nil {
+		return nil, err
+	}
+	return s.mux.Handle(ctx, r)
+}
+
+// add handles AddHost on the host's owner: connect, record, track.
+func (s *HostService) add(ctx context.Context, r *bus.Request, m *api.AddHost) (any, error) {
+	id, err := routedUUID(r, "host", m.UUID)
+	if err != nil {
+		return nil, err
+	}
+	switch _, err := s.cfg.Store.Host(ctx, id); {
+	case err == nil:
+		return nil, cloud.Exists("host", id)
+	case !errors.Is(err, message.ErrNotFound):
+		return nil, err
+	}
+	h := cloud.Host{UUID: id, Name: m.Name, Address: m.Address}
+	if err := s.cfg.Hypervisor.Connect(ctx, h); err != nil {
+		return nil, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
+	}
+	h.Status, h.ManagedBy, h.ConnectedAt = cloud.HostConnected, s.node.UUID(), time.Now()
+	if err := s.cfg.Store.AddHost(ctx, h); err != nil {
+		return nil, fmt.Errorf("host: add host %s: %w", id, err)
+	}
+	s.setTracked(id, cloud.HostConnected)
+	s.log.Info("host added and connected", "host", id, "address", m.Address)
+	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+}
+
+func (s *HostService) get(ctx context.Context, r *bus.Request, m *api.GetHost) (any, error) {
+	id, err := routedUUID(r, "host", m.UUID)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.cfg.Store.Host(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+}
+
+// reconnectMsg handles ReconnectHost on the host's owner.
+func (s *HostService) reconnectMsg(ctx context.Context, r *bus.Request, m *api.ReconnectHost) (any, error) {
+	id, err := routedUUID(r, "host", m.UUID)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.cfg.Store.Host(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	h, err = s.reconnect(ctx, h, "requested")
+	if err != nil {
+		return nil, err
+	}
+	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+}
+
+// allocate handles AllocateHost, a message about no resource, on the
+// local node: the connected host with the fewest live VMs (ties broken by
+// UUID). It reserves nothing: two nodes allocating at once may pick the
+// same host, which only makes the placement less even.
+func (s *HostService) allocate(ctx context.Context, r *bus.Request, m *api.AllocateHost) (any, error) {
+	hosts, err := s.cfg.Store.Hosts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host: allocate: %w", err)
+	}
+	vms, err := s.cfg.Store.VMs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host: allocate: %w", err)
+	}
+	load := make(map[string]int)
+	for _, vm := range vms {
+		if vm.State != cloud.VMDestroyed {
+			load[vm.HostUUID]++
+		}
+	}
+	best := ""
+	for _, h := range hosts { // sorted by UUID
+		if h.Status == cloud.HostConnected && (best == "" || load[h.UUID] < load[best]) {
+			best = h.UUID
+		}
+	}
+	if best == "" {
+		return nil, message.ErrNotFound.WithDetails(fmt.Sprintf("no connected host among %d to place a VM on: add one with AddHost", len(hosts)))
+	}
+	return api.HostAllocated{HostUUID: best, Handling: handling(s.node, r)}, nil
+}
+
+func (s *HostService) setTracked(id string, st cloud.HostStatus) {
+	s.mu.Lock()
+	s.tracked[id] = st
+	s.mu.Unlock()
+}
+
+func (s *HostService) untrack(id, why string) {
+	s.mu.Lock()
+	_, was := s.tracked[id]
+	delete(s.tracked, id)
+	s.mu.Unlock()
+	if was {
+		s.log.Info("stopped tracking host", "host", id, "why", why)
+	}
+}

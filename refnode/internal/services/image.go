@@ -1,0 +1,74 @@
+package services
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// ImageService is the "image" service: it adds and reads images, each on
+// the image's ring owner. It implements service.Starter and
+// service.APIService. Safe for concurrent use once started.
+type ImageService struct {
+	store cloud.Store
+	log   *slog.Logger
+	node  *service.Node
+	mux   *bus.Mux
+}
+
+func newImageService(cfg Config) *ImageService {
+	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux()}
+	on(s.mux, s.add)
+	on(s.mux, s.get)
+	return s
+}
+
+// Name returns "image".
+func (s *ImageService) Name() string { return api.ImageService }
+
+// APIMessages returns AddImage and GetImage.
+func (s *ImageService) APIMessages() []any { return []any{api.AddImage{}, api.GetImage{}} }
+
+// Start binds the service to its node.
+func (s *ImageService) Start(ctx context.Context, n *service.Node) error {
+	s.node = n
+	s.log = s.log.With("node", n.UUID())
+	return nil
+}
+
+// Handle handles one message; see [bus.Handler].
+func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) {
+	if err := started(s.node, api.ImageService); err != nil {
+		return nil, err
+	}
+	return s.mux.Handle(ctx, r)
+}
+
+func (s *ImageService) add(ctx context.Context, r *bus.Request, m *api.AddImage) (any, error) {
+	id, err := routedUUID(r, "image", m.UUID)
+	if err != nil {
+		return nil, err
+	}
+	img := cloud.Image{UUID: id, Name: m.Name, URL: m.URL, SizeMB: m.SizeMB}
+	if err := s.store.AddImage(ctx, img); err != nil {
+		return nil, err
+	}
+	s.log.Info("image added", "image", id, "name", m.Name)
+	return api.ImageReply{Image: img, Handling: handling(s.node, r)}, nil
+}
+
+func (s *ImageService) get(ctx context.Context, r *bus.Request, m *api.GetImage) (any, error) {
+	id, err := routedUUID(r, "image", m.UUID)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.store.Image(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return api.ImageReply{Image: img, Handling: handling(s.node, r)}, nil
+}

@@ -1,0 +1,144 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// Config configures the services of one management node. Store and
+// Hypervisor are required; every other zero field takes a default.
+type Config struct {
+	// Store holds the records; required. Nodes of one cluster share it.
+	Store cloud.Store
+	// Hypervisor runs the VMs; required.
+	Hypervisor cloud.Hypervisor
+	// PingInterval is how often the host tracker pings the hosts this
+	// node owns. Default 10 s; the first round is delayed by a random
+	// fraction of it so nodes do not ping in lockstep.
+	PingInterval time.Duration
+	// OpTimeout bounds each hypervisor call of the tracker (ping,
+	// reconnect). Default: PingInterval.
+	OpTimeout time.Duration
+	// ResyncEvery is how many ping rounds pass between two full
+	// comparisons of the host list with the ring, besides the one made
+	// at every ring change, to heal a failed one. Default 10.
+	ResyncEvery int
+	// MaxParallel bounds the tracker's concurrent hypervisor calls.
+	// Default 8.
+	MaxParallel int
+	// Logger receives the services' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.PingInterval == 0 {
+		c.PingInterval = 10 * time.Second
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = c.PingInterval
+	}
+	if c.ResyncEvery == 0 {
+		c.ResyncEvery = 10
+	}
+	if c.MaxParallel == 0 {
+		c.MaxParallel = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem with c at once. Zero fields other than
+// Store and Hypervisor are valid (they take defaults).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("services: config: Store is required (memdb for one process)"))
+	}
+	if c.Hypervisor == nil {
+		errs = append(errs, errors.New("services: config: Hypervisor is required (simhv simulates one)"))
+	}
+	if c.PingInterval < 0 || c.OpTimeout < 0 {
+		errs = append(errs, fmt.Errorf("services: config: PingInterval %s and OpTimeout %s must not be negative", c.PingInterval, c.OpTimeout))
+	}
+	if c.ResyncEvery < 0 || c.MaxParallel < 0 {
+		errs = append(errs, fmt.Errorf("services: config: ResyncEvery %d and MaxParallel %d must not be negative", c.ResyncEvery, c.MaxParallel))
+	}
+	return errors.Join(errs...)
+}
+
+// Set is the services of one management node. Create one Set per node:
+// a service belongs to the node that started it.
+type Set struct {
+	// Host is the host service.
+	Host *HostService
+	// Image is the image service.
+	Image *ImageService
+	// VM is the VM service.
+	VM *VMService
+}
+
+// New validates cfg and returns the services of one node.
+func New(cfg Config) (*Set, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Set{Host: newHostService(cfg), Image: newImageService(cfg), VM: newVMService(cfg)}, nil
+}
+
+// Services returns the set as service.Service values, for service.Config.
+func (s *Set) Services() []service.Service {
+	return []service.Service{s.Host, s.Image, s.VM}
+}
+
+// on registers on m a handler for payloads of type *Req that also sees
+// the request (for its routing and headers).
+func on[Req any](m *bus.Mux, fn func(ctx context.Context, r *bus.Request, req *Req) (any, error)) {
+	m.HandleType((*Req)(nil), bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		req, ok := r.Payload.(*Req)
+		if !ok || req == nil {
+			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %T, want %T", r.Payload, req))
+		}
+		return fn(ctx, r, req)
+	}))
+}
+
+// handling says that node n handled r.
+func handling(n *service.Node, r *bus.Request) api.Handling {
+	return api.Handling{Node: n.UUID(), Portal: r.Envelope.Headers[service.HeaderPortal]}
+}
+
+// routedUUID normalizes the UUID a message names and checks that the
+// message was routed by it: the envelope's resource is what the ring
+// routed by and what the bus serializes on.
+func routedUUID(r *bus.Request, kind, raw string) (string, error) {
+	id, err := message.NormalizeUUID(raw)
+	if err != nil {
+		return "", fmt.Errorf("%s UUID: %w", kind, err)
+	}
+	if r.Envelope.ResourceUUID != id {
+		return "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
+			"%s names %s %s but was routed by resource %q: send it with bus.WithResource(%s) (api.Call and service.Node.Call do) so it reaches the %s's owner",
+			r.Envelope.Type, kind, id, r.Envelope.ResourceUUID, id, kind))
+	}
+	return id, nil
+}
+
+// started returns an error if the service's Start has not run (n is
+// nil): a message cannot arrive before, but a misuse should not panic.
+func started(n *service.Node, name string) error {
+	if n == nil {
+		return fmt.Errorf("services: %s received a message before Start: %w", name, message.ErrClosed)
+	}
+	return nil
+}

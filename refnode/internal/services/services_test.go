@@ -1,0 +1,392 @@
+package services_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const pingInterval = 100 * time.Millisecond
+
+// fixture is a test cluster running refnode's services over one shared
+// store and simulated hypervisor.
+type fixture struct {
+	c   *servicetest.Cluster
+	db  *memdb.Store
+	hv  *simhv.Hypervisor
+	cl  *service.Client
+	mu  sync.Mutex
+	set map[int]*services.Set // by node start index
+}
+
+func start(t *testing.T, nodes int, hv simhv.Config) *fixture {
+	t.Helper()
+	reg := message.NewRegistry()
+	require.NoError(t, api.Register(reg))
+	h, err := simhv.New(hv)
+	require.NoError(t, err)
+	f := &fixture{db: memdb.New(), hv: h, set: map[int]*services.Set{}}
+	f.c = servicetest.Start(t, servicetest.Options{
+		Nodes:    nodes,
+		Registry: reg,
+		Services: func(i int) []service.Service {
+			s, err := services.New(services.Config{Store: f.db, Hypervisor: f.hv, PingInterval: pingInterval})
+			if err != nil {
+				panic(err)
+			}
+			f.mu.Lock()
+			f.set[i] = s
+			f.mu.Unlock()
+			return s.Services()
+		},
+	})
+	f.cl = f.c.Client(t)
+	return f
+}
+
+// setOf returns the services of the node with the given UUID.
+func (f *fixture) setOf(t *testing.T, node string) *services.Set {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range f.set {
+		if f.c.Node(i).UUID() == node {
+			return s
+		}
+	}
+	t.Fatalf("no node %s", node)
+	return nil
+}
+
+func (f *fixture) addHosts(t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		id := message.NewUUID()
+		rep, err := api.Call[api.HostReply](t.Context(), f.cl, api.AddHost{UUID: id, Address: "10.0.0.1"})
+		require.NoError(t, err)
+		assert.Equal(t, f.c.Owner(id), rep.Node, "AddHost is handled by the host's owner")
+		assert.Equal(t, cloud.HostConnected, rep.Host.Status)
+		assert.Equal(t, rep.Node, rep.Host.ManagedBy)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (f *fixture) addImage(t *testing.T) string {
+	t.Helper()
+	id := message.NewUUID()
+	rep, err := api.Call[api.ImageReply](t.Context(), f.cl, api.AddImage{UUID: id, Name: "img"})
+	require.NoError(t, err)
+	assert.Equal(t, f.c.Owner(id), rep.Node)
+	return id
+}
+
+func TestVMLifecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{Latency: 10 * time.Millisecond})
+		ctx := t.Context()
+		f.addHosts(t, 2)
+		img := f.addImage(t)
+
+		created, err := api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "web"})
+		require.NoError(t, err)
+		vm := created.VM.UUID
+		assert.Equal(t, created.Portal, created.Node, "a creation through api.portal runs on the portal's node")
+		assert.Equal(t, created.Node, created.AllocatedBy, "the creating node's own host service allocates")
+		assert.Equal(t, cloud.VMCreated, created.VM.State)
+		assert.Equal(t, 1, created.VM.CPUs)
+
+		steps := []struct {
+			msg   any
+			state cloud.VMState
+			power simhv.Power
+		}{
+			{api.StartVm{UUID: vm}, cloud.VMRunning, simhv.PowerOn},
+			{api.RebootVm{UUID: vm}, cloud.VMRunning, simhv.PowerOn},
+			{api.StopVm{UUID: vm}, cloud.VMStopped, simhv.PowerOff},
+			{api.StartVm{UUID: vm}, cloud.VMRunning, simhv.PowerOn},
+		}
+		for _, s := range steps {
+			rep, err := api.Call[api.VmReply](ctx, f.cl, s.msg)
+			require.NoError(t, err, "%T", s.msg)
+			assert.Equal(t, f.c.Owner(vm), rep.Node, "%T is handled by the VM's owner", s.msg)
+			assert.NotEmpty(t, rep.Portal)
+			assert.Equal(t, s.state, rep.VM.State)
+			p, ok := f.hv.PowerOf(vm)
+			assert.True(t, ok)
+			assert.Equal(t, s.power, p)
+		}
+		// The same, sent by a node: routed by the ring, no portal.
+		rep, err := api.CallFrom[api.VmReply](ctx, f.c.Node(0), api.VMService, api.GetVm{UUID: vm})
+		require.NoError(t, err)
+		assert.Equal(t, f.c.Owner(vm), rep.Node)
+		assert.Empty(t, rep.Portal)
+
+		_, err = api.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		assert.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM is not a valid transition")
+		assert.Contains(t, err.Error(), "cannot start a VM that is running")
+
+		rep, err = api.Call[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
+		require.NoError(t, err)
+		assert.Equal(t, cloud.VMDestroyed, rep.VM.State)
+		_, ok := f.hv.PowerOf(vm)
+		assert.False(t, ok, "destroyed on the hypervisor")
+		for _, msg := range []any{api.StartVm{UUID: vm}, api.StopVm{UUID: vm}, api.RebootVm{UUID: vm}, api.DestroyVm{UUID: vm}} {
+			_, err = api.Call[api.VmReply](ctx, f.cl, msg)
+			assert.ErrorIs(t, err, message.ErrBadRequest, "%T on a destroyed VM", msg)
+		}
+
+		_, err = api.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: message.NewUUID()})
+		assert.ErrorIs(t, err, message.ErrNotFound)
+	})
+}
+
+func TestBadRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 2, simhv.Config{})
+		ctx := t.Context()
+		img := f.addImage(t)
+
+		_, err := api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		assert.ErrorIs(t, err, message.ErrNotFound, "no host to place the VM on")
+		assert.Contains(t, err.Error(), "add one with AddHost")
+
+		hosts := f.addHosts(t, 1)
+		_, err = api.Call[api.HostReply](ctx, f.cl, api.AddHost{UUID: hosts[0]})
+		assert.ErrorIs(t, err, message.ErrBadRequest, "adding a host twice")
+		_, err = api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: message.NewUUID()})
+		assert.ErrorIs(t, err, message.ErrNotFound, "unknown image")
+		_, err = api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: "nope"})
+		assert.ErrorIs(t, err, message.ErrInvalidUUID)
+
+		created, err := api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		require.NoError(t, err)
+		_, err = api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: created.VM.UUID, ImageUUID: img})
+		assert.ErrorIs(t, err, message.ErrBadRequest, "a VM UUID cannot be created twice")
+
+		// A routed message sent without (or with the wrong) resource never
+		// runs on a node that may not own it.
+		_, err = f.cl.Call(ctx, api.StartVm{UUID: created.VM.UUID})
+		assert.ErrorIs(t, err, message.ErrBadRequest)
+		assert.Contains(t, err.Error(), "bus.WithResource")
+		_, err = f.cl.Call(ctx, api.GetHost{UUID: hosts[0]}, bus.WithResource(message.NewUUID()))
+		assert.ErrorIs(t, err, message.ErrBadRequest)
+	})
+}
+
+func TestHypervisorFailureAndSlowness(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 2, simhv.Config{Latency: 20 * time.Millisecond})
+		ctx := t.Context()
+		f.addHosts(t, 1)
+		img := f.addImage(t)
+		created, err := api.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		require.NoError(t, err)
+		vm := created.VM.UUID
+
+		f.hv.FailNext(simhv.OpStartVM, 1)
+		_, err = api.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		assert.ErrorIs(t, err, message.ErrInternal, "a hypervisor failure crosses the bus as internal: outcome unknown")
+		assert.Contains(t, err.Error(), "the VM stays created")
+		rep, err := api.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+		require.NoError(t, err)
+		assert.Equal(t, cloud.VMCreated, rep.VM.State, "the state is restored")
+
+		rep, err = api.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		require.NoError(t, err, "the next start succeeds")
+		assert.Equal(t, cloud.VMRunning, rep.VM.State)
+
+		// A hypervisor slower than the caller's deadline: the caller times
+		// out, and the owner restores the state when the handler's ctx ends.
+		f.hv.SetLatency(simhv.OpStopVM, time.Minute)
+		began := time.Now()
+		_, err = api.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm}, bus.WithTimeout(time.Second))
+		assert.ErrorIs(t, err, message.ErrTimeout)
+		assert.Less(t, time.Since(began), 2*time.Second)
+		f.c.WaitFor(t, 5*time.Second, "the VM is running again", func() bool {
+			v, err := f.db.VM(ctx, vm)
+			return err == nil && v.State == cloud.VMRunning
+		})
+	})
+}
+
+// TestHostTakeoverAfterKill is the design's takeover: a node dies without
+// a goodbye; once it is evicted, every host it owned is reconnected by
+// its new ring owner, counted and logged, and tracked by it.
+func TestHostTakeoverAfterKill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{Latency: 5 * time.Millisecond})
+		ctx := t.Context()
+		hosts := f.addHosts(t, 12)
+		f.waitTracking(t)
+
+		victim := f.c.Owner(hosts[0])
+		var theirs []string
+		for _, h := range hosts {
+			if f.c.Owner(h) == victim {
+				theirs = append(theirs, h)
+			}
+		}
+		f.c.Kill(victim)
+		f.c.WaitGone(t, victim, 2*time.Second)
+		f.c.WaitConverged(t, time.Second)
+		f.c.WaitFor(t, 2*time.Second, "every host of the dead node reconnected by its new owner", func() bool {
+			for _, h := range theirs {
+				rec, err := f.db.Host(ctx, h)
+				if err != nil || rec.ManagedBy != f.c.Owner(h) || rec.Status != cloud.HostConnected {
+					return false
+				}
+			}
+			return true
+		})
+		var takeovers uint64
+		for _, n := range f.c.Live() {
+			takeovers += f.setOf(t, n.UUID()).Host.Stats().Takeovers
+		}
+		assert.Equal(t, uint64(len(theirs)), takeovers, "each taken-over host is counted once")
+		for _, h := range theirs {
+			rec, _ := f.db.Host(ctx, h)
+			assert.Equal(t, 1, rec.Takeovers)
+			assert.NotEqual(t, victim, rec.ManagedBy)
+		}
+		f.waitTracking(t)
+	})
+}
+
+// TestJoinMovesTracking: a node that joins takes the hosts it now owns
+// over, and their old owners stop tracking them.
+func TestJoinMovesTracking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 2, simhv.Config{})
+		hosts := f.addHosts(t, 20)
+		f.waitTracking(t)
+		newcomer := f.c.AddNode(t)
+		f.c.WaitConverged(t, time.Second)
+		f.waitTracking(t)
+		moved := 0
+		for _, h := range hosts {
+			if f.c.Owner(h) == newcomer.UUID() {
+				moved++
+				rec, err := f.db.Host(t.Context(), h)
+				require.NoError(t, err)
+				assert.Equal(t, newcomer.UUID(), rec.ManagedBy)
+			}
+		}
+		assert.Positive(t, moved, "the newcomer owns some of 20 hosts")
+	})
+}
+
+// waitTracking waits until every live node tracks exactly the hosts it
+// owns.
+func (f *fixture) waitTracking(t *testing.T) {
+	t.Helper()
+	f.c.WaitFor(t, 2*time.Second, "every live node tracks exactly the hosts it owns", func() bool {
+		hosts, _ := f.db.Hosts(t.Context())
+		for _, n := range f.c.Live() {
+			var want []string
+			for _, h := range hosts {
+				if n.Owns(h.UUID) {
+					want = append(want, h.UUID)
+				}
+			}
+			got := f.setOf(t, n.UUID()).Host.Tracked()
+			if len(got) != len(want) {
+				return false
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func TestPingDisconnectsAndReconnects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 2, simhv.Config{})
+		ctx := t.Context()
+		h := f.addHosts(t, 1)[0]
+		status := func(want cloud.HostStatus) func() bool {
+			return func() bool {
+				rec, err := f.db.Host(ctx, h)
+				return err == nil && rec.Status == want
+			}
+		}
+		f.hv.SetHostDown(h, true)
+		f.c.WaitFor(t, 5*pingInterval, "the host is marked disconnected", status(cloud.HostDisconnected))
+		f.hv.SetHostDown(h, false)
+		f.c.WaitFor(t, 5*pingInterval, "the host is reconnected", status(cloud.HostConnected))
+		st := f.setOf(t, f.c.Owner(h)).Host.Stats()
+		assert.Positive(t, st.PingFailures)
+		assert.Positive(t, st.Reconnects)
+		assert.Zero(t, st.Takeovers)
+
+		rep, err := api.Call[api.HostReply](ctx, f.cl, api.ReconnectHost{UUID: h})
+		require.NoError(t, err)
+		assert.Equal(t, f.c.Owner(h), rep.Node)
+		assert.Equal(t, cloud.HostConnected, rep.Host.Status)
+	})
+}
+
+// TestAllocateHostIsLocal: CreateVm sent to a node runs there, and that
+// node's host service picks the least loaded connected host.
+func TestAllocateHostIsLocal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{})
+		ctx := t.Context()
+		hosts := f.addHosts(t, 2)
+		img := f.addImage(t)
+		perHost := map[string]int{}
+		for i := range 4 {
+			n := f.c.Node(i % 3)
+			rep, err := api.CallFrom[api.VmCreated](ctx, n, api.VMService, api.CreateVm{ImageUUID: img})
+			require.NoError(t, err)
+			assert.Equal(t, n.UUID(), rep.Node, "a creation runs on the local node")
+			assert.Equal(t, n.UUID(), rep.AllocatedBy)
+			assert.Empty(t, rep.Portal)
+			perHost[rep.VM.HostUUID]++
+		}
+		assert.Equal(t, map[string]int{hosts[0]: 2, hosts[1]: 2}, perHost)
+	})
+}
+
+func TestConfigAndLifecycle(t *testing.T) {
+	_, err := services.New(services.Config{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Store is required")
+	assert.Contains(t, err.Error(), "Hypervisor is required")
+
+	hv, err := simhv.New(simhv.Config{})
+	require.NoError(t, err)
+	s, err := services.New(services.Config{Store: memdb.New(), Hypervisor: hv})
+	require.NoError(t, err)
+	assert.NoError(t, s.Host.Stop(context.Background()), "Stop without Start")
+	assert.NoError(t, s.Host.Stop(context.Background()), "Stop is idempotent")
+	names := []string{}
+	for _, svc := range s.Services() {
+		names = append(names, svc.Name())
+	}
+	assert.Equal(t, []string{"host", "image", "vmInstance"}, names)
+}
