@@ -47,6 +47,7 @@ type CloudBus struct {
 
 	lateReplies atomic.Uint64
 	rejected    atomic.Uint64
+	unwatch     func() // stops watching the transport's state, if it reports one
 }
 
 // service is one registered handler and its consumer.
@@ -88,6 +89,9 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 		closing:   make(chan struct{}),
 	}
 	go b.dispatchEvents()
+	if w, ok := cfg.Transport.(StateWatcher); ok {
+		b.unwatch = w.WatchState(b.onTransportState)
+	}
 	if err := b.start(ctx); err != nil {
 		_ = b.Close()
 		return nil, err
@@ -133,6 +137,34 @@ func (b *CloudBus) addConsumer(c Consumer) {
 	b.mu.Lock()
 	b.consumers = append(b.consumers, c)
 	b.mu.Unlock()
+}
+
+// onTransportState ends the calls in flight when the connection drops:
+// their reply queue died with it, so no reply can come. The outcome is
+// unknown (the request may have been delivered).
+func (b *CloudBus) onTransportState(s TransportState) {
+	if s != TransportReconnecting {
+		return
+	}
+	b.mu.Lock()
+	pending := b.pending
+	b.pending = make(map[string]*pendingCall)
+	b.mu.Unlock()
+	if len(pending) > 0 {
+		b.log.Warn("connection to the broker lost: failing calls in flight", "calls", len(pending))
+	}
+	for _, p := range pending {
+		p.finish(nil, message.ErrUnavailable.WithDetails("the connection to the broker dropped while waiting for the reply; outcome unknown"))
+	}
+}
+
+// TransportState returns the state of the transport's connection:
+// TransportConnected for transports that do not report one.
+func (b *CloudBus) TransportState() TransportState {
+	if w, ok := b.tr.(StateWatcher); ok {
+		return w.TransportState()
+	}
+	return TransportConnected
 }
 
 // DeadLetterQueue returns the name of the queue poison messages go to.
@@ -326,6 +358,9 @@ func (b *CloudBus) Close() error {
 		b.pending = make(map[string]*pendingCall)
 		b.mu.Unlock()
 		close(b.closing)
+		if b.unwatch != nil {
+			b.unwatch()
+		}
 
 		b.stopConsumers(true)
 		for _, p := range pending {

@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -135,10 +137,35 @@ func (s *scheduler) work(t task) {
 		s.parked = append(s.parked, inbox)
 		s.mu.Unlock()
 		var ok bool
-		if t, ok = <-inbox; !ok {
+		if t, ok = s.park(inbox); !ok {
 			return
 		}
 	}
+}
+
+// workerIdle is how long a parked worker waits for a task before it
+// exits, so that a burst does not leave MaxConcurrency goroutines behind.
+const workerIdle = time.Second
+
+// park waits for a task on inbox; it reports false when the worker should
+// exit (the scheduler closed, or nothing came for workerIdle).
+func (s *scheduler) park(inbox chan task) (task, bool) {
+	timer := time.NewTimer(workerIdle)
+	defer timer.Stop()
+	select {
+	case t, ok := <-inbox:
+		return t, ok
+	case <-timer.C:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.parked, inbox); i >= 0 {
+		s.parked = slices.Delete(s.parked, i, i+1)
+		return task{}, false
+	}
+	// pump handed us a task (or close closed inbox) as the timer fired.
+	t, ok := <-inbox
+	return t, ok
 }
 
 // finish ends the running job of l. s.mu is held.

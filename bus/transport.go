@@ -140,3 +140,47 @@ type Consumer interface {
 	// queue. It is idempotent and waits until no handle call is running.
 	Cancel() error
 }
+
+// TransportState is the connection state of a transport that can lose its
+// broker and recover (see [StateWatcher]).
+type TransportState uint8
+
+// The transport states.
+const (
+	// TransportConnected: connected; publishing and consuming work.
+	TransportConnected TransportState = iota + 1
+	// TransportReconnecting: the connection dropped; the transport is
+	// reconnecting with backoff. Operations fail with
+	// message.ErrUnavailable until it is back.
+	TransportReconnecting
+	// TransportClosed: Close was called.
+	TransportClosed
+)
+
+// String returns "connected", "reconnecting", "closed" or
+// "TransportState(n)".
+func (s TransportState) String() string {
+	switch s {
+	case TransportConnected:
+		return "connected"
+	case TransportReconnecting:
+		return "reconnecting"
+	case TransportClosed:
+		return "closed"
+	default:
+		return "TransportState(" + strconv.Itoa(int(s)) + ")"
+	}
+}
+
+// StateWatcher is implemented by a transport whose connection can drop
+// and recover, such as bus/amqpbus. The bus uses it to end calls in
+// flight at once when the connection drops (their replies would be lost
+// with the reply queue) and the node reports the state.
+type StateWatcher interface {
+	// TransportState returns the current state.
+	TransportState() TransportState
+	// WatchState calls f with every later state change, in order, from a
+	// goroutine of the transport; f must not block. stop ends the calls;
+	// after it returns f is not called again.
+	WatchState(f func(TransportState)) (stop func())
+}

@@ -1,6 +1,7 @@
 package amqpbus_test
 
 import (
+	"errors"
 	"net"
 	"os"
 	"sync"
@@ -32,29 +33,46 @@ func brokerURL(t testing.TB) string {
 }
 
 // env dials transports that record their TCP connections, so that Kill
-// can drop them without a goodbye, as SIGKILL would.
+// can drop them without a goodbye, as SIGKILL would; a killed transport
+// cannot reconnect (its dials are refused), as a dead process would not.
 type env struct {
 	url   string
 	mu    sync.Mutex
-	conns map[string][]net.Conn
+	links map[string][]*link // by node
+}
+
+// link is one transport's connections and whether it was killed.
+type link struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
 }
 
 func newEnv(t *testing.T) *env {
-	return &env{url: brokerURL(t), conns: map[string][]net.Conn{}}
+	return &env{url: brokerURL(t), links: map[string][]*link{}}
 }
 
 func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Transport {
 	t.Helper()
-	cfg.URL = e.url
+	if cfg.URL == "" {
+		cfg.URL = e.url
+	}
 	if cfg.ConnectionName == "" {
 		cfg.ConnectionName = "cloudbus-test-" + node[:min(8, len(node))]
 	}
+	l := &link{}
+	e.mu.Lock()
+	e.links[node] = append(e.links[node], l)
+	e.mu.Unlock()
 	cfg.Dial = func(network, addr string) (net.Conn, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.killed {
+			return nil, errors.New("test: this node was killed")
+		}
 		c, err := net.DialTimeout(network, addr, 5*time.Second)
 		if err == nil {
-			e.mu.Lock()
-			e.conns[node] = append(e.conns[node], c)
-			e.mu.Unlock()
+			l.conns = append(l.conns, c)
 		}
 		return c, err
 	}
@@ -72,14 +90,16 @@ func (e *env) Transport(t *testing.T, node string) bus.Transport {
 
 func (e *env) Kill(t *testing.T, node string) {
 	e.mu.Lock()
-	conns := e.conns[node]
-	delete(e.conns, node)
+	links := e.links[node]
+	delete(e.links, node)
 	e.mu.Unlock()
-	for _, c := range conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // reset, no FIN: like a killed process
+	for _, l := range links {
+		l.mu.Lock()
+		l.killed = true
+		for _, c := range l.conns {
+			reset(c) // no FIN: like a killed process
 		}
-		_ = c.Close()
+		l.mu.Unlock()
 	}
 }
 

@@ -41,6 +41,12 @@ type Config struct {
 	// noticed after about two of them. Default 5 s.
 	Heartbeat time.Duration
 
+	// ReconnectMax caps the backoff between reconnection attempts after
+	// the connection dropped; attempts start 50 ms apart, double, and
+	// carry ±20 % jitter. Default 2 s, so that a node is back within about
+	// two seconds of the broker being reachable again.
+	ReconnectMax time.Duration
+
 	// Publishers is the number of channels publishing in parallel, each in
 	// confirm mode with its own goroutine. Default 4.
 	Publishers int
@@ -79,6 +85,9 @@ func (c *Config) setDefaults() {
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 5 * time.Second
 	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 2 * time.Second
+	}
 	if c.Publishers == 0 {
 		c.Publishers = 4
 	}
@@ -105,7 +114,7 @@ func (c *Config) Validate() error {
 	} else if _, err := amqp.ParseURI(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("amqpbus: config: URL %s is not an AMQP URI (amqp:// or amqps://)", MaskURL(c.URL)))
 	}
-	if c.Publishers < 0 || c.DialTimeout < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 {
+	if c.Publishers < 0 || c.DialTimeout < 0 || c.ReconnectMax < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 {
 		errs = append(errs, errors.New("amqpbus: config: counts and durations must not be negative"))
 	}
 	if c.QueueExpires != 0 && c.QueueExpires < time.Minute {

@@ -22,20 +22,27 @@ const headerDeliveries = "x-cloudbus-deliveries"
 
 var consumerTags atomic.Uint64
 
-// consumer consumes one queue on its own channel.
+// consumer consumes one queue on its own channel. When the connection
+// drops, the transport resumes it on a new channel of the next session;
+// deliveries of the old channel can no longer be acknowledged (the broker
+// requeued them), and their tags are never used on the new channel.
 type consumer struct {
 	t        *Transport
 	queue    string
-	ch       *amqp.Channel
+	prefetch int
 	tag      string
 	limit    bus.QueueOptions
 	handle   func(bus.Delivery)
 	done     chan struct{} // closed when run returns
+	resumed  chan (<-chan amqp.Delivery)
+	stopped  chan struct{}
 	stopOnce sync.Once
 
 	mu          sync.Mutex
-	outstanding int  // handed over, not yet settled
-	cancelled   bool // no more deliveries wanted
+	ch          *amqp.Channel // current channel
+	outstanding map[*amqp.Channel]int
+	cancelled   bool // Cancel was called
+	cancelDone  bool // the broker confirmed basic.cancel on ch
 }
 
 // Consume implements [bus.Transport]: a channel per consumer with
@@ -47,32 +54,27 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeO
 	if handle == nil {
 		return nil, fmt.Errorf("amqpbus: %s: nil handler: %w", op, message.ErrBadRequest)
 	}
-	if err := t.check(op); err != nil {
+	s, err := t.current(op)
+	if err != nil {
 		return nil, err
 	}
-	ch, err := t.conn.Channel()
-	if err != nil {
-		return nil, t.opError(op, err)
-	}
-	if err := ch.Qos(max(opts.Prefetch, 1), 0, false); err != nil {
-		_ = ch.Close()
-		return nil, t.opError(op, err)
-	}
 	c := &consumer{
-		t:      t,
-		queue:  queue,
-		ch:     ch,
-		tag:    fmt.Sprintf("%s-%d", t.cfg.ConnectionName, consumerTags.Add(1)),
-		handle: handle,
-		done:   make(chan struct{}),
+		t:           t,
+		queue:       queue,
+		prefetch:    max(opts.Prefetch, 1),
+		tag:         fmt.Sprintf("%s-%d", t.cfg.ConnectionName, consumerTags.Add(1)),
+		handle:      handle,
+		done:        make(chan struct{}),
+		resumed:     make(chan (<-chan amqp.Delivery), 1),
+		stopped:     make(chan struct{}),
+		outstanding: make(map[*amqp.Channel]int),
 	}
 	t.mu.Lock()
 	c.limit = t.queues[queue]
 	t.mu.Unlock()
-	deliveries, err := ch.ConsumeWithContext(ctx, queue, c.tag, false, false, false, false, nil)
+	deliveries, err := c.open(s)
 	if err != nil {
-		_ = ch.Close()
-		return nil, t.opError(op, err)
+		return nil, t.opError(s, op, err)
 	}
 	t.mu.Lock()
 	t.consumers[c] = struct{}{}
@@ -81,17 +83,72 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeO
 	return c, nil
 }
 
+// open starts consuming on a new channel of s.
+func (c *consumer) open(s *session) (<-chan amqp.Delivery, error) {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(c.prefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	// Not ConsumeWithContext: it cancels the consumer when its ctx ends.
+	deliveries, err := ch.Consume(c.queue, c.tag, false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	c.mu.Lock()
+	c.ch = ch
+	c.mu.Unlock()
+	return deliveries, nil
+}
+
+// resume restarts the consumer on session s after a reconnect.
+func (c *consumer) resume(s *session) error {
+	c.mu.Lock()
+	cancelled := c.cancelled
+	c.mu.Unlock()
+	if cancelled {
+		return nil
+	}
+	deliveries, err := c.open(s)
+	if err != nil {
+		return err
+	}
+	select {
+	case c.resumed <- deliveries:
+	default: // a resume is already queued: keep the newer
+		select {
+		case <-c.resumed:
+		default:
+		}
+		c.resumed <- deliveries
+	}
+	return nil
+}
+
 func (c *consumer) run(deliveries <-chan amqp.Delivery) {
 	defer close(c.done)
-	for d := range deliveries {
-		if d.Redelivered && c.limit.MaxDeliveries > 0 {
-			c.recount(d)
-			continue
+	for {
+		for d := range deliveries {
+			if d.Redelivered && c.limit.MaxDeliveries > 0 {
+				c.recount(d)
+				continue
+			}
+			c.mu.Lock()
+			c.outstanding[d.Acknowledger.(*amqp.Channel)]++
+			c.mu.Unlock()
+			c.handle(&delivery{c: c, d: d})
 		}
-		c.mu.Lock()
-		c.outstanding++
-		c.mu.Unlock()
-		c.handle(&delivery{c: c, d: d})
+		select { // the channel closed: stopped, or the connection dropped
+		case deliveries = <-c.resumed:
+		case <-c.stopped:
+			return
+		case <-c.t.closing:
+			return
+		}
 	}
 }
 
@@ -139,35 +196,48 @@ func deliveries(h amqp.Table) int {
 }
 
 // stop cancels delivery; the channel stays open for acknowledgements of
-// what was handed over, and closes when the last is settled.
+// what was handed over, and closes when the last is settled (or with the
+// connection). basic.cancel and channel.close are never in flight at once
+// on one channel: amqp091 can deadlock on that.
 func (c *consumer) stop() {
 	c.stopOnce.Do(func() {
-		_ = c.ch.Cancel(c.tag, false)
 		c.mu.Lock()
 		c.cancelled = true
-		idle := c.outstanding == 0
+		ch := c.ch
 		c.mu.Unlock()
-		if idle {
-			c.closeChannel()
+		close(c.stopped)
+		if ch != nil {
+			err := ch.Cancel(c.tag, false)
+			c.mu.Lock()
+			c.cancelDone = err == nil
+			idle := err == nil && c.outstanding[ch] == 0
+			c.mu.Unlock()
+			if idle {
+				_ = ch.Close()
+			}
 		}
+		c.t.mu.Lock()
+		delete(c.t.consumers, c)
+		c.t.mu.Unlock()
 	})
 }
 
-func (c *consumer) closeChannel() {
-	_ = c.ch.Close()
-	c.t.mu.Lock()
-	delete(c.t.consumers, c)
-	c.t.mu.Unlock()
-}
-
-// settled records that a delivery was acknowledged or rejected.
-func (c *consumer) settled() {
+// settled records that a delivery of ch was acknowledged or rejected.
+func (c *consumer) settled(ch *amqp.Channel) {
 	c.mu.Lock()
-	c.outstanding--
-	idle := c.cancelled && c.outstanding == 0
+	c.outstanding[ch]--
+	n := c.outstanding[ch]
+	if n <= 0 {
+		delete(c.outstanding, ch)
+	}
+	idle := c.cancelDone && n <= 0 && ch == c.ch
 	c.mu.Unlock()
 	if idle {
-		c.closeChannel()
+		c.t.wg.Add(1)
+		go func() { // not on the caller's goroutine: Close waits for the broker
+			defer c.t.wg.Done()
+			_ = ch.Close()
+		}()
 	}
 }
 
@@ -213,7 +283,7 @@ func (d *delivery) Ack() error {
 	var err error
 	d.once.Do(func() {
 		err = d.d.Ack(false)
-		d.c.settled()
+		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})
 	return err
 }
@@ -222,7 +292,7 @@ func (d *delivery) Reject(requeue bool) error {
 	var err error
 	d.once.Do(func() {
 		err = d.d.Reject(requeue)
-		d.c.settled()
+		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})
 	return err
 }

@@ -73,6 +73,32 @@
 //     (RabbitMQ persists durable queues' persistent messages across a
 //     broker restart; a queue that expired is gone).
 //
+// # Recovery
+//
+// When the connection or a channel drops (a broker restart, `rabbitmqctl
+// close_all_connections`, a network cut), the transport reconnects by
+// itself for as long as it lives: attempts start 50 ms apart, double up to
+// Config.ReconnectMax (2 s) and carry ±20 % jitter, so a node is back
+// within about two seconds of the broker being reachable again. On each
+// new connection it declares again every queue it had declared (the
+// exclusive reply and event queues died with the old connection) and
+// restarts every consumer on a new channel. It reports its state through
+// [bus.StateWatcher] (connected, reconnecting, closed); the bus fails
+// calls waiting for a reply with message.ErrUnavailable the moment the
+// connection drops (their reply queue is gone, so waiting longer is
+// pointless; outcome unknown), and publishes made while reconnecting fail
+// at once with message.ErrUnavailable (nothing was sent: safe to retry).
+//
+// We use our own loop rather than amqp091-go's experimental
+// Config.Recovery: that retries 5 times 5 s apart by default and then
+// gives up, knows nothing of the calls in flight, and would recover
+// consumers whose deliveries we could not tell apart from the old ones.
+// Deliveries of a dead channel are never acknowledged on a new one: each
+// acknowledgement goes to the channel its delivery came on, and fails
+// harmlessly if that channel is gone (the broker requeued the message).
+// NotifyClose, NotifyPublish and NotifyReturn are always drained until
+// the library closes them, since amqp091-go deadlocks otherwise.
+//
 // # Security
 //
 // amqps:// URLs use TLS with Config.TLS (root CAs, client certificates).

@@ -30,6 +30,7 @@ type pubReq struct {
 // goroutine always sees the return first and can report no-route.
 type publisher struct {
 	t        *Transport
+	s        *session
 	id       int
 	ch       *amqp.Channel
 	returns  chan amqp.Return
@@ -46,8 +47,9 @@ type publisher struct {
 
 var messageIDs atomic.Uint64
 
-func newPublisher(t *Transport, id int) (*publisher, error) {
-	ch, err := t.conn.Channel()
+func newPublisher(s *session, id int) (*publisher, error) {
+	t := s.t
+	ch, err := s.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("amqpbus: open publishing channel: %w", unavailable(err))
 	}
@@ -56,6 +58,7 @@ func newPublisher(t *Transport, id int) (*publisher, error) {
 	}
 	p := &publisher{
 		t:        t,
+		s:        s,
 		id:       id,
 		ch:       ch,
 		returns:  ch.NotifyReturn(make(chan amqp.Return)),
@@ -77,7 +80,7 @@ func (p *publisher) run() {
 		case r = <-p.t.reqs:
 		case <-p.t.closing:
 			return
-		case <-p.t.dead:
+		case <-p.s.lost:
 			return
 		}
 		if err := r.ctx.Err(); err != nil {
@@ -94,7 +97,7 @@ func (p *publisher) run() {
 		if r.exchange != "" && !p.declared[r.exchange] {
 			// Publishing to a missing exchange would close the channel.
 			if err := p.ch.ExchangeDeclare(r.exchange, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
-				r.done <- p.t.opError("declare fan-out "+r.exchange, err)
+				r.done <- p.t.opError(p.s, "declare fan-out "+r.exchange, err)
 				continue
 			}
 			p.declared[r.exchange] = true
@@ -112,7 +115,7 @@ func (p *publisher) run() {
 				p.tag--
 			}
 			p.mu.Unlock()
-			r.done <- p.t.opError("publish to "+target(r), err)
+			r.done <- p.t.opError(p.s, "publish to "+target(r), err)
 		}
 	}
 }
@@ -204,9 +207,6 @@ func (t *Transport) publish(ctx context.Context, exchange, key string, data []by
 	if len(data) > t.cfg.MaxMessageSize {
 		return fmt.Errorf("amqpbus: %s: %d bytes exceeds MaxMessageSize %d: %w", op, len(data), t.cfg.MaxMessageSize, message.ErrTooLarge)
 	}
-	if err := t.check(op); err != nil {
-		return err
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.cfg.PublishTimeout)
@@ -240,23 +240,31 @@ func (t *Transport) publish(ctx context.Context, exchange, key string, data []by
 	return t.send(ctx, op, r)
 }
 
-// send hands r to a publisher and waits for its outcome or ctx.
+// send hands r to a publisher of the current session and waits for its
+// outcome or ctx. While the transport reconnects it fails at once with
+// message.ErrUnavailable: nothing was sent, so retrying is safe.
 func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
+	s, err := t.current(op)
+	if err != nil {
+		return err
+	}
 	select {
 	case t.reqs <- r:
 	case <-ctx.Done():
 		return fmt.Errorf("amqpbus: %s: no publishing channel free: %w", op, ctxErr(ctx))
 	case <-t.closing:
-		return t.check(op)
-	case <-t.dead:
-		return t.check(op)
+		return fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
+	case <-s.lost:
+		return fmt.Errorf("amqpbus: %s: connection lost: %w", op, message.ErrUnavailable)
 	}
 	select {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("amqpbus: %s: not confirmed in time; outcome unknown: %w", op, ctxErr(ctx))
-	case <-t.dead:
+	case <-s.lost:
+		// The publisher that took r may belong to this session; its notify
+		// goroutine fails r too, but do not wait for it.
 		return fmt.Errorf("amqpbus: %s: connection lost before the broker confirmed; outcome unknown: %w", op, message.ErrUnavailable)
 	}
 }

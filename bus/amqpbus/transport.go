@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,38 +16,39 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Transport is a [bus.Transport] on RabbitMQ (AMQP 0-9-1) over one
-// connection. Create it with [Dial]; it is safe for concurrent use.
+// Transport is a [bus.Transport] on RabbitMQ (AMQP 0-9-1). Create it with
+// [Dial]; it is safe for concurrent use. When its connection drops it
+// reconnects by itself for as long as it lives (see [bus.StateWatcher]).
 type Transport struct {
 	cfg    Config
 	log    *slog.Logger
 	masked string
 
-	conn *amqp.Connection
-
-	ctlMu sync.Mutex // serializes declarations on ctl
-	ctl   *amqp.Channel
-
-	reqs chan *pubReq
-	pubs []*publisher
+	reqs chan *pubReq // publishes, taken by the current session's publishers
 
 	mu        sync.Mutex
+	sess      *session // nil while reconnecting
+	state     bus.TransportState
 	consumers map[*consumer]struct{}
-	queues    map[string]bus.QueueOptions // declared here, for delivery limits
+	queues    map[string]bus.QueueOptions // declared here: redeclared on reconnect
+	order     []string                    // declaration order of queues
 	blocked   chan struct{}               // non-nil while the broker blocks us
+	watchers  map[int]func(bus.TransportState)
+	nextWatch int
 
-	dead      chan struct{} // closed when the connection is gone
-	deadErr   error
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
-	wg        sync.WaitGroup // publisher, notifier and watcher goroutines
+	wg        sync.WaitGroup // supervisor and session goroutines
 }
 
-var _ bus.Transport = (*Transport)(nil)
+var (
+	_ bus.Transport    = (*Transport)(nil)
+	_ bus.StateWatcher = (*Transport)(nil)
+)
 
-// Dial connects to the broker, opens the publishing channels and starts
-// watching the connection. On failure it leaves nothing open; its error
-// names the broker by masked URL only.
+// Dial connects to the broker and returns a connected transport. On
+// failure it leaves nothing open; its error names the broker by masked
+// URL only. Later connection losses are repaired in the background.
 func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -56,267 +58,255 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		cfg:       cfg,
 		masked:    MaskURL(cfg.URL),
 		reqs:      make(chan *pubReq),
+		state:     bus.TransportConnected,
 		consumers: make(map[*consumer]struct{}),
 		queues:    make(map[string]bus.QueueOptions),
-		dead:      make(chan struct{}),
+		watchers:  make(map[int]func(bus.TransportState)),
 		closing:   make(chan struct{}),
 	}
 	t.log = cfg.Logger.With("broker", t.masked)
-
-	dial := cfg.Dial
-	if dial == nil {
-		d := &net.Dialer{Timeout: cfg.DialTimeout}
-		dial = func(network, addr string) (net.Conn, error) { return d.DialContext(ctx, network, addr) }
-	}
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(cfg.ConnectionName)
-	type result struct {
-		c   *amqp.Connection
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := amqp.DialConfig(cfg.URL, amqp.Config{
-			Heartbeat:       cfg.Heartbeat,
-			TLSClientConfig: cfg.TLS,
-			Properties:      props,
-			Locale:          "en_US",
-			Dial: func(network, addr string) (net.Conn, error) {
-				conn, err := dial(network, addr)
-				if err == nil {
-					_ = conn.SetDeadline(time.Now().Add(cfg.DialTimeout)) // handshake; amqp091 clears it after
-				}
-				return conn, err
-			},
-		})
-		done <- result{c, err}
-	}()
-	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		go func() { // the dial goroutine ends by itself within DialTimeout
-			if r := <-done; r.c != nil {
-				_ = r.c.Close()
-			}
-		}()
-		return nil, fmt.Errorf("amqpbus: connect to %s: %w", t.masked, ctx.Err())
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", t.masked, scrub(r.err, cfg.URL), message.ErrUnavailable)
-	}
-	t.conn = r.c
-	if err := t.open(); err != nil {
-		_ = t.conn.Close()
-		t.wg.Wait()
+	s, err := t.connect(ctx)
+	if err != nil {
 		return nil, err
 	}
+	t.sess = s
+	t.wg.Add(1)
+	go t.supervise(s)
 	return t, nil
 }
 
-// open opens the control and publishing channels and starts the watcher.
-func (t *Transport) open() error {
-	ctl, err := t.conn.Channel()
-	if err != nil {
-		return fmt.Errorf("amqpbus: open control channel on %s: %w", t.masked, unavailable(err))
+// TransportState implements [bus.StateWatcher].
+func (t *Transport) TransportState() bus.TransportState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state
+}
+
+// WatchState implements [bus.StateWatcher].
+func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
+	t.mu.Lock()
+	id := t.nextWatch
+	t.nextWatch++
+	t.watchers[id] = f
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		delete(t.watchers, id)
+		t.mu.Unlock()
 	}
-	t.ctl = ctl
-	for i := range t.cfg.Publishers {
-		p, err := newPublisher(t, i)
-		if err != nil {
-			return err
+}
+
+func (t *Transport) setState(s bus.TransportState) {
+	t.mu.Lock()
+	if t.state == s || t.state == bus.TransportClosed {
+		t.mu.Unlock()
+		return
+	}
+	t.state = s
+	fs := make([]func(bus.TransportState), 0, len(t.watchers))
+	for _, f := range t.watchers {
+		fs = append(fs, f)
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		f(s)
+	}
+}
+
+// supervise waits for the session to end and reconnects, with capped
+// exponential backoff and jitter, for as long as the transport lives.
+// amqp091's experimental Config.Recovery retries 5 times 5 s apart by
+// default and cannot fail our calls in flight or recreate the exclusive
+// reply and event queues our way; this loop does both.
+func (t *Transport) supervise(s *session) {
+	defer t.wg.Done()
+	for {
+		select {
+		case <-s.lost:
+		case <-t.closing:
+			return
 		}
-		t.pubs = append(t.pubs, p)
+		t.mu.Lock()
+		t.sess = nil
+		t.mu.Unlock()
+		t.log.Warn("connection to the broker lost; reconnecting", "err", s.err)
+		t.setState(bus.TransportReconnecting)
+		start := time.Now()
+		delay := 50 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			select {
+			case <-t.closing:
+				return
+			case <-time.After(jitter(delay)):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
+			next, err := t.connect(ctx)
+			if err == nil {
+				err = t.restore(ctx, next)
+				if err != nil {
+					next.close()
+				}
+			}
+			cancel()
+			if err != nil {
+				t.log.Info("reconnect failed; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+				delay = min(2*delay, t.cfg.ReconnectMax)
+				continue
+			}
+			s = next
+			t.mu.Lock()
+			t.sess = s
+			t.mu.Unlock()
+			t.log.Info("reconnected to the broker", "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
+			t.setState(bus.TransportConnected)
+			break
+		}
 	}
-	closed := t.conn.NotifyClose(make(chan *amqp.Error, 1))
-	blocked := t.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	t.wg.Add(1)
-	go t.watch(closed, blocked)
-	for _, p := range t.pubs {
-		t.wg.Add(2)
-		go p.run()
-		go p.notify()
+}
+
+// jitter spreads d by ±20 % so that nodes do not reconnect in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
+}
+
+// restore redeclares the queues declared on this transport (temporary
+// ones died with the connection) and restarts the consumers on s.
+func (t *Transport) restore(ctx context.Context, s *session) error {
+	t.mu.Lock()
+	names := slices.Clone(t.order)
+	opts := make([]bus.QueueOptions, len(names))
+	for i, n := range names {
+		opts[i] = t.queues[n]
+	}
+	cs := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
+	for i, name := range names {
+		if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, name, opts[i]) }); err != nil {
+			return fmt.Errorf("redeclare %s: %w", name, err)
+		}
+	}
+	for _, c := range cs {
+		if err := c.resume(s); err != nil {
+			t.log.Warn("consumer not restored", "queue", c.queue, "err", err)
+		}
 	}
 	return nil
 }
 
-// watch tracks the connection: blocked by a resource alarm, or gone.
-func (t *Transport) watch(closed <-chan *amqp.Error, blocked <-chan amqp.Blocking) {
-	defer t.wg.Done()
-	for {
-		select {
-		case b, ok := <-blocked:
-			if !ok {
-				blocked = nil
-				continue
-			}
-			t.mu.Lock()
-			if b.Active && t.blocked == nil {
-				t.blocked = make(chan struct{})
-				t.log.Warn("broker blocked publishing (resource alarm); publishes wait until it unblocks or their deadline", "reason", b.Reason)
-			} else if !b.Active && t.blocked != nil {
-				close(t.blocked)
-				t.blocked = nil
-				t.log.Info("broker unblocked publishing")
-			}
-			t.mu.Unlock()
-		case e := <-closed:
-			err := errors.New("connection closed")
-			if e != nil {
-				err = e
-			}
-			t.mu.Lock()
-			t.deadErr = err
-			if t.blocked != nil {
-				close(t.blocked)
-				t.blocked = nil
-			}
-			t.mu.Unlock()
-			select {
-			case <-t.closing:
-			default:
-				t.log.Warn("connection to the broker lost", "err", err)
-			}
-			close(t.dead)
-			return
-		}
-	}
-}
-
-// check returns the error every operation fails with once the transport
-// is closed or its connection is gone.
-func (t *Transport) check(op string) error {
+// current returns the connected session, or an error matching
+// message.ErrClosed or message.ErrUnavailable.
+func (t *Transport) current(op string) (*session, error) {
 	select {
 	case <-t.closing:
-		return fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
+		return nil, fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
 	default:
 	}
-	select {
-	case <-t.dead:
-		t.mu.Lock()
-		err := t.deadErr
-		t.mu.Unlock()
-		return fmt.Errorf("amqpbus: %s: connection to %s lost (%v): %w", op, t.masked, err, message.ErrUnavailable)
-	default:
-		return nil
+	t.mu.Lock()
+	s := t.sess
+	t.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("amqpbus: %s: reconnecting to %s: %w", op, t.masked, message.ErrUnavailable)
 	}
-}
-
-// control runs f on the control channel, reopening it if a previous
-// operation's channel error closed it.
-func (t *Transport) control(ctx context.Context, op string, f func(ch *amqp.Channel) error) error {
-	if err := t.check(op); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	type res struct{ err error }
-	done := make(chan res, 1)
-	go func() { // amqp091 RPCs ignore ctx: run them aside so ctx is honoured
-		t.ctlMu.Lock()
-		defer t.ctlMu.Unlock()
-		if t.ctl == nil || t.ctl.IsClosed() {
-			ch, err := t.conn.Channel()
-			if err != nil {
-				done <- res{unavailable(err)}
-				return
-			}
-			t.ctl = ch
-		}
-		done <- res{f(t.ctl)}
-	}()
-	select {
-	case r := <-done:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("amqpbus: %s: %w", op, ctx.Err())
-	case <-t.dead:
-		return t.check(op)
-	}
+	return s, nil
 }
 
 // DeclareQueue implements [bus.Transport]. Durable queues are durable,
 // neither exclusive nor auto-delete, with x-expires = QueueExpires;
 // temporary queues are exclusive and auto-delete. A queue bound to a
 // fan-out gets the fan-out exchange declared (non-durable, auto-delete).
+// The transport remembers the queues it declared and declares them again
+// after reconnecting.
 func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.QueueOptions) error {
 	op := "declare queue " + name
-	if name == "" {
+	switch {
+	case name == "":
 		return fmt.Errorf("amqpbus: declare: empty queue name: %w", message.ErrBadRequest)
-	}
-	if opts.MaxDeliveries > 0 && opts.DeadLetter == "" {
+	case opts.MaxDeliveries > 0 && opts.DeadLetter == "":
 		return fmt.Errorf("amqpbus: %s: MaxDeliveries needs a DeadLetter queue: %w", op, message.ErrBadRequest)
-	}
-	var durable, exclusive, autoDelete bool
-	var args amqp.Table
-	switch opts.Kind {
-	case bus.QueueDurable:
-		durable = true
-		args = amqp.Table{"x-expires": t.cfg.QueueExpires.Milliseconds()}
-	case bus.QueueTemporary:
-		exclusive, autoDelete = true, true
-	default:
+	case opts.Kind != bus.QueueDurable && opts.Kind != bus.QueueTemporary:
 		return fmt.Errorf("amqpbus: %s: unknown queue kind %s: %w", op, opts.Kind, message.ErrBadRequest)
 	}
-	err := t.control(ctx, op, func(ch *amqp.Channel) error {
-		if _, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args); err != nil {
-			return err
-		}
-		if opts.Fanout != "" {
-			if err := ch.ExchangeDeclare(opts.Fanout, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
-				return err
-			}
-			if err := ch.QueueBind(name, "", opts.Fanout, false, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	s, err := t.current(op)
 	if err != nil {
-		return t.opError(op, err)
+		return err
+	}
+	if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, name, opts) }); err != nil {
+		return t.opError(s, op, err)
 	}
 	t.mu.Lock()
+	if _, ok := t.queues[name]; !ok {
+		t.order = append(t.order, name)
+	}
 	t.queues[name] = opts
 	t.mu.Unlock()
+	return nil
+}
+
+func (t *Transport) declareOn(ch *amqp.Channel, name string, opts bus.QueueOptions) error {
+	durable, exclusive, autoDelete := true, false, false
+	args := amqp.Table{"x-expires": t.cfg.QueueExpires.Milliseconds()}
+	if opts.Kind == bus.QueueTemporary {
+		durable, exclusive, autoDelete, args = false, true, true, nil
+	}
+	if _, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args); err != nil {
+		return err
+	}
+	if opts.Fanout != "" {
+		if err := ch.ExchangeDeclare(opts.Fanout, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+			return err
+		}
+		return ch.QueueBind(name, "", opts.Fanout, false, nil)
+	}
 	return nil
 }
 
 // DeleteQueue implements [bus.Transport]; a missing queue is not an error.
 func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	op := "delete queue " + name
-	err := t.control(ctx, op, func(ch *amqp.Channel) error {
+	t.mu.Lock()
+	delete(t.queues, name)
+	if i := slices.Index(t.order, name); i >= 0 {
+		t.order = slices.Delete(t.order, i, i+1)
+	}
+	t.mu.Unlock()
+	s, err := t.current(op)
+	if err != nil {
+		return err
+	}
+	err = s.control(ctx, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDelete(name, false, false, false)
 		return err
 	})
-	t.mu.Lock()
-	delete(t.queues, name)
-	t.mu.Unlock()
-	if isCode(err, amqp.NotFound) {
-		return nil
-	}
-	if err != nil {
-		return t.opError(op, err)
+	if err != nil && !isCode(err, amqp.NotFound) {
+		return t.opError(s, op, err)
 	}
 	return nil
 }
 
 // Close implements [bus.Transport]: it cancels the consumers, closes the
 // connection (the broker requeues unacknowledged deliveries and deletes
-// the temporary queues) and waits for every goroutine. Idempotent.
+// the temporary queues), stops reconnecting and waits for every
+// goroutine. Idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
+		t.setState(bus.TransportClosed)
 		close(t.closing)
 		t.mu.Lock()
 		cs := make([]*consumer, 0, len(t.consumers))
 		for c := range t.consumers {
 			cs = append(cs, c)
 		}
+		s := t.sess
 		t.mu.Unlock()
 		for _, c := range cs {
 			c.stop()
 		}
-		_ = t.conn.Close()
+		if s != nil {
+			s.close()
+		}
 		t.wg.Wait()
 		for _, c := range cs {
 			<-c.done
@@ -326,20 +316,23 @@ func (t *Transport) Close() error {
 }
 
 // opError turns a broker error into the bus's coded errors.
-func (t *Transport) opError(op string, err error) error {
+func (t *Transport) opError(s *session, op string, err error) error {
 	var ae *amqp.Error
 	switch {
+	case errors.Is(err, message.ErrUnavailable), errors.Is(err, message.ErrClosed),
+		errors.Is(err, message.ErrTimeout), errors.Is(err, message.ErrCanceled):
+		return fmt.Errorf("amqpbus: %s: %w", op, err)
 	case isCode(err, amqp.NotFound):
 		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrNoRoute)
 	case isCode(err, amqp.PreconditionFailed):
 		return fmt.Errorf("amqpbus: %s: the broker has it with other settings (%s); delete it or use the same settings on every node: %w", op, err, message.ErrBadRequest)
 	case errors.As(err, &ae), errors.Is(err, amqp.ErrClosed):
-		if cerr := t.check(op); cerr != nil {
-			return cerr
+		if s != nil && s.isLost() {
+			return fmt.Errorf("amqpbus: %s: connection to %s lost: %w", op, t.masked, message.ErrUnavailable)
 		}
 		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrUnavailable)
-	default:
-		return fmt.Errorf("amqpbus: %s: %w", op, err)
+	default: // I/O errors of the library: the connection is failing
+		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrUnavailable)
 	}
 }
 

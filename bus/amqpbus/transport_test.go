@@ -51,7 +51,7 @@ func TestNoRouteUnderASecond(t *testing.T) {
 
 func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	p, u := newProxy(t, brokerURL(t))
-	e := &env{url: u, conns: map[string][]net.Conn{}}
+	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
 	q := testQueue(t)
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
