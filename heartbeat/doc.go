@@ -28,8 +28,10 @@
 //
 // Every time is the store's: Register and Beat stamp the store's clock
 // and List reports each record's age by it, so skewed node clocks cannot
-// make a healthy node look stale (a SQL store computes ages with the
-// database's now()). Every write is one conditional statement:
+// make a healthy node look stale (a SQL store computes ages on the
+// database server's current clock: clock_timestamp() on PostgreSQL, not
+// now(), which is the transaction's start; see heartbeat/sqlstore).
+// Every write is one conditional statement:
 //
 //   - Beat succeeds only if the record exists with the caller's epoch;
 //     otherwise it returns [ErrEvicted] and changes nothing, so a node

@@ -1,0 +1,50 @@
+package sqlstore_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/heartbeat/storetest"
+)
+
+// runSuite runs the conformance suite on one store shared by every
+// scenario, as one table shared by many nodes is.
+func runSuite(t *testing.T, url string, want sqlstore.Dialect) {
+	s := openFresh(t, url)
+	require.Equal(t, want, s.Dialect())
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) heartbeat.Store { return s },
+	})
+}
+
+func TestConformanceSQLite(t *testing.T) {
+	t.Parallel()
+	runSuite(t, sqliteURL(t), sqlstore.SQLite)
+}
+
+func TestConformancePostgres(t *testing.T) {
+	t.Parallel()
+	runSuite(t, postgresDSN(t), sqlstore.Postgres)
+}
+
+func TestConformanceMySQL(t *testing.T) {
+	t.Parallel()
+	runSuite(t, mysqlDSN(t), sqlstore.MySQL)
+}
+
+// TestConformanceSQLiteStorePerScenario gives every scenario a Store of
+// its own (its own pool, as another process would have) on one file and
+// table that all of them share.
+func TestConformanceSQLiteStorePerScenario(t *testing.T) {
+	t.Parallel()
+	url := sqliteURL(t)
+	first := openFresh(t, url)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) heartbeat.Store {
+			return open(t, sqlstore.Config{URL: url, Table: first.Table()})
+		},
+	})
+}

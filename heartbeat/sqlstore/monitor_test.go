@@ -1,0 +1,120 @@
+package sqlstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// TestConcurrentOpen opens several stores on a new table at once, as
+// nodes starting together do: the schema lock makes exactly one create
+// the tables, and none fails.
+func TestConcurrentOpen(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", sqliteURL}, {"postgres", postgresDSN}, {"mysql", mysqlDSN}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := c.url(t)
+			table := randomTable()
+			const n = 4
+			stores := make([]*sqlstore.Store, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					stores[i], errs[i] = sqlstore.Open(t.Context(), sqlstore.Config{URL: url, Table: table, MaxOpenConns: 1})
+				})
+			}
+			wg.Wait()
+			t.Cleanup(func() {
+				ctx, cancel := cleanupCtx()
+				defer cancel()
+				for _, s := range stores {
+					if s != nil {
+						assert.NoError(t, s.Drop(ctx))
+						assert.NoError(t, s.Close())
+					}
+				}
+			})
+			for i, err := range errs {
+				require.NoError(t, err, "concurrent Open %d", i)
+			}
+			node := message.NewUUID()
+			e, err := stores[0].Register(t.Context(), node)
+			require.NoError(t, err)
+			require.NoError(t, stores[n-1].Beat(t.Context(), node, e), "every store sees the same table")
+		})
+	}
+}
+
+// TestMonitorsOnSQLite runs the heartbeat protocol on one SQLite file
+// with a store per node, as processes would: a node that stops beating
+// without a goodbye is evicted by exactly one peer, and the other
+// reports it Left.
+func TestMonitorsOnSQLite(t *testing.T) {
+	t.Parallel()
+	url := sqliteURL(t)
+	table := randomTable()
+	cfg := heartbeat.Config{Interval: 50 * time.Millisecond, EvictAfter: 300 * time.Millisecond, OpTimeout: time.Second}
+	type node struct {
+		id     string
+		m      *heartbeat.Monitor
+		events chan heartbeat.Event
+		cancel context.CancelFunc
+		done   chan error
+	}
+	var nodes []*node
+	for range 3 {
+		n := &node{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
+		s := open(t, sqlstore.Config{URL: url, Table: table})
+		m, err := heartbeat.NewMonitor(s, n.id, cfg, heartbeat.ListenerFunc(func(e heartbeat.Event) { n.events <- e }), nil)
+		require.NoError(t, err)
+		n.m = m
+		_, _, err = m.Join(t.Context())
+		require.NoError(t, err)
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		ctx, cancel := context.WithCancel(t.Context())
+		n.cancel = cancel
+		go func() { n.done <- n.m.Run(ctx) }()
+	}
+	// The third node crashes: its loop stops, no goodbye.
+	dead := nodes[2]
+	dead.cancel()
+	require.NoError(t, <-dead.done)
+
+	kinds := make(map[heartbeat.EventKind]int)
+	deadline := time.After(10 * time.Second)
+	for _, n := range nodes[:2] {
+		for waiting := true; waiting; {
+			select {
+			case e := <-n.events:
+				if e.Record.Node == dead.id && (e.Kind == heartbeat.Evicted || e.Kind == heartbeat.Left) {
+					kinds[e.Kind]++
+					waiting = false
+				}
+			case <-deadline:
+				t.Fatalf("the dead node was not reported gone within 10 s; so far %v", kinds)
+			}
+		}
+	}
+	assert.Equal(t, 1, kinds[heartbeat.Evicted], "exactly one peer evicts the dead node")
+	assert.Equal(t, 1, kinds[heartbeat.Left], "the other reports it Left")
+	for _, n := range nodes[:2] {
+		n.cancel()
+		require.NoError(t, <-n.done)
+		require.NoError(t, n.m.Leave(context.Background()))
+	}
+}

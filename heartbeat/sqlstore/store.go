@@ -1,0 +1,398 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+)
+
+// maxNodeLen bounds a node name (MySQL's key column is VARCHAR(255)).
+const maxNodeLen = 255
+
+// Store is a [heartbeat.Store] in a SQL table. It is safe for concurrent
+// use by any number of goroutines, and any number of Stores, in any
+// number of processes, may share one table: every write is one
+// conditional statement. Every method honours ctx and returns the
+// driver's error wrapped with what failed and the masked URL.
+//
+// A Store made by [Open] owns its connection pool and [Store.Close]
+// closes it; one made by [OpenDB] does not close the caller's pool.
+type Store struct {
+	db      *sql.DB
+	ownDB   bool
+	dialect Dialect
+	table   string
+	target  target
+	st      statements
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ heartbeat.Store = (*Store)(nil)
+
+// Open connects to the database cfg.URL names, creates the heartbeat
+// tables if they are missing (or migrates them to this version's schema)
+// and returns the store. It fails if the database cannot be reached
+// within ctx. Close the store when done.
+//
+// SQLite: the file is created if missing; every connection sets
+// journal_mode=WAL, synchronous=NORMAL and busy_timeout=BusyTimeout, and
+// begins transactions with BEGIN IMMEDIATE (_txlock=immediate).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	t, err := parseURL(cfg.URL, cfg.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openDB(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(cfg.MaxOpenConns)
+	db.SetMaxIdleConns(cfg.MaxOpenConns)
+	db.SetConnMaxIdleTime(time.Minute)
+	s, err := newStore(ctx, db, true, t, cfg)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openDB opens t's pool without connecting.
+func openDB(t target, cfg Config) (*sql.DB, error) {
+	switch t.dialect {
+	case SQLite:
+		return sql.Open("sqlite", sqliteDSN(t.dsn, cfg.BusyTimeout))
+	case Postgres:
+		pc, err := pgx.ParseConfig(t.dsn)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: open %s: not a PostgreSQL connection string: %s", t.masked, t.scrub(err.Error()))
+		}
+		return stdlib.OpenDB(*pc), nil
+	case MySQL:
+		mc, err := mysql.ParseDSN(t.dsn)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: open %s: not a MySQL DSN: %s", t.masked, t.scrub(err.Error()))
+		}
+		conn, err := mysql.NewConnector(mc)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: open %s: %s", t.masked, t.scrub(err.Error()))
+		}
+		return sql.OpenDB(conn), nil
+	}
+	return nil, fmt.Errorf("sqlstore: open: unknown %s", t.dialect)
+}
+
+// sqliteDSN adds the store's pragmas to a file: URI.
+func sqliteDSN(uri string, busy time.Duration) string {
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	return uri + sep + url.Values{
+		"_pragma": {
+			"busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")",
+			"journal_mode(WAL)",
+			"synchronous(NORMAL)",
+		},
+		"_txlock": {"immediate"},
+	}.Encode()
+}
+
+// OpenDB returns a store on the caller's pool, after creating or
+// migrating the tables as [Open] does. cfg.Dialect must say which
+// database db is; cfg.URL, MaxOpenConns and BusyTimeout are not used.
+// [Store.Close] leaves db open.
+//
+// For SQLite, db's connections should set a busy timeout and WAL mode
+// (with modernc.org/sqlite:
+// file:path?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)),
+// or concurrent writers fail with "database is locked"; OpenDB logs a
+// warning if the first connection lacks them.
+func OpenDB(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlstore: OpenDB: db is nil; pass an open *sql.DB")
+	}
+	errs := cfg.validateCommon()
+	if cfg.Dialect == DialectAuto {
+		errs = append(errs, errors.New("sqlstore: OpenDB: Config.Dialect is required: SQLite, Postgres or MySQL"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	t := target{dialect: cfg.Dialect, masked: cfg.Dialect.String() + " (caller's *sql.DB)"}
+	if cfg.Dialect == SQLite {
+		warnSQLitePragmas(ctx, db, cfg.Logger)
+	}
+	return newStore(ctx, db, false, t, cfg)
+}
+
+// warnSQLitePragmas logs a warning if db's connections lack WAL or a
+// busy timeout.
+func warnSQLitePragmas(ctx context.Context, db *sql.DB, log *slog.Logger) {
+	var mode string
+	var busy int64
+	if db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode) != nil ||
+		db.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy) != nil {
+		return // the migration will report what is wrong
+	}
+	if mode != "wal" || busy == 0 {
+		log.Warn("sqlstore: SQLite pool without WAL or busy timeout: concurrent writers may fail with \"database is locked\"; open it with _pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)",
+			"journal_mode", mode, "busy_timeout_ms", busy)
+	}
+}
+
+// newStore migrates the tables and returns the store.
+func newStore(ctx context.Context, db *sql.DB, own bool, t target, cfg Config) (*Store, error) {
+	s := &Store{db: db, ownDB: own, dialect: t.dialect, table: cfg.Table, target: t, st: newStatements(t.dialect, cfg.Table)}
+	found, err := migrate(ctx, db, t.dialect, s.st, cfg.Table)
+	if err != nil {
+		return nil, s.fail(ctx, "open table "+cfg.Table, err)
+	}
+	log := cfg.Logger.With("dialect", t.dialect.String(), "url", t.masked, "table", cfg.Table)
+	if found < schemaVersion {
+		log.Info("sqlstore: schema migrated", "from", found, "to", schemaVersion)
+	}
+	log.Info("sqlstore: opened", "schema_version", schemaVersion)
+	return s, nil
+}
+
+// Dialect returns the store's SQL dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Table returns the heartbeat table's name.
+func (s *Store) Table() string { return s.table }
+
+// MaskedURL returns the database URL with its password masked, as the
+// store's errors and logs name it. For a store made by [OpenDB] it names
+// the dialect only.
+func (s *Store) MaskedURL() string { return s.target.masked }
+
+// Close closes the connection pool if [Open] made it, and makes every
+// later call fail with [heartbeat.ErrClosed]. Calls in flight finish
+// first. Close is idempotent: later calls return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if s.ownDB {
+			if err := s.db.Close(); err != nil {
+				s.closeErr = s.fail(context.Background(), "close", err)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// begin checks, before op starts, that the store is open and ctx is not
+// done, so a done ctx changes nothing.
+func (s *Store) begin(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("sqlstore: %s: %w", op, heartbeat.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlstore: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Register implements [heartbeat.Store.Register]: the epoch is
+// max(last epoch issued by this table + 1, the database's clock in
+// microseconds), so it differs from every earlier epoch of every node.
+// An error may leave the registration done or not; retrying is safe (it
+// registers yet another epoch).
+func (s *Store) Register(ctx context.Context, node string) (int64, error) {
+	op := "register node " + node
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	if node == "" || len(node) > maxNodeLen {
+		return 0, fmt.Errorf("sqlstore: register: node %q must be 1 to %d bytes; pass the node's UUID", node, maxNodeLen)
+	}
+	var epoch int64
+	switch s.dialect {
+	case Postgres:
+		if err := s.db.QueryRowContext(ctx, s.st.register, node).Scan(&epoch); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				err = errNoMeta
+			}
+			return 0, s.fail(ctx, op, err)
+		}
+		return epoch, nil
+	case SQLite:
+		if err := s.db.QueryRowContext(ctx, s.st.reserve).Scan(&epoch); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				err = errNoMeta
+			}
+			return 0, s.fail(ctx, op+": reserve an epoch", err)
+		}
+		if _, err := s.db.ExecContext(ctx, s.st.register, node, epoch); err != nil {
+			return 0, s.fail(ctx, op, err)
+		}
+		return epoch, nil
+	default: // MySQL
+		res, err := s.db.ExecContext(ctx, s.st.reserve)
+		if err == nil {
+			epoch, err = reserved(res)
+		}
+		if err != nil {
+			return 0, s.fail(ctx, op+": reserve an epoch", err)
+		}
+		if _, err := s.db.ExecContext(ctx, s.st.register, node, epoch, epoch); err != nil {
+			return 0, s.fail(ctx, op, err)
+		}
+		return epoch, nil
+	}
+}
+
+// reserved reads the epoch MySQL's reserve statement handed back
+// through LAST_INSERT_ID.
+func reserved(res sql.Result) (int64, error) {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if n != 1 {
+		return 0, errNoMeta
+	}
+	return res.LastInsertId()
+}
+
+// Beat implements [heartbeat.Store.Beat] with one UPDATE whose WHERE
+// names the node and epoch; no row updated means [heartbeat.ErrEvicted].
+// Another error leaves the beat done or not; retrying is safe.
+func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
+	op := fmt.Sprintf("beat node %s epoch %d", node, epoch)
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.st.beat, node, epoch)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return s.fail(ctx, op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlstore: %s: no record with this epoch in %s: %w", op, s.table, heartbeat.ErrEvicted)
+	}
+	return nil
+}
+
+// List implements [heartbeat.Store.List] with one SELECT that computes
+// every age on the database's clock, in microseconds; an age that would
+// be negative (the database's clock went back) is 0. The records are
+// sorted by node.
+func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
+	const op = "list"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, s.st.list)
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []heartbeat.Record
+	for rows.Next() {
+		var r heartbeat.Record
+		var ageUS int64
+		if err := rows.Scan(&r.Node, &r.Epoch, &r.Seq, &ageUS); err != nil {
+			return nil, s.fail(ctx, op, err)
+		}
+		r.Age = time.Duration(ageUS) * time.Microsecond
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	return out, nil
+}
+
+// Evict implements [heartbeat.Store.Evict] with one DELETE whose WHERE
+// names the node, epoch and sequence; it reports whether that statement
+// deleted the row, so of concurrent evictors exactly one sees true. An
+// error leaves the eviction done or not: a retry after a lost reply
+// reports false although the record was deleted by the first try.
+func (s *Store) Evict(ctx context.Context, node string, epoch, seq int64) (bool, error) {
+	op := fmt.Sprintf("evict node %s epoch %d seq %d", node, epoch, seq)
+	if err := s.begin(ctx, op); err != nil {
+		return false, err
+	}
+	res, err := s.db.ExecContext(ctx, s.st.evict, node, epoch, seq)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return false, s.fail(ctx, op, err)
+	}
+	return n == 1, nil
+}
+
+// Deregister implements [heartbeat.Store.Deregister] with one DELETE
+// whose WHERE names the node and epoch. It is idempotent, so retrying
+// after an error is safe.
+func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error {
+	op := fmt.Sprintf("deregister node %s epoch %d", node, epoch)
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, s.st.dereg, node, epoch); err != nil {
+		return s.fail(ctx, op, err)
+	}
+	return nil
+}
+
+// drop deletes both tables; tests use it to clean up.
+func (s *Store) drop(ctx context.Context) error {
+	for _, stmt := range s.st.drop {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return s.fail(ctx, "drop table "+s.table, err)
+		}
+	}
+	return nil
+}
+
+// fail wraps a driver error: "sqlstore: OP on URL: ERR", with the URL
+// masked and passwords scrubbed from the driver's text. The chain keeps
+// the driver's error and, if ctx ended, ctx's error, for errors.Is.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	de := &driverError{err: err, text: s.target.scrub(err.Error())}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqlstore: %s on %s: %w: %w", op, s.target.masked, cerr, de)
+	}
+	return fmt.Errorf("sqlstore: %s on %s: %w", op, s.target.masked, de)
+}
+
+// driverError is a driver's error whose text had any password removed;
+// Unwrap gives the driver's error itself.
+type driverError struct {
+	err  error
+	text string
+}
+
+func (e *driverError) Error() string { return e.text }
+func (e *driverError) Unwrap() error { return e.err }
