@@ -182,7 +182,7 @@ func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("message: encode envelope: %w", err)
 	}
-	data, err := json.Marshal(e)
+	data, err := appendEnvelope(make([]byte, 0, sizeHint(e)), e)
 	if err != nil {
 		return nil, ErrBadRequest.WithDetails("encode envelope").WithCause(err)
 	}
@@ -206,7 +206,7 @@ func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
 		return nil, ErrBadRequest.WithDetails("envelope is not valid UTF-8")
 	}
 	var e Envelope
-	if err := json.Unmarshal(data, &e); err != nil {
+	if err := parseEnvelope(data, &e); err != nil {
 		return nil, ErrBadRequest.WithDetails("decode envelope").WithCause(err)
 	}
 	if err := e.Validate(); err != nil {
