@@ -125,7 +125,7 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 		m.mu.Unlock()
 	}()
 
-	start := time.Now()
+	start := m.cfg.Now()
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	epoch, err = m.store.Register(opCtx, m.node)
 	cancel()
@@ -234,13 +234,29 @@ func (m *Monitor) Epoch() int64 {
 
 // LastBeat returns the local time at which the last successful beat (or
 // the registration) was sent, or the zero time before Join. The store
-// stamped that beat no earlier, so a node whose LastBeat is more than
-// EvictAfter ago may already have been evicted and should stop serving
-// (self-fencing).
+// stamped that beat no earlier.
 func (m *Monitor) LastBeat() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.lastBeat
+}
+
+// Fenced reports whether the node must stop handling resource messages:
+// it joined, and its last successful beat was sent longer than
+// Config.Lease ago (or it left). Peers may evict it EvictAfter after that
+// beat landed, so the fence closes at least EvictAfter-Lease before
+// anyone else can own its resources. It opens again with the next beat
+// that succeeds. Fenced is cheap and safe to call from any goroutine.
+func (m *Monitor) Fenced() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.left {
+		return true
+	}
+	if m.lastBeat.IsZero() {
+		return false
+	}
+	return m.cfg.Now().Sub(m.lastBeat) > m.cfg.Lease
 }
 
 // find returns node's record in recs.

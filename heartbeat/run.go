@@ -73,7 +73,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 // round runs one beat-list-evict-report round. It returns an error only
 // when this node was evicted.
 func (m *Monitor) round(ctx context.Context) error {
-	start := time.Now()
+	start := m.cfg.Now()
 	if !m.lastAttempt.IsZero() && start.Sub(m.lastAttempt) > 2*m.cfg.Interval {
 		// This monitor stalled (a long pause or a slow round): it cannot
 		// vouch for the store's availability meanwhile.

@@ -49,6 +49,10 @@ type Config struct {
 	// the node.
 	Bus bus.Config
 
+	// NoRejoin makes Run return ErrEvicted when peers evict this live node,
+	// instead of joining again with a new epoch. Default: rejoin.
+	NoRejoin bool
+
 	// LeaveTimeout bounds an orderly leave: telling peers, draining the
 	// queues and waiting for handlers. Default 10 s.
 	LeaveTimeout time.Duration
@@ -82,6 +86,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LeaveTimeout == 0 {
 		c.LeaveTimeout = 10 * time.Second
+	}
+	if c.Heartbeat.Interval == 0 {
+		c.Heartbeat.Interval = heartbeat.DefaultConfig().Interval
 	}
 	if c.RouteRetries == 0 {
 		c.RouteRetries = 4

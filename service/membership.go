@@ -177,7 +177,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 			continue
 		}
 		want := map[string]int64{n.id: n.Epoch()}
-		for _, r := range n.monitor.Members() {
+		for _, r := range n.monitor.Load().Members() {
 			want[r.Node] = r.Epoch
 		}
 		ids := make([]string, 0, len(want))

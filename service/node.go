@@ -91,7 +91,7 @@ type Node struct {
 	// still pending towards them
 	abandonAt map[string]time.Time
 	epoch     int64
-	monitor   *heartbeat.Monitor
+	monitor   atomic.Pointer[heartbeat.Monitor] // of the current life
 	hooks     *hooks
 }
 
@@ -134,11 +134,9 @@ func NewNode(cfg Config) (*Node, error) {
 			}
 		}
 	}
-	mon, err := heartbeat.NewMonitor(cfg.Store, n.id, cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.log)
-	if err != nil {
-		return nil, err
+	if _, err := heartbeat.NewMonitor(cfg.Store, n.id, cfg.Heartbeat, nil, nil); err != nil {
+		return nil, err // validates the timing now; each life makes its own monitor
 	}
-	n.monitor = mon
 	n.hooks = newHooks(n)
 	return n, nil
 }
@@ -187,10 +185,19 @@ func (n *Node) Owner(resourceUUID string) (string, error) {
 	return owner, nil
 }
 
-// Owns reports whether this node serves and owns resourceUUID on its ring
-// copy. Services use it to take over resources after a ring change.
+// Fenced reports whether the node refuses messages about resources
+// because it could not write its heartbeat for longer than the lease
+// (heartbeat.Config.Lease): peers may be about to evict it.
+func (n *Node) Fenced() bool {
+	m := n.monitor.Load()
+	return m != nil && n.State() == StateServing && m.Fenced()
+}
+
+// Owns reports whether this node serves, is not fenced, and owns
+// resourceUUID on its ring copy. Services use it to take over resources
+// after a ring change.
 func (n *Node) Owns(resourceUUID string) bool {
-	if n.State() != StateServing {
+	if n.State() != StateServing || n.Fenced() {
 		return false
 	}
 	owner, err := n.Owner(resourceUUID)

@@ -58,7 +58,7 @@ func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hb := heartbeat.LocalConfig()
 		j := newJournal()
-		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb})
+		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb, NoRejoin: true})
 		ctx := t.Context()
 		resources := uuids(1000)
 
@@ -323,11 +323,12 @@ func TestOrderlyLeave(t *testing.T) {
 }
 
 // TestEvictedNodeStopsServing: a live node that was evicted notices,
-// refuses messages, tells its EvictionListeners and Run returns ErrEvicted.
+// refuses messages, tells its EvictionListeners and, with NoRejoin, Run
+// returns ErrEvicted.
 func TestEvictedNodeStopsServing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := newJournal()
-		c, recs := startCluster(t, 3, j, servicetest.Options{})
+		c, recs := startCluster(t, 3, j, servicetest.Options{NoRejoin: true})
 		victim := c.Node(2)
 		c.StopHeartbeat(victim.UUID())
 		c.WaitGone(t, victim.UUID(), time.Second)
@@ -408,5 +409,48 @@ func TestCallValidation(t *testing.T) {
 		assert.Contains(t, err.Error(), "Store is required")
 		assert.Equal(t, "serving", service.StateServing.String())
 		_ = context.Background()
+	})
+}
+
+// TestEvictedNodeRejoins: a live node that was evicted (its heartbeat
+// could not reach the store) fences itself before peers evict it, stops
+// serving when it learns of the eviction, and joins again with a new
+// epoch; every ring then holds it again and it owns resources again.
+func TestEvictedNodeRejoins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.LocalConfig()
+		j := newJournal()
+		c, recs := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb})
+		victim := c.Node(2)
+		epoch := victim.Epoch()
+		cut := time.Now()
+		c.StopHeartbeat(victim.UUID())
+		c.WaitFor(t, hb.EvictAfter, "the cut-off node fences itself", victim.Fenced)
+		fencedAfter := time.Since(cut)
+		assert.Less(t, fencedAfter, hb.EvictAfter, "it must fence itself before peers may evict it")
+		res := message.NewUUID()
+		for ; ; res = message.NewUUID() {
+			if o, _ := victim.Owner(res); o == victim.UUID() {
+				break
+			}
+		}
+		_, err := victim.Bus().Call(t.Context(), victim.Bus().LocalID("recorder"), Touch{Resource: res}, bus.WithResource(res))
+		assert.ErrorIs(t, err, message.ErrNotOwner, "a fenced node refuses resource messages")
+
+		c.WaitGone(t, victim.UUID(), time.Second)
+		c.ResumeHeartbeat(victim.UUID())
+		c.WaitFor(t, time.Second, "the evicted node rejoins with a new epoch", func() bool {
+			return victim.State() == service.StateServing && victim.Epoch() != epoch
+		})
+		c.WaitConverged(t, time.Second)
+		for _, n := range c.Live() {
+			assert.Contains(t, n.Members(), victim.UUID())
+		}
+		assert.True(t, recs[2].evicted.Load(), "EvictionListener ran")
+		assert.False(t, victim.Fenced())
+		got, err := service.Call[Touched](t.Context(), c.Node(0), "recorder", res, Touch{Resource: res})
+		require.NoError(t, err)
+		assert.Equal(t, victim.UUID(), got.Node, "the rejoined node owns its resources again")
+		t.Logf("fenced %s after its heartbeat was cut (lease %s, eviction %s)", fencedAfter, hb.Lease, hb.EvictAfter)
 	})
 }

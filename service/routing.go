@@ -142,6 +142,10 @@ func (n *Node) guard(s Service) bus.Handler {
 		default:
 			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st))
 		}
+		if r.Envelope.ResourceUUID != "" && n.Fenced() {
+			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf(
+				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id))
+		}
 		if claimed := r.Envelope.Headers[HeaderOwner]; claimed != "" && r.Envelope.ResourceUUID != "" {
 			owner, err := n.ring.Locate(r.Envelope.ResourceUUID)
 			if err != nil || owner != n.id {

@@ -11,8 +11,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Run starts the node and serves until ctx ends, the node is closed, or
-// peers evict it.
+// Run starts the node and serves until ctx ends or the node is closed.
 //
 // Joining keeps one property: no ring ever contains a node before its
 // queues exist. Run opens the bus, starts the services, declares every
@@ -27,9 +26,13 @@ import (
 // then it drains its queues (every message sent before is handled),
 // stops its services and deletes its queues. Run then returns nil.
 //
-// If peers evict the node, it stops handling messages at once (new
-// owners may already be handling its resources), tells the services'
-// EvictionListeners, deletes its queues and returns [ErrEvicted].
+// While the node cannot write its heartbeat for longer than the lease,
+// it refuses messages about resources with message.ErrNotOwner (it is
+// fenced: peers may soon evict it and take them over). If peers do evict
+// it, it stops handling messages at once, tells the services'
+// EvictionListeners, deletes its queues and, unless Config.NoRejoin is
+// set, joins again with a new epoch (same UUID) one beat interval later;
+// with NoRejoin, Run returns [ErrEvicted].
 //
 // Run may be called once.
 func (n *Node) Run(ctx context.Context) (err error) {
@@ -49,42 +52,82 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		close(n.done)
 	}()
 
+	for life := 1; ; life++ {
+		err := n.live(ctx, life)
+		if !errors.Is(err, ErrEvicted) || n.cfg.NoRejoin || ctx.Err() != nil {
+			n.hooks.close()
+			n.stopServices()
+			if ctx.Err() != nil && errors.Is(err, ErrEvicted) {
+				return nil // closed while evicted
+			}
+			return err
+		}
+		n.log.Warn("rejoining with a new epoch after eviction", "life", life+1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(n.cfg.Heartbeat.Interval):
+		}
+	}
+}
+
+// live is one life of the node: join, serve, and leave or be evicted.
+func (n *Node) live(ctx context.Context, life int) error {
 	n.state.Store(int32(StateStarting))
-	if err := n.join(ctx); err != nil {
+	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.log)
+	if err != nil {
+		return err
+	}
+	n.monitor.Store(mon)
+	if err := n.join(ctx, life == 1); err != nil {
 		n.abort()
 		return err
 	}
 	n.state.Store(int32(StateServing))
-	close(n.ready)
+	if life == 1 {
+		close(n.ready)
+		n.hooks.start()
+	}
 	n.log.Info("node serving", "epoch", n.Epoch(), "members", len(n.ring.Members()), "fingerprint", n.ring.Fingerprint())
 
-	n.hooks.start()
+	lifeCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	reconcileDone := make(chan struct{})
 	go func() {
 		defer close(reconcileDone)
-		n.reconcileLoop(ctx)
+		n.reconcileLoop(lifeCtx)
 	}()
 
-	runErr := n.monitor.Run(ctx)
+	runErr := mon.Run(lifeCtx)
 	cancel()
 	<-reconcileDone
 	if errors.Is(runErr, heartbeat.ErrEvicted) {
 		n.state.Store(int32(StateEvicted))
 		n.log.Warn("evicted by peers: stopped serving")
 		n.hooks.evicted()
-		n.hooks.close()
 		n.stopServing(false)
 		return ErrEvicted
 	}
 	n.state.Store(int32(StateLeaving))
 	n.leave()
-	n.hooks.close()
 	return nil
 }
 
-// join opens the bus, starts services, declares the queues, joins the
-// membership and fills the ring, in that order.
-func (n *Node) join(ctx context.Context) error {
+// stopServices runs the services' Stoppers once, when Run ends.
+func (n *Node) stopServices() {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
+	defer cancel()
+	for _, s := range n.cfg.Services {
+		if st, ok := s.(Stopper); ok {
+			if err := st.Stop(ctx); err != nil {
+				n.log.Warn("stop service", "service", s.Name(), "err", err)
+			}
+		}
+	}
+}
+
+// join opens the bus, starts services (in the first life), declares the
+// queues, joins the membership and fills the ring, in that order.
+func (n *Node) join(ctx context.Context, first bool) error {
 	bc := n.cfg.Bus
 	bc.Transport = n.cfg.Transport
 	bc.Node = n.id
@@ -118,7 +161,7 @@ func (n *Node) join(ctx context.Context) error {
 	}
 
 	for _, s := range n.cfg.Services {
-		if st, ok := s.(Starter); ok {
+		if st, ok := s.(Starter); ok && first {
 			if err := st.Start(ctx, n); err != nil {
 				return fmt.Errorf("service: start %s: %w", s.Name(), err)
 			}
@@ -137,15 +180,25 @@ func (n *Node) join(ctx context.Context) error {
 	}
 
 	// The queues exist: only now may any ring contain this node.
-	epoch, records, err := n.monitor.Join(ctx)
+	epoch, records, err := n.monitor.Load().Join(ctx)
 	if err != nil {
 		return fmt.Errorf("service: node %s: join the membership: %w", n.id, err)
 	}
 	n.mu.Lock()
 	n.epoch = epoch
 	n.mu.Unlock()
+	live := map[string]bool{n.id: true}
 	for _, r := range records {
+		live[r.Node] = true
 		n.memberJoined(r.Node, r.Epoch, "membership")
+	}
+	for _, m := range n.ring.Members() { // a rejoining node may have missed leaves
+		if !live[m] {
+			n.mu.Lock()
+			e := n.members[m]
+			n.mu.Unlock()
+			n.memberLeft(m, e, "not in the membership at rejoin", abandonCalls)
+		}
 	}
 	n.memberJoined(n.id, epoch, "self")
 	if err := b.Broadcast(ctx, message.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {
@@ -160,7 +213,7 @@ func (n *Node) abort() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
 	defer cancel()
 	if n.Epoch() != 0 {
-		_ = n.monitor.Leave(ctx)
+		_ = n.monitor.Load().Leave(ctx)
 	}
 	n.stopServing(false)
 }
@@ -173,7 +226,7 @@ func (n *Node) leave() {
 	epoch := n.Epoch()
 	n.memberLeft(n.id, epoch, "leaving", keepCalls)
 	peers := n.ring.Members()
-	if err := n.monitor.Leave(ctx); err != nil {
+	if err := n.monitor.Load().Leave(ctx); err != nil {
 		n.log.Warn("leave: delete heartbeat record", "err", err)
 	}
 	b := n.Bus()
@@ -188,8 +241,8 @@ func (n *Node) leave() {
 	n.log.Info("node left", "peers", len(peers), "confirmed", confirmed, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// stopServing stops the services' consumers, runs the Stoppers, deletes
-// the node's queues and closes the bus. After an orderly leave (drained)
+// stopServing stops the services' consumers, deletes the node's queues
+// and closes the bus. After an orderly leave (drained)
 // the handlers have finished already; otherwise (eviction, failed start)
 // their contexts are canceled at once: this node no longer owns anything.
 func (n *Node) stopServing(drained bool) {
@@ -202,13 +255,6 @@ func (n *Node) stopServing(drained bool) {
 	if !drained {
 		if err := b.Close(); err != nil {
 			n.log.Warn("close bus", "err", err)
-		}
-	}
-	for _, s := range n.cfg.Services {
-		if st, ok := s.(Stopper); ok {
-			if err := st.Stop(ctx); err != nil {
-				n.log.Warn("stop service", "service", s.Name(), "err", err)
-			}
 		}
 	}
 	for _, name := range append([]string{membershipService}, n.serviceNames()...) {

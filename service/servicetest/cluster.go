@@ -61,6 +61,9 @@ type Options struct {
 	NewRing func() ring.Ring
 	// Logger receives every node's logs. Default: discarded.
 	Logger *slog.Logger
+	// NoRejoin makes an evicted node stop for good instead of joining
+	// again with a new epoch (service.Config.NoRejoin).
+	NoRejoin bool
 }
 
 // Cluster is a running test cluster. Its methods are safe for concurrent
@@ -103,7 +106,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Registry == nil {
 		opts.Registry = message.NewRegistry()
 	}
-	if opts.Heartbeat == (heartbeat.Config{}) {
+	if opts.Heartbeat.Interval == 0 {
 		opts.Heartbeat = heartbeat.LocalConfig()
 	}
 	if opts.Prefix == "" {
@@ -170,6 +173,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		Heartbeat: c.opts.Heartbeat,
 		Bus:       c.opts.Bus,
 		Logger:    c.opts.Logger,
+		NoRejoin:  c.opts.NoRejoin,
 	})
 	if err != nil {
 		_ = tr.Close()
