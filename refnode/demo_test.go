@@ -13,12 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // opLine matches one printed operation.
 var opLine = regexp.MustCompile(`^  (\w+)\s+(host|image|vm)\s+([0-9a-f]{8})…  → (handled by|sent to) node ([A-Z]) \(([^)]*)\)`)

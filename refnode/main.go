@@ -4,7 +4,9 @@
 // Usage:
 //
 //	refnode [demo] [-v] [-latency d] [-timeout d]
-//	refnode serve | ctl | bench | help
+//	refnode serve -bus amqp://… [-db url] [-listen addr] [-prefix p] …
+//	refnode ctl [-bus amqp://…] COMMAND [args]
+//	refnode bench | help
 //
 // With no arguments, or "demo", refnode runs a short scripted demo: three
 // management nodes in one process on the in-memory bus, hosts, an image
@@ -13,15 +15,25 @@
 // and VMs taken over by the others. It prints which node handled each
 // message and why, and exits 0.
 //
-// "serve" (one management node per process), "ctl" (drive a cluster
-// through api.portal) and "bench" (routing and failover measurements) are
-// part of the command line already, so scripts can rely on it, but are
-// not available in this build: they exit 2 saying so.
+// "serve" runs one management node per process: RabbitMQ carries the
+// messages (-bus), and a database (-db: SQLite by default, or PostgreSQL
+// or MySQL) holds the heartbeat records and the host, image and VM
+// records, so nodes started on one or many machines with the same broker,
+// database and prefix form one cluster. It prints the node's UUID, its
+// admin HTTP address (GET /healthz, GET /status) and the masked bus and
+// database URLs, and leaves the cluster in order on SIGTERM or Ctrl-C.
+//
+// "ctl" drives a running cluster through api.portal, as a client that is
+// not a node: add hosts and images, create, start, stop, reboot, destroy
+// and read VMs; it prints each reply as one line of JSON.
+//
+// "bench" (routing and failover measurements) is part of the command line
+// already, so scripts can rely on it, but is not available in this build:
+// it exits 2 saying so.
 //
 // refnode reads its flags and, for flags not given, the REFNODE_*
-// variables named in the help (REFNODE_VERBOSE, REFNODE_LATENCY,
-// REFNODE_TIMEOUT). It never reads the CLOUDBUS_* variables of the test
-// suites.
+// variables named in the help (REFNODE_BUS, REFNODE_DB, REFNODE_LATENCY,
+// …). It never reads the CLOUDBUS_* variables of the test suites.
 package main
 
 import (
@@ -40,6 +52,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, a second one has its default effect: quit
+	// at once, without waiting for an orderly leave.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
@@ -49,10 +64,12 @@ const usage = `refnode: the reference management node of cloudbus.
 
 Usage:
   refnode [demo] [flags]   run a scripted 3-node demo in one process (the default)
-  refnode serve            run one management node per process (not in this build)
-  refnode ctl              drive a cluster through api.portal (not in this build)
+  refnode serve            run one management node per process, on RabbitMQ and a database
+  refnode ctl              drive a running cluster through api.portal
   refnode bench            measure routing throughput and failover (not in this build)
   refnode help             show this help
+
+"refnode serve -h" and "refnode ctl -h" list their flags (REFNODE_BUS, REFNODE_DB, …).
 
 Demo flags (each may also be set by the REFNODE_* variable shown; a flag wins):
   -v            debug logs on stderr, timings and full errors      REFNODE_VERBOSE
@@ -62,8 +79,6 @@ Demo flags (each may also be set by the REFNODE_* variable shown; a flag wins):
 
 // later describes the subcommands that later work adds.
 var later = map[string]string{
-	"serve": "runs one management node per process, joined to a cluster through a shared broker and database",
-	"ctl":   "drives a running cluster through api.portal: add hosts and images, create and operate VMs",
 	"bench": "measures routing throughput and failover time on a cluster",
 }
 
@@ -81,8 +96,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "serve", "ctl", "bench":
-		fmt.Fprintf(stderr, "refnode %s %s.\nIt is not available in this build; run `refnode demo` to see a cluster of three nodes in one process.\n", cmd, later[cmd])
+	case "serve":
+		return serveCmd(ctx, args, stdout, stderr, getenv)
+	case "ctl":
+		return ctlCmd(ctx, args, stdout, stderr, getenv)
+	case "bench":
+		fmt.Fprintf(stderr, "refnode %s %s.\nIt is not available in this build; run `refnode demo` to see a cluster of three nodes in one process, or `refnode serve` to run a real one.\n", cmd, later[cmd])
 		return 2
 	default:
 		fmt.Fprintf(stderr, "refnode: unknown command %q\n\n%s", cmd, usage)

@@ -7,11 +7,11 @@
 //
 // The services of refnode are stateless in the sense of the design:
 // they keep no state about which node manages what. Records live in a
-// [Store], shared by every management node (a database in production;
-// package memdb for one process), and every operation on one resource is
-// serialized on the resource's ring owner, so a service may read a
-// record, talk to the hypervisor and write the record back without a
-// lock: no other node operates on that resource meanwhile.
+// [Store], shared by every management node (SQL tables in production,
+// package sqldb; package memdb for one process), and every operation on
+// one resource is serialized on the resource's ring owner, so a service
+// may read a record, talk to the hypervisor and write the record back
+// without a lock: no other node operates on that resource meanwhile.
 //
 // # VM states
 //

@@ -23,6 +23,13 @@ import (
 // methods are nevertheless atomic (a transaction in SQL), so that two
 // writers of different fields of one record (a VM operation and a host
 // ping, say) do not lose each other's writes.
+//
+// Times (Host.ConnectedAt) keep microsecond precision: a store may return
+// them truncated to the microsecond, in UTC and without a monotonic
+// clock reading, so compare them with time.Time.Equal. The zero time
+// stays zero.
+//
+// Package cloudtest holds the behavioural tests every Store passes.
 type Store interface {
 	// AddHost inserts h. A host with h.UUID already present fails with
 	// an error matching message.ErrBadRequest.
@@ -64,4 +71,17 @@ func NotFound(kind, uuid string) error {
 // UUID is taken: it matches message.ErrBadRequest.
 func Exists(kind, uuid string) error {
 	return message.ErrBadRequest.WithDetails(fmt.Sprintf("%s %s already exists; pick another UUID", kind, uuid))
+}
+
+// CheckUUID returns nil if uuid is canonical (message.IsCanonicalUUID),
+// and otherwise the error a [Store] answers for it: it matches
+// message.ErrInvalidUUID and names the kind ("host", "image", "vm").
+func CheckUUID(kind, uuid string) error {
+	if message.IsCanonicalUUID(uuid) {
+		return nil
+	}
+	if _, err := message.NormalizeUUID(uuid); err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	return message.ErrInvalidUUID.WithDetails(fmt.Sprintf("%s UUID %s is not canonical; normalize it with message.NormalizeUUID", kind, uuid))
 }

@@ -104,21 +104,11 @@ func (s *Store) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM
 	return modify(ctx, s, s.vms, "vm", uuid, update, func(vm cloud.VM) string { return vm.UUID })
 }
 
-func checkUUID(kind, uuid string) error {
-	if !message.IsCanonicalUUID(uuid) {
-		if _, err := message.NormalizeUUID(uuid); err != nil {
-			return fmt.Errorf("memdb: %s: %w", kind, err)
-		}
-		return message.ErrInvalidUUID.WithDetails(fmt.Sprintf("%s UUID %s is not canonical; normalize it with message.NormalizeUUID", kind, uuid))
-	}
-	return nil
-}
-
 func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string, rec T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkUUID(kind, uuid); err != nil {
+	if err := cloud.CheckUUID(kind, uuid); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -135,7 +125,7 @@ func get[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid str
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if err := checkUUID(kind, uuid); err != nil {
+	if err := cloud.CheckUUID(kind, uuid); err != nil {
 		return zero, err
 	}
 	s.mu.Lock()
@@ -166,7 +156,7 @@ func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid 
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if err := checkUUID(kind, uuid); err != nil {
+	if err := cloud.CheckUUID(kind, uuid); err != nil {
 		return zero, err
 	}
 	s.mu.Lock()

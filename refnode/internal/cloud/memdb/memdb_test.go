@@ -2,70 +2,41 @@ package memdb_test
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"testing"
 
-	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/cloudtest"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestRecords(t *testing.T) {
-	ctx := context.Background()
-	s := memdb.New()
-	a, b := "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-
-	require.NoError(t, s.AddHost(ctx, cloud.Host{UUID: a, Status: cloud.HostConnected}))
-	require.NoError(t, s.AddHost(ctx, cloud.Host{UUID: b}))
-	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: a}), message.ErrBadRequest, "a UUID is added once")
-	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: "nope"}), message.ErrInvalidUUID)
-	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}), message.ErrInvalidUUID, "UUIDs must be canonical")
-
-	hosts, err := s.Hosts(ctx)
-	require.NoError(t, err)
-	require.Len(t, hosts, 2)
-	assert.Equal(t, b, hosts[0].UUID, "sorted by UUID")
-	hosts[0].Name = "changed"
-	h, err := s.Host(ctx, b)
-	require.NoError(t, err)
-	assert.Empty(t, h.Name, "returned records are copies")
-
-	_, err = s.Host(ctx, "cccccccccccccccccccccccccccccccc")
-	assert.ErrorIs(t, err, message.ErrNotFound)
-
-	h, err = s.UpdateHost(ctx, a, func(h *cloud.Host) error { h.Takeovers++; return nil })
-	require.NoError(t, err)
-	assert.Equal(t, 1, h.Takeovers)
-	boom := errors.New("boom")
-	_, err = s.UpdateHost(ctx, a, func(h *cloud.Host) error { h.Takeovers = 99; return boom })
-	assert.Same(t, boom, err, "the update's error is returned as is")
-	h, _ = s.Host(ctx, a)
-	assert.Equal(t, 1, h.Takeovers, "a failed update changes nothing")
-	_, err = s.UpdateHost(ctx, a, func(h *cloud.Host) error { h.UUID = b; return nil })
-	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
-
-	require.NoError(t, s.AddImage(ctx, cloud.Image{UUID: a, Name: "img"}))
-	img, err := s.Image(ctx, a)
-	require.NoError(t, err)
-	assert.Equal(t, "img", img.Name)
-	imgs, _ := s.Images(ctx)
-	assert.Len(t, imgs, 1)
-
-	require.NoError(t, s.AddVM(ctx, cloud.VM{UUID: a, State: cloud.VMCreated}))
-	vm, err := s.UpdateVM(ctx, a, func(v *cloud.VM) error { v.State = cloud.VMRunning; return nil })
-	require.NoError(t, err)
-	assert.Equal(t, cloud.VMRunning, vm.State)
-	vms, _ := s.VMs(ctx)
-	assert.Equal(t, []cloud.VM{vm}, vms)
-	_, err = s.VM(ctx, b)
-	assert.ErrorIs(t, err, message.ErrNotFound)
-
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	_, err = s.Hosts(canceled)
-	assert.ErrorIs(t, err, context.Canceled)
+// TestConformance runs the Store suite on the Store itself, and on views
+// of two nodes over one Store (the peer of a view is the other node's).
+func TestConformance(t *testing.T) {
+	t.Run("Store", func(t *testing.T) {
+		cloudtest.Run(t, cloudtest.Harness{New: func(*testing.T) cloud.Store { return memdb.New() }})
+	})
+	t.Run("Views", func(t *testing.T) {
+		var mu sync.Mutex
+		dbs := map[cloud.Store]*memdb.Store{}
+		cloudtest.Run(t, cloudtest.Harness{
+			New: func(*testing.T) cloud.Store {
+				db := memdb.New()
+				v := db.For("11111111111111111111111111111111")
+				mu.Lock()
+				dbs[v] = db
+				mu.Unlock()
+				return v
+			},
+			Peer: func(_ *testing.T, s cloud.Store) cloud.Store {
+				mu.Lock()
+				defer mu.Unlock()
+				return dbs[s].For("22222222222222222222222222222222")
+			},
+		})
+	})
 }
 
 func TestViews(t *testing.T) {

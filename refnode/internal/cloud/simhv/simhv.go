@@ -5,7 +5,9 @@
 // One [Hypervisor] stands for the hosts of a whole data centre and is
 // shared by every management node of a process, as real hosts are shared
 // by the nodes that manage them. It remembers which hosts were connected
-// and each VM's power state.
+// and each VM's power state. Processes cannot share one: with
+// [Config.Adopt] each process runs its own, which adopts the hosts and
+// VMs that other processes' simulators connected and created.
 //
 // Failures come from three knobs: [Config.FailRate] (each operation fails
 // with that probability), [Hypervisor.FailNext] (the next n operations of
@@ -96,6 +98,16 @@ type Config struct {
 	FailRate float64
 	// Seed seeds the failure draws, for repeatable runs. Default: random.
 	Seed uint64
+	// Adopt makes the Hypervisor one of several simulators of one data
+	// centre, one per process (refnode serve): an operation on a host or
+	// VM it never saw adopts it instead of failing with ErrUnknown,
+	// because another process's simulator connected the host or created
+	// the VM. A host is adopted connected and up; a VM defined on the
+	// host the caller names, powered as the operation expects (a reboot
+	// finds it running). The records in the shared cloud.Store are then
+	// the truth about VMs. Default false: one simulator per cluster,
+	// which knows every host and VM.
+	Adopt bool
 }
 
 // Validate reports every problem with c at once.
@@ -129,6 +141,7 @@ type Hypervisor struct {
 	failNext map[Op]int
 	hosts    map[string]*host
 	calls    map[Op]int
+	adopt    bool
 }
 
 type host struct {
@@ -155,6 +168,7 @@ func New(cfg Config) (*Hypervisor, error) {
 		failNext: make(map[Op]int),
 		hosts:    make(map[string]*host),
 		calls:    make(map[Op]int),
+		adopt:    cfg.Adopt,
 	}
 	for op, d := range cfg.OpLatency {
 		h.opLat[op] = d
@@ -256,6 +270,9 @@ func (h *Hypervisor) onHost(ctx context.Context, op Op, hostUUID, target string,
 	}
 	defer h.mu.Unlock()
 	hs, ok := h.hosts[hostUUID]
+	if !ok && h.adopt {
+		hs, ok = h.hostLocked(hostUUID), true
+	}
 	if !ok {
 		return fmt.Errorf("simhv: %s %s: host %s was never connected: %w", op, target, hostUUID, ErrUnknown)
 	}
@@ -293,6 +310,12 @@ func (h *Hypervisor) CreateVM(ctx context.Context, hostUUID string, vm cloud.VM)
 // vmOp runs a power change on a VM that must exist on the host.
 func (h *Hypervisor) vmOp(ctx context.Context, op Op, hostUUID, vmUUID string, f func(hs *host) error) error {
 	return h.onHost(ctx, op, hostUUID, "vm "+vmUUID, func(hs *host) error {
+		if _, ok := hs.vms[vmUUID]; !ok && h.adopt {
+			hs.vms[vmUUID] = PowerOff
+			if op == OpRebootVM {
+				hs.vms[vmUUID] = PowerOn
+			}
+		}
 		if _, ok := hs.vms[vmUUID]; !ok {
 			return fmt.Errorf("simhv: %s vm %s: not on host %s: %w", op, vmUUID, hostUUID, ErrUnknown)
 		}

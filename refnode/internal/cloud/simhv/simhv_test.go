@@ -97,3 +97,25 @@ func TestConfig(t *testing.T) {
 	assert.Len(t, simhv.Ops(), 7)
 	assert.Equal(t, "ping", simhv.OpPing.String())
 }
+
+// TestAdopt: a simulator with Adopt takes over hosts and VMs another
+// process's simulator connected and created; without it they are unknown.
+func TestAdopt(t *testing.T) {
+	ctx := t.Context()
+	strict, err := simhv.New(simhv.Config{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, strict.StartVM(ctx, host, vm), simhv.ErrUnknown, "without Adopt, a host never connected is unknown")
+
+	h, err := simhv.New(simhv.Config{Adopt: true})
+	require.NoError(t, err)
+	require.NoError(t, h.Ping(ctx, host), "a host connected elsewhere is adopted")
+	require.NoError(t, h.RebootVM(ctx, host, vm), "a reboot finds an adopted VM running")
+	p, ok := h.PowerOf(vm)
+	assert.True(t, ok)
+	assert.Equal(t, simhv.PowerOn, p)
+	require.NoError(t, h.StopVM(ctx, host, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"))
+	p, _ = h.PowerOf("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
+	assert.Equal(t, simhv.PowerOff, p)
+	h.SetHostDown(host, true)
+	assert.ErrorIs(t, h.StartVM(ctx, host, vm), simhv.ErrHostDown, "an adopted host can still be down")
+}

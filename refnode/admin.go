@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// counters count, through the node's bus.Observer, the messages this
+// node handled: API messages its api.portal forwarded, and messages each
+// of its services ran. Observe is called on the receive path from many
+// goroutines; it only adds under a short lock.
+type counters struct {
+	portal, portalFailed atomic.Uint64
+
+	mu      sync.Mutex
+	handled map[string]uint64 // by service name
+	failed  map[string]uint64 // handled with an error
+}
+
+var _ bus.Observer = (*counters)(nil)
+
+func newCounters() *counters {
+	return &counters{handled: make(map[string]uint64), failed: make(map[string]uint64)}
+}
+
+// Observe counts a handled message (bus.OpHandle); it ignores the rest.
+func (c *counters) Observe(o bus.Observation) {
+	if o.Op != bus.OpHandle {
+		return
+	}
+	if o.ServiceID == bus.APIPortal {
+		c.portal.Add(1)
+		if o.Err != nil {
+			c.portalFailed.Add(1)
+		}
+		return
+	}
+	svc, _, ok := bus.SplitServiceID(o.ServiceID)
+	if !ok {
+		svc = o.ServiceID
+	}
+	c.mu.Lock()
+	c.handled[svc]++
+	if o.Err != nil {
+		c.failed[svc]++
+	}
+	c.mu.Unlock()
+}
+
+// nodeStatus is the JSON of GET /status.
+type nodeStatus struct {
+	// Node is the node's UUID.
+	Node string `json:"node"`
+	// Epoch is its registration epoch in the heartbeat store.
+	Epoch int64 `json:"epoch"`
+	// State is service.State: starting, serving, leaving, …
+	State string `json:"state"`
+	// Transport is the broker connection: connected, reconnecting, closed.
+	Transport string `json:"transport"`
+	// Prefix is the queue prefix.
+	Prefix string `json:"prefix"`
+	// Uptime is the time since the process started.
+	Uptime string `json:"uptime"`
+	// Ring is the node's ring copy.
+	Ring ringStatus `json:"ring"`
+	// Counters count the messages the node handled.
+	Counters counterStatus `json:"counters"`
+	// Hosts is the host tracker's work.
+	Hosts trackerStatus `json:"hosts"`
+}
+
+// ringStatus is this node's ring copy.
+type ringStatus struct {
+	// Members are the node UUIDs in the ring, sorted.
+	Members []string `json:"members"`
+	// Fingerprint is ring.Fingerprint: equal on nodes that agree on every owner.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// counterStatus is what the node handled since it started.
+type counterStatus struct {
+	// PortalForwarded counts the API messages this node's api.portal
+	// took from the shared queue and forwarded; PortalFailed those whose
+	// reply was an error.
+	PortalForwarded uint64 `json:"portal_forwarded"`
+	PortalFailed    uint64 `json:"portal_failed"`
+	// Handled counts the messages each service of this node ran, by
+	// service name; HandleErrors those that ended with an error.
+	Handled      map[string]uint64 `json:"handled"`
+	HandleErrors map[string]uint64 `json:"handle_errors"`
+}
+
+// trackerStatus is the host tracker's counters (services.HostStats).
+type trackerStatus struct {
+	Tracked      int    `json:"tracked"`
+	Pings        uint64 `json:"pings"`
+	PingFailures uint64 `json:"ping_failures"`
+	Reconnects   uint64 `json:"reconnects"`
+	Takeovers    uint64 `json:"takeovers"`
+}
+
+// newAdmin returns the admin HTTP handler: GET /healthz and GET /status.
+func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		st := n.State()
+		if st != service.StateServing {
+			http.Error(w, st.String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, st)
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		handled, failed := maps.Clone(c.handled), maps.Clone(c.failed)
+		c.mu.Unlock()
+		hs := set.Host.Stats()
+		st := nodeStatus{
+			Node:      n.UUID(),
+			Epoch:     n.Epoch(),
+			State:     n.State().String(),
+			Transport: transportState(tr),
+			Prefix:    prefix,
+			Uptime:    time.Since(start).Round(time.Millisecond).String(),
+			Ring:      ringStatus{Members: n.Members(), Fingerprint: n.Fingerprint().String()},
+			Counters: counterStatus{
+				PortalForwarded: c.portal.Load(), PortalFailed: c.portalFailed.Load(),
+				Handled: handled, HandleErrors: failed,
+			},
+			Hosts: trackerStatus{Tracked: hs.Tracked, Pings: hs.Pings, PingFailures: hs.PingFailures, Reconnects: hs.Reconnects, Takeovers: hs.Takeovers},
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
+	})
+	return mux
+}
+
+// transportState is the transport's connection state, if it reports one
+// (bus.StateWatcher).
+func transportState(tr bus.Transport) string {
+	if w, ok := tr.(bus.StateWatcher); ok {
+		return w.TransportState().String()
+	}
+	return "unreported"
+}

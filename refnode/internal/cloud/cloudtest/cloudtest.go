@@ -1,0 +1,421 @@
+// Package cloudtest is the conformance suite of [cloud.Store]: the
+// behaviour every record store of refnode shares, run unchanged by the
+// in-memory store (memdb) and the SQL store (sqldb) on each database.
+//
+//	func TestConformance(t *testing.T) {
+//		cloudtest.Run(t, cloudtest.Harness{
+//			New: func(t *testing.T) cloud.Store { return memdb.New() },
+//		})
+//	}
+//
+// Each case is a subtest on a store of its own, and its failure messages
+// name the rule of the Store contract that was broken.
+package cloudtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+)
+
+// Harness tells [Run] how to make the stores under test.
+type Harness struct {
+	// New returns an empty store for one case, and releases it (and
+	// whatever it created, such as tables) at the test's cleanup. It is
+	// called once per case; required.
+	New func(t *testing.T) cloud.Store
+	// Peer, optional, returns another handle on the records of s, as
+	// another management node or process opens it (its own connection
+	// pool, say); it is released at the test's cleanup. The cases that
+	// check that handles see each other's writes and update atomically
+	// across them use it. Default: s itself.
+	Peer func(t *testing.T, s cloud.Store) cloud.Store
+}
+
+// Run runs every case of the suite, each as a subtest on a new store.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	require.NotNil(t, h.New, "cloudtest: Harness.New is required")
+	if h.Peer == nil {
+		h.Peer = func(_ *testing.T, s cloud.Store) cloud.Store { return s }
+	}
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, h Harness)
+	}{
+		{"RoundTrip", testRoundTrip},
+		{"AddTwice", testAddTwice},
+		{"UUIDs", testUUIDs},
+		{"NotFound", testNotFound},
+		{"ListsSortedAndCopied", testLists},
+		{"Update", testUpdate},
+		{"UpdateRefusesUUIDChange", testUpdateUUID},
+		{"CanceledContext", testCanceled},
+		{"PeersSeeWrites", testPeers},
+		{"AtomicUpdates", testAtomicUpdates},
+		{"ConcurrentAdds", testConcurrentAdds},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+}
+
+// Fixed UUIDs, so that sorting can be checked: a < b < c.
+const (
+	uuidA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	uuidB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	uuidC = "cccccccccccccccccccccccccccccccc"
+)
+
+func sampleHost(id string) cloud.Host {
+	return cloud.Host{
+		UUID:        id,
+		Name:        `rack 7 "north" – O'Brien's`, // quotes and non-ASCII survive
+		Address:     "10.0.0.11",
+		Status:      cloud.HostConnected,
+		ManagedBy:   "3694776ab31a45709259254a018913ca",
+		Takeovers:   2,
+		ConnectedAt: time.UnixMicro(1764480000123456).UTC(),
+	}
+}
+
+func sampleImage(id string) cloud.Image {
+	return cloud.Image{UUID: id, Name: "ubuntu-24.04 ☁", URL: "http://images.example/ubuntu.qcow2?v=1&x=%20", SizeMB: 1 << 40}
+}
+
+func sampleVM(id string) cloud.VM {
+	return cloud.VM{UUID: id, Name: "web-1", ImageUUID: uuidB, HostUUID: uuidC, CPUs: 4, MemoryMB: 8192, State: cloud.VMRunning}
+}
+
+// sameHost asserts a == b, comparing times with Equal.
+func sameHost(t *testing.T, want, got cloud.Host, msg string) {
+	t.Helper()
+	assert.True(t, want.ConnectedAt.Equal(got.ConnectedAt), "%s: ConnectedAt %v, want %v (times keep microseconds)", msg, got.ConnectedAt, want.ConnectedAt)
+	want.ConnectedAt, got.ConnectedAt = time.Time{}, time.Time{}
+	assert.Equal(t, want, got, msg)
+}
+
+func testRoundTrip(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	host := sampleHost(uuidA)
+	require.NoError(t, s.AddHost(ctx, host))
+	got, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	sameHost(t, host, got, "a host reads back as it was added, every field")
+
+	bare := cloud.Host{UUID: uuidB, Status: cloud.HostDisconnected}
+	require.NoError(t, s.AddHost(ctx, bare))
+	got, err = s.Host(ctx, uuidB)
+	require.NoError(t, err)
+	assert.True(t, got.ConnectedAt.IsZero(), "a zero time stays zero")
+	sameHost(t, bare, got, "empty fields read back empty")
+
+	img := sampleImage(uuidA)
+	require.NoError(t, s.AddImage(ctx, img))
+	gotImg, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, img, gotImg, "an image reads back as it was added")
+
+	vm := sampleVM(uuidA)
+	require.NoError(t, s.AddVM(ctx, vm))
+	gotVM, err := s.VM(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, vm, gotVM, "a VM reads back as it was added")
+}
+
+func testAddTwice(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
+	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: uuidA, Name: "other"}), message.ErrBadRequest, "a host UUID is added once")
+	assert.ErrorIs(t, s.AddImage(ctx, cloud.Image{UUID: uuidA}), message.ErrBadRequest, "an image UUID is added once")
+	assert.ErrorIs(t, s.AddVM(ctx, cloud.VM{UUID: uuidA}), message.ErrBadRequest, "a VM UUID is added once")
+	got, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleHost(uuidA).Name, got.Name, "a refused add changes nothing")
+}
+
+func testUUIDs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	for _, bad := range []string{"nope", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa", ""} {
+		what := fmt.Sprintf("UUID %q", bad)
+		assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: bad}), message.ErrInvalidUUID, "AddHost: %s is refused: UUIDs must be canonical", what)
+		assert.ErrorIs(t, s.AddImage(ctx, cloud.Image{UUID: bad}), message.ErrInvalidUUID, "AddImage: %s", what)
+		assert.ErrorIs(t, s.AddVM(ctx, cloud.VM{UUID: bad}), message.ErrInvalidUUID, "AddVM: %s", what)
+		assert.ErrorIs(t, second(s.Host(ctx, bad)), message.ErrInvalidUUID, "Host: %s", what)
+		assert.ErrorIs(t, second(s.Image(ctx, bad)), message.ErrInvalidUUID, "Image: %s", what)
+		assert.ErrorIs(t, second(s.VM(ctx, bad)), message.ErrInvalidUUID, "VM: %s", what)
+		assert.ErrorIs(t, second(s.UpdateHost(ctx, bad, func(*cloud.Host) error { return nil })), message.ErrInvalidUUID, "UpdateHost: %s", what)
+		assert.ErrorIs(t, second(s.UpdateVM(ctx, bad, func(*cloud.VM) error { return nil })), message.ErrInvalidUUID, "UpdateVM: %s", what)
+	}
+	hosts, err := s.Hosts(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, hosts, "nothing was added with a bad UUID")
+}
+
+func testNotFound(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	called := false
+	for name, err := range map[string]error{
+		"Host":  second(s.Host(ctx, uuidC)),
+		"Image": second(s.Image(ctx, uuidC)),
+		"VM":    second(s.VM(ctx, uuidC)),
+		"UpdateHost": second(s.UpdateHost(ctx, uuidC, func(*cloud.Host) error {
+			called = true
+			return nil
+		})),
+		"UpdateVM": second(s.UpdateVM(ctx, uuidC, func(*cloud.VM) error {
+			called = true
+			return nil
+		})),
+	} {
+		assert.ErrorIs(t, err, message.ErrNotFound, "%s of an unknown UUID", name)
+	}
+	assert.False(t, called, "an update of an unknown record does not call update")
+	for name, n := range map[string]int{
+		"Hosts":  len(first(s.Hosts(ctx))),
+		"Images": len(first(s.Images(ctx))),
+		"VMs":    len(first(s.VMs(ctx))),
+	} {
+		assert.Zero(t, n, "%s of an empty store", name)
+	}
+}
+
+func testLists(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	for _, id := range []string{uuidC, uuidA, uuidB} {
+		require.NoError(t, s.AddHost(ctx, sampleHost(id)))
+		require.NoError(t, s.AddImage(ctx, sampleImage(id)))
+		require.NoError(t, s.AddVM(ctx, sampleVM(id)))
+	}
+	sorted := []string{uuidA, uuidB, uuidC}
+	hosts, err := s.Hosts(ctx)
+	require.NoError(t, err)
+	images, err := s.Images(ctx)
+	require.NoError(t, err)
+	vms, err := s.VMs(ctx)
+	require.NoError(t, err)
+	var hostIDs, imageIDs, vmIDs []string
+	for i := range hosts {
+		hostIDs = append(hostIDs, hosts[i].UUID)
+		sameHost(t, sampleHost(hosts[i].UUID), hosts[i], "a listed host is the whole record")
+	}
+	for _, img := range images {
+		imageIDs = append(imageIDs, img.UUID)
+		assert.Equal(t, sampleImage(img.UUID), img, "a listed image is the whole record")
+	}
+	for _, vm := range vms {
+		vmIDs = append(vmIDs, vm.UUID)
+		assert.Equal(t, sampleVM(vm.UUID), vm, "a listed VM is the whole record")
+	}
+	assert.Equal(t, sorted, hostIDs, "Hosts is sorted by UUID")
+	assert.Equal(t, sorted, imageIDs, "Images is sorted by UUID")
+	assert.Equal(t, sorted, vmIDs, "VMs is sorted by UUID")
+
+	hosts[0].Name = "changed by the caller"
+	vms[0].State = cloud.VMDestroyed
+	got, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleHost(uuidA).Name, got.Name, "returned records are the caller's copies")
+	gotVM, err := s.VM(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, cloud.VMRunning, gotVM.State, "returned records are the caller's copies")
+}
+
+func testUpdate(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
+	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
+
+	at := time.UnixMicro(1764480000999999).UTC()
+	got, err := s.UpdateHost(ctx, uuidA, func(h *cloud.Host) error {
+		h.Takeovers++
+		h.Status, h.ManagedBy, h.ConnectedAt = cloud.HostDisconnected, uuidB, at
+		return nil
+	})
+	require.NoError(t, err)
+	want := sampleHost(uuidA)
+	want.Takeovers, want.Status, want.ManagedBy, want.ConnectedAt = 3, cloud.HostDisconnected, uuidB, at
+	sameHost(t, want, got, "UpdateHost returns the record after the update")
+	read, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	sameHost(t, want, read, "UpdateHost stores the record it returns")
+
+	boom := errors.New("boom")
+	_, err = s.UpdateHost(ctx, uuidA, func(h *cloud.Host) error { h.Takeovers = 99; h.Name = "x"; return boom })
+	assert.Same(t, boom, err, "the update's error is returned as is")
+	read, err = s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	sameHost(t, want, read, "a failed update changes nothing")
+
+	vm, err := s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMStopped; v.CPUs = 2; return nil })
+	require.NoError(t, err)
+	wantVM := sampleVM(uuidA)
+	wantVM.State, wantVM.CPUs = cloud.VMStopped, 2
+	assert.Equal(t, wantVM, vm, "UpdateVM returns the record after the update")
+	_, err = s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMDestroyed; return boom })
+	assert.Same(t, boom, err, "the update's error is returned as is")
+	readVM, err := s.VM(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, wantVM, readVM, "a failed update changes nothing")
+}
+
+func testUpdateUUID(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
+	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
+	_, err := s.UpdateHost(ctx, uuidA, func(h *cloud.Host) error { h.UUID = uuidB; h.Name = "moved"; return nil })
+	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
+	_, err = s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.UUID = uuidB; return nil })
+	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
+	got, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleHost(uuidA).Name, got.Name, "a refused update changes nothing")
+	assert.ErrorIs(t, second(s.Host(ctx, uuidB)), message.ErrNotFound, "a refused update creates nothing")
+	assert.ErrorIs(t, second(s.VM(ctx, uuidB)), message.ErrNotFound, "a refused update creates nothing")
+}
+
+func testCanceled(t *testing.T, h Harness) {
+	s := h.New(t)
+	require.NoError(t, s.AddHost(t.Context(), sampleHost(uuidA)))
+	require.NoError(t, s.AddVM(t.Context(), sampleVM(uuidA)))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	called := false
+	for name, err := range map[string]error{
+		"AddHost":  s.AddHost(ctx, sampleHost(uuidB)),
+		"AddImage": s.AddImage(ctx, sampleImage(uuidB)),
+		"AddVM":    s.AddVM(ctx, sampleVM(uuidB)),
+		"Host":     second(s.Host(ctx, uuidA)),
+		"Hosts":    second(s.Hosts(ctx)),
+		"Image":    second(s.Image(ctx, uuidA)),
+		"Images":   second(s.Images(ctx)),
+		"VM":       second(s.VM(ctx, uuidA)),
+		"VMs":      second(s.VMs(ctx)),
+		"UpdateHost": second(s.UpdateHost(ctx, uuidA, func(*cloud.Host) error {
+			called = true
+			return nil
+		})),
+		"UpdateVM": second(s.UpdateVM(ctx, uuidA, func(*cloud.VM) error {
+			called = true
+			return nil
+		})),
+	} {
+		assert.ErrorIs(t, err, context.Canceled, "%s with a canceled ctx fails with ctx's error", name)
+	}
+	assert.False(t, called, "no update runs with a canceled ctx")
+	hosts, err := s.Hosts(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, hosts, 1, "nothing was added with a canceled ctx")
+}
+
+func testPeers(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
+	require.NoError(t, p.AddImage(ctx, sampleImage(uuidA)))
+	got, err := p.Host(ctx, uuidA)
+	require.NoError(t, err, "a host added through one handle is seen through another")
+	sameHost(t, sampleHost(uuidA), got, "the peer reads the same record")
+	_, err = s.Image(ctx, uuidA)
+	require.NoError(t, err, "an image added through one handle is seen through another")
+	assert.ErrorIs(t, p.AddHost(ctx, sampleHost(uuidA)), message.ErrBadRequest, "a UUID is added once across handles")
+	_, err = p.UpdateHost(ctx, uuidA, func(h *cloud.Host) error { h.ManagedBy = uuidC; return nil })
+	require.NoError(t, err)
+	got, err = s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, uuidC, got.ManagedBy, "an update through one handle is seen through another")
+}
+
+// testAtomicUpdates runs read-modify-write increments on one host and one
+// VM from many goroutines through two handles: none may be lost.
+func testAtomicUpdates(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	host := sampleHost(uuidA)
+	host.Takeovers = 0
+	require.NoError(t, s.AddHost(ctx, host))
+	vm := sampleVM(uuidA)
+	vm.CPUs = 0
+	require.NoError(t, s.AddVM(ctx, vm))
+
+	const writers, each = 6, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*writers*each)
+	for w := range writers {
+		st := s
+		if w%2 == 1 {
+			st = p
+		}
+		wg.Go(func() {
+			for range each {
+				if _, err := st.UpdateHost(ctx, uuidA, func(h *cloud.Host) error { h.Takeovers++; return nil }); err != nil {
+					errs <- fmt.Errorf("UpdateHost: %w", err)
+				}
+				if _, err := st.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.CPUs++; return nil }); err != nil {
+					errs <- fmt.Errorf("UpdateVM: %w", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err, "concurrent updates must not fail (a SQL store waits for the row lock)")
+	}
+	gotHost, err := s.Host(ctx, uuidA)
+	require.NoError(t, err)
+	gotVM, err := s.VM(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, writers*each, gotHost.Takeovers, "UpdateHost is atomic: no increment is lost")
+	assert.Equal(t, writers*each, gotVM.CPUs, "UpdateVM is atomic: no increment is lost")
+}
+
+// testConcurrentAdds adds one UUID from many goroutines: exactly one wins.
+func testConcurrentAdds(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		st := s
+		if i%2 == 1 {
+			st = p
+		}
+		wg.Go(func() { errs[i] = st.AddVM(ctx, cloud.VM{UUID: uuidB, Name: fmt.Sprint(i), State: cloud.VMCreated}) })
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		assert.ErrorIs(t, err, message.ErrBadRequest, "a losing concurrent add fails as a duplicate")
+	}
+	assert.Equal(t, 1, won, "exactly one of %d concurrent adds of one UUID succeeds", n)
+}
+
+func first[T any](v T, _ error) T { return v }
+
+func second[T any](_ T, err error) error { return err }

@@ -1,0 +1,77 @@
+// Package sqldb is a [cloud.Store] in SQL tables: the host, image and VM
+// records of a refnode cluster in SQLite (the embedded default: the
+// processes of one machine share one database file), PostgreSQL or
+// MySQL/MariaDB, over database/sql. Every management node of a cluster
+// opens the same tables; the tables are the only state they share besides
+// the heartbeat records.
+//
+//	s, err := sqldb.Open(ctx, sqldb.Config{URL: "sqlite:/var/lib/refnode/refnode.db"})
+//	// or URL: "postgres://refnode:secret@db:5432/refnode?sslmode=require"
+//	// or URL: "mysql://refnode:secret@db:3306/refnode"
+//	if err != nil { ... }
+//	defer s.Close()
+//
+// The URL forms are those of heartbeat/sqlstore, so one -db flag serves
+// both stores: sqlite:PATH or a file: URI, postgres:// (or postgresql://),
+// mysql://user:password@host:port/db, or go-sql-driver/mysql's own DSN
+// (user:password@tcp(host:3306)/db).
+//
+// # Tables
+//
+// With Config.Prefix p (default "refnode"):
+//
+//	p_hosts   (uuid PRIMARY KEY, name, address, status, managed_by, takeovers, connected_us)
+//	p_images  (uuid PRIMARY KEY, name, url, size_mb)
+//	p_vms     (uuid PRIMARY KEY, name, image_uuid, host_uuid, cpus, memory_mb, state)
+//	p_meta    (id = 1 PRIMARY KEY, version)
+//
+// connected_us is Host.ConnectedAt in microseconds since 1970 (NULL for
+// the zero time), so times keep microseconds on every database. [Open]
+// creates the tables if they are missing, holding a lock so that nodes
+// starting together do it once (PostgreSQL pg_advisory_xact_lock, SQLite
+// BEGIN IMMEDIATE, MySQL GET_LOCK), and refuses tables of a newer schema
+// version than it knows. Clusters sharing a database use different
+// prefixes.
+//
+// # Atomic updates
+//
+// UpdateHost and UpdateVM run in a transaction that locks the row first:
+// SELECT … FOR UPDATE on PostgreSQL and MySQL, and BEGIN IMMEDIATE on
+// SQLite, which takes the database's write lock (SQLite has one writer
+// at a time). The update function runs while the lock is held, so two
+// writers of one record, in one process or in several, never lose each
+// other's writes; it must therefore be quick and must not call the store.
+// Adds are one INSERT each: of concurrent adds of one UUID exactly one
+// succeeds, the others fail with an error matching message.ErrBadRequest.
+//
+// # Connections
+//
+// Open makes its own pool, capped at Config.MaxOpenConns (default 4): a
+// node makes a few small statements per operation, and PostgreSQL allows
+// 100 connections in all by default. Every SQLite connection sets
+// busy_timeout (default 5 s: a writer waits for another process's write
+// lock instead of failing with "database is locked"), journal_mode=WAL
+// (readers never block the writer) and synchronous=NORMAL, and begins
+// transactions with BEGIN IMMEDIATE. WAL needs shared memory between the
+// processes: keep the file on a local disk. An in-memory SQLite database
+// is refused (it would be private to one connection; use package memdb).
+//
+// # Errors and credentials
+//
+// Unknown UUIDs fail with errors matching message.ErrNotFound, malformed
+// ones with message.ErrInvalidUUID, as the Store contract says. A
+// database error names the operation, the record and the database by its
+// masked URL (heartbeat/sqlstore's MaskURL: the password is "xxxxx"),
+// with any password scrubbed from the driver's text; if ctx ended it also
+// matches ctx's error. Such an error leaves the outcome unknown: an add
+// may have happened (retrying it then fails as a duplicate), an update
+// either happened whole or not at all.
+//
+// # Testing
+//
+// The tests run the cloudtest conformance suite on SQLite always (in a
+// temporary directory), on PostgreSQL when CLOUDBUS_POSTGRES_DSN is set
+// and on MySQL when CLOUDBUS_MYSQL_DSN is set; without them those tests
+// skip, naming the variable, and under CI=true they fail instead. Each
+// case uses its own random table prefix and drops its tables at the end.
+package sqldb

@@ -1,0 +1,389 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+)
+
+// Store is a [cloud.Store] in SQL tables. It is safe for concurrent use,
+// and any number of Stores, in any number of processes, may share the
+// tables (see the package documentation for how updates stay atomic).
+// Every method honours ctx. Close it when done: it owns its connection
+// pool.
+type Store struct {
+	db     *sql.DB
+	target target
+	prefix string
+	st     statements
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ cloud.Store = (*Store)(nil)
+
+// Open connects to the database cfg.URL names, creates the tables if they
+// are missing and returns the store. It fails if the database cannot be
+// reached within ctx; on failure it leaves nothing open.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	t, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	var db *sql.DB
+	switch t.dialect {
+	case SQLite:
+		db, err = sql.Open("sqlite", sqliteDSN(t.dsn, cfg.BusyTimeout))
+	case Postgres:
+		var pc *pgx.ConnConfig
+		if pc, err = pgx.ParseConfig(t.dsn); err == nil {
+			db = stdlib.OpenDB(*pc)
+		}
+	case MySQL:
+		var mc *mysql.Config
+		if mc, err = mysql.ParseDSN(t.dsn); err == nil {
+			var conn driver.Connector
+			if conn, err = mysql.NewConnector(mc); err == nil {
+				db = sql.OpenDB(conn)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqldb: open %s: %s", t.masked, t.scrub(err.Error()))
+	}
+	db.SetMaxOpenConns(cfg.MaxOpenConns)
+	db.SetMaxIdleConns(cfg.MaxOpenConns)
+	db.SetConnMaxIdleTime(time.Minute)
+	s := &Store{db: db, target: t, prefix: cfg.Prefix, st: newStatements(t.dialect, cfg.Prefix)}
+	found, err := createSchema(ctx, db, t.dialect, s.st, cfg.Prefix)
+	if err != nil {
+		_ = db.Close()
+		return nil, s.fail(ctx, "open tables "+cfg.Prefix+"_*", err)
+	}
+	log := cfg.Logger.With("dialect", t.dialect.String(), "url", t.masked, "prefix", cfg.Prefix)
+	if found < schemaVersion {
+		log.Info("sqldb: tables created", "schema_version", schemaVersion)
+	}
+	log.Info("sqldb: opened")
+	return s, nil
+}
+
+// Dialect returns the store's SQL dialect.
+func (s *Store) Dialect() sqlstore.Dialect { return s.target.dialect }
+
+// MaskedURL returns the database URL with its password masked, as the
+// store's errors and logs name it.
+func (s *Store) MaskedURL() string { return s.target.masked }
+
+// Tables returns the names of the store's tables. The caller owns the
+// slice.
+func (s *Store) Tables() []string {
+	return []string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.prefix + "_meta"}
+}
+
+// Close closes the connection pool and makes every later call fail with
+// an error matching message.ErrClosed. Calls in flight finish first. It is
+// idempotent: later calls return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if err := s.db.Close(); err != nil {
+			s.closeErr = s.fail(context.Background(), "close", err)
+		}
+	})
+	return s.closeErr
+}
+
+// record describes how one kind of record maps to its table.
+type record[T any] struct {
+	kind string // "host", "image", "vm"
+	sql  func(*Store) tableSQL
+	uuid func(*T) string
+	args func(*T) []any // column values in table order, uuid first
+	dest func(*T) (dest []any, done func())
+}
+
+var hostRecord = record[cloud.Host]{
+	kind: "host",
+	sql:  func(s *Store) tableSQL { return s.st.hosts },
+	uuid: func(h *cloud.Host) string { return h.UUID },
+	args: func(h *cloud.Host) []any {
+		var at sql.NullInt64
+		if !h.ConnectedAt.IsZero() {
+			at = sql.NullInt64{Int64: h.ConnectedAt.UnixMicro(), Valid: true}
+		}
+		return []any{h.UUID, h.Name, h.Address, string(h.Status), h.ManagedBy, int64(h.Takeovers), at}
+	},
+	dest: func(h *cloud.Host) ([]any, func()) {
+		var status string
+		var takeovers int64
+		var at sql.NullInt64
+		return []any{&h.UUID, &h.Name, &h.Address, &status, &h.ManagedBy, &takeovers, &at}, func() {
+			h.Status, h.Takeovers = cloud.HostStatus(status), int(takeovers)
+			if at.Valid {
+				h.ConnectedAt = time.UnixMicro(at.Int64).UTC()
+			}
+		}
+	},
+}
+
+var imageRecord = record[cloud.Image]{
+	kind: "image",
+	sql:  func(s *Store) tableSQL { return s.st.images },
+	uuid: func(img *cloud.Image) string { return img.UUID },
+	args: func(img *cloud.Image) []any { return []any{img.UUID, img.Name, img.URL, img.SizeMB} },
+	dest: func(img *cloud.Image) ([]any, func()) {
+		return []any{&img.UUID, &img.Name, &img.URL, &img.SizeMB}, func() {}
+	},
+}
+
+var vmRecord = record[cloud.VM]{
+	kind: "vm",
+	sql:  func(s *Store) tableSQL { return s.st.vms },
+	uuid: func(vm *cloud.VM) string { return vm.UUID },
+	args: func(vm *cloud.VM) []any {
+		return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State)}
+	},
+	dest: func(vm *cloud.VM) ([]any, func()) {
+		var cpus, mem int64
+		var state string
+		return []any{&vm.UUID, &vm.Name, &vm.ImageUUID, &vm.HostUUID, &cpus, &mem, &state}, func() {
+			vm.CPUs, vm.MemoryMB, vm.State = int(cpus), int(mem), cloud.VMState(state)
+		}
+	},
+}
+
+// AddHost implements [cloud.Store.AddHost] with one INSERT.
+func (s *Store) AddHost(ctx context.Context, h cloud.Host) error { return add(ctx, s, hostRecord, &h) }
+
+// Host implements [cloud.Store.Host].
+func (s *Store) Host(ctx context.Context, uuid string) (cloud.Host, error) {
+	return get(ctx, s, hostRecord, uuid)
+}
+
+// Hosts implements [cloud.Store.Hosts].
+func (s *Store) Hosts(ctx context.Context) ([]cloud.Host, error) { return list(ctx, s, hostRecord) }
+
+// UpdateHost implements [cloud.Store.UpdateHost] in a transaction that
+// locks the host's row first.
+func (s *Store) UpdateHost(ctx context.Context, uuid string, update func(*cloud.Host) error) (cloud.Host, error) {
+	return modify(ctx, s, hostRecord, uuid, update)
+}
+
+// AddImage implements [cloud.Store.AddImage] with one INSERT.
+func (s *Store) AddImage(ctx context.Context, img cloud.Image) error {
+	return add(ctx, s, imageRecord, &img)
+}
+
+// Image implements [cloud.Store.Image].
+func (s *Store) Image(ctx context.Context, uuid string) (cloud.Image, error) {
+	return get(ctx, s, imageRecord, uuid)
+}
+
+// Images implements [cloud.Store.Images].
+func (s *Store) Images(ctx context.Context) ([]cloud.Image, error) {
+	return list(ctx, s, imageRecord)
+}
+
+// AddVM implements [cloud.Store.AddVM] with one INSERT.
+func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error { return add(ctx, s, vmRecord, &vm) }
+
+// VM implements [cloud.Store.VM].
+func (s *Store) VM(ctx context.Context, uuid string) (cloud.VM, error) {
+	return get(ctx, s, vmRecord, uuid)
+}
+
+// VMs implements [cloud.Store.VMs].
+func (s *Store) VMs(ctx context.Context) ([]cloud.VM, error) { return list(ctx, s, vmRecord) }
+
+// UpdateVM implements [cloud.Store.UpdateVM] in a transaction that locks
+// the VM's row first.
+func (s *Store) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) error) (cloud.VM, error) {
+	return modify(ctx, s, vmRecord, uuid, update)
+}
+
+// begin checks, before op starts, that the store is open, ctx is not
+// done and the UUID (if any) is canonical, so such a call changes
+// nothing.
+func (s *Store) begin(ctx context.Context, op, kind, uuid string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("sqldb: %s: %w", op, message.ErrClosed.WithDetails("the store is closed"))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqldb: %s: %w", op, err)
+	}
+	if kind != "" {
+		return cloud.CheckUUID(kind, uuid)
+	}
+	return nil
+}
+
+func add[T any](ctx context.Context, s *Store, r record[T], rec *T) error {
+	id := r.uuid(rec)
+	op := "add " + r.kind + " " + id
+	if err := s.begin(ctx, op, r.kind, id); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, r.sql(s).insert, r.args(rec)...)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1062: // ER_DUP_ENTRY
+		return cloud.Exists(r.kind, id)
+	case err != nil:
+		return s.fail(ctx, op, err)
+	case n == 0: // ON CONFLICT DO NOTHING
+		return cloud.Exists(r.kind, id)
+	}
+	return nil
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scan[T any](sc scanner, r record[T]) (T, error) {
+	var rec T
+	dest, done := r.dest(&rec)
+	if err := sc.Scan(dest...); err != nil {
+		return rec, err
+	}
+	done()
+	return rec, nil
+}
+
+func get[T any](ctx context.Context, s *Store, r record[T], uuid string) (T, error) {
+	var zero T
+	op := "get " + r.kind + " " + uuid
+	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
+		return zero, err
+	}
+	rec, err := scan(s.db.QueryRowContext(ctx, r.sql(s).get, uuid), r)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return zero, cloud.NotFound(r.kind, uuid)
+	case err != nil:
+		return zero, s.fail(ctx, op, err)
+	}
+	return rec, nil
+}
+
+func list[T any](ctx context.Context, s *Store, r record[T]) ([]T, error) {
+	op := "list " + r.kind + "s"
+	if err := s.begin(ctx, op, "", ""); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, r.sql(s).list)
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		rec, err := scan(rows, r)
+		if err != nil {
+			return nil, s.fail(ctx, op, err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	return out, nil
+}
+
+// modify runs update on the record in a transaction holding its row lock
+// (BEGIN IMMEDIATE's write lock on SQLite).
+func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, update func(*T) error) (T, error) {
+	var zero T
+	op := "update " + r.kind + " " + uuid
+	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
+		return zero, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return zero, s.fail(ctx, op+": begin", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	t := r.sql(s)
+	rec, err := scan(tx.QueryRowContext(ctx, t.lockGet, uuid), r)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return zero, cloud.NotFound(r.kind, uuid)
+	case err != nil:
+		return zero, s.fail(ctx, op+": lock the row", err)
+	}
+	if err := update(&rec); err != nil {
+		return zero, err
+	}
+	if got := r.uuid(&rec); got != uuid {
+		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("sqldb: update of %s %s changed its UUID to %q; UUIDs never change", r.kind, uuid, got))
+	}
+	args := r.args(&rec)
+	if _, err := tx.ExecContext(ctx, t.update, append(args[1:], uuid)...); err != nil {
+		return zero, s.fail(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return zero, s.fail(ctx, op+": commit", err)
+	}
+	committed = true
+	return rec, nil
+}
+
+// drop deletes the store's tables; tests use it to clean up.
+func (s *Store) drop(ctx context.Context) error {
+	for _, stmt := range []string{s.st.hosts.drop, s.st.images.drop, s.st.vms.drop, s.st.dropMeta} {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return s.fail(ctx, "drop tables "+s.prefix+"_*", err)
+		}
+	}
+	return nil
+}
+
+// fail wraps a database error: "sqldb: OP on URL: ERR", with the URL
+// masked and passwords scrubbed from the driver's text. The chain keeps
+// the driver's error and, if ctx ended, ctx's error, for errors.Is.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	de := &driverError{err: err, text: s.target.scrub(err.Error())}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqldb: %s on %s: %w: %w", op, s.target.masked, cerr, de)
+	}
+	return fmt.Errorf("sqldb: %s on %s: %w", op, s.target.masked, de)
+}
+
+// driverError is a driver's error whose text had any password removed;
+// Unwrap gives the driver's error itself.
+type driverError struct {
+	err  error
+	text string
+}
+
+func (e *driverError) Error() string { return e.text }
+func (e *driverError) Unwrap() error { return e.err }

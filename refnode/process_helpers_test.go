@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+)
+
+// The refnode binary the process tests run, built once by TestMain when
+// those tests will run (CLOUDBUS_AMQP_URL set, or CI=true).
+var (
+	refnodeBin string
+	buildErr   error
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(buildFirst{m})
+}
+
+// buildFirst builds the refnode binary before the tests run and removes
+// it after.
+type buildFirst struct{ m *testing.M }
+
+func (b buildFirst) Run() int {
+	if os.Getenv(amqpVar) != "" || os.Getenv("CI") == "true" {
+		dir, err := os.MkdirTemp("", "refnode-bin-")
+		if err != nil {
+			buildErr = err
+		} else {
+			defer os.RemoveAll(dir)
+			refnodeBin = filepath.Join(dir, "refnode")
+			buildErr = build(refnodeBin)
+		}
+	}
+	return b.m.Run()
+}
+
+// build runs go build -o bin . in this package's directory.
+func build(bin string) error {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("find the go command to build refnode: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build -o %s .: %w\n%s", bin, err, out)
+	}
+	return nil
+}
+
+// amqpVar names the broker of the process tests. refnode itself never
+// reads it: the test passes its value as -bus or REFNODE_BUS.
+const amqpVar = "CLOUDBUS_AMQP_URL"
+
+// brokerURL returns the broker's URL, or skips the test naming the
+// variable (fails it under CI=true).
+func brokerURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv(amqpVar)
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set, and CI=true requires the multi-process test to run", amqpVar)
+		}
+		t.Skipf("set %s (e.g. amqp://guest:guest@127.0.0.1:5672/) to run refnode serve processes on RabbitMQ", amqpVar)
+	}
+	return u
+}
+
+// httpClient talks to the children's admin servers; no keep-alive, so
+// no connection outlives a request (goleak).
+var httpClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// child is one refnode serve process.
+type child struct {
+	label        string
+	cmd          *exec.Cmd
+	stdout       string // file
+	stderr       string // file
+	started      time.Time
+	admin        string // http://127.0.0.1:port, from its stdout
+	id           string // node UUID, from its stdout
+	exited       chan struct{}
+	waitErr      error
+	ready, ended time.Duration // from start to healthy; to exit
+}
+
+// childEnv is the test's environment without the CLOUDBUS_* and REFNODE_*
+// variables, plus extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CLOUDBUS_") && !strings.HasPrefix(kv, "REFNODE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// startChild starts refnode serve with args and extra environment,
+// output to files in dir. Its process is waited for in a goroutine that
+// ends when it exits.
+func startChild(t *testing.T, dir, label string, args, env []string) *child {
+	t.Helper()
+	c := &child{label: label, exited: make(chan struct{}),
+		stdout: filepath.Join(dir, label+".out"), stderr: filepath.Join(dir, label+".err")}
+	out, err := os.Create(c.stdout)
+	require.NoError(t, err)
+	defer out.Close()
+	errf, err := os.Create(c.stderr)
+	require.NoError(t, err)
+	defer errf.Close()
+	c.cmd = exec.Command(refnodeBin, append([]string{"serve"}, args...)...)
+	c.cmd.Env = childEnv(env...)
+	c.cmd.Stdout, c.cmd.Stderr = out, errf
+	c.started = time.Now()
+	require.NoError(t, c.cmd.Start())
+	go func() {
+		c.waitErr = c.cmd.Wait()
+		c.ended = time.Since(c.started)
+		close(c.exited)
+	}()
+	return c
+}
+
+// output returns what the child printed so far.
+func (c *child) output() (stdout, stderr string) {
+	o, _ := os.ReadFile(c.stdout)
+	e, _ := os.ReadFile(c.stderr)
+	return string(o), string(e)
+}
+
+var (
+	adminLine = regexp.MustCompile(`(?m)^admin: +(http://\S+)`)
+	nodeLine  = regexp.MustCompile(`(?m)^node: +([0-9a-f]{32})$`)
+)
+
+// awaitHealthy polls the child's stdout for its admin URL, then its
+// /healthz until 200, within the deadline.
+func (c *child) awaitHealthy(ctx context.Context) error {
+	for {
+		if c.admin == "" {
+			out, _ := c.output()
+			if m := adminLine.FindStringSubmatch(out); m != nil {
+				c.admin = m[1]
+				if n := nodeLine.FindStringSubmatch(out); n != nil {
+					c.id = n[1]
+				}
+			}
+		}
+		if c.admin != "" {
+			if resp, err := httpClient.Get(c.admin + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					c.ready = time.Since(c.started)
+					return nil
+				}
+			}
+		}
+		select {
+		case <-c.exited:
+			return fmt.Errorf("node %s exited before it was healthy: %v", c.label, c.waitErr)
+		case <-ctx.Done():
+			return fmt.Errorf("node %s not healthy: %w", c.label, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// status fetches the child's GET /status.
+func (c *child) status() (nodeStatus, error) {
+	var st nodeStatus
+	resp, err := httpClient.Get(c.admin + "/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET %s/status: %s", c.admin, resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// signal sends sig and waits for the exit, up to timeout.
+func (c *child) signal(sig syscall.Signal, timeout time.Duration) error {
+	if err := c.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return c.wait(sig.String(), timeout)
+}
+
+// wait waits for the child's exit, up to timeout after what.
+func (c *child) wait(what string, timeout time.Duration) error {
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("node %s did not exit within %s of %s", c.label, timeout, what)
+	}
+}
+
+// poll calls cond every 50 ms until it returns nil or ctx ends; it
+// returns cond's last error.
+func poll(ctx context.Context, cond func() error) error {
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %w)", err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// rabbitmqctl runs rabbitmqctl -q with args on the broker's vhost. It
+// reports false if rabbitmqctl is not installed.
+func rabbitmqctl(ctx context.Context, brokerURL string, args ...string) (string, bool, error) {
+	path, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		return "", false, nil
+	}
+	vhost := "/"
+	if u, err := url.Parse(brokerURL); err == nil && strings.Trim(u.Path, "/") != "" {
+		if v, err := url.PathUnescape(strings.TrimPrefix(u.Path, "/")); err == nil {
+			vhost = v
+		}
+	}
+	out, err := exec.CommandContext(ctx, path, append([]string{"-q", "-p", vhost}, args...)...).Output()
+	if err != nil {
+		return "", true, fmt.Errorf("rabbitmqctl %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), true, nil
+}
+
+// queuesWithPrefix lists the broker's queues whose name starts with
+// prefix+".", with their consumer counts.
+func queuesWithPrefix(ctx context.Context, brokerURL, prefix string) (map[string]int, bool, error) {
+	out, ok, err := rabbitmqctl(ctx, brokerURL, "list_queues", "name", "consumers")
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	qs := make(map[string]int)
+	for _, line := range strings.Split(out, "\n") {
+		var name string
+		var consumers int
+		if _, err := fmt.Sscanf(line, "%s %d", &name, &consumers); err == nil && strings.HasPrefix(name, prefix+".") {
+			qs[name] = consumers
+		}
+	}
+	return qs, true, nil
+}
+
+// deleteQueues deletes every queue of prefix the broker lists, and the
+// names given (for when rabbitmqctl is missing), through an amqpbus
+// transport. It returns the names it deleted.
+func deleteQueues(ctx context.Context, brokerURL, prefix string, known []string) ([]string, error) {
+	names := map[string]bool{}
+	for _, q := range known {
+		names[q] = true
+	}
+	listed, _, err := queuesWithPrefix(ctx, brokerURL, prefix)
+	for q := range listed {
+		names[q] = true
+	}
+	tr, derr := amqpbus.Dial(ctx, amqpbus.Config{URL: brokerURL, ConnectionName: "refnode process test cleanup"})
+	if derr != nil {
+		return nil, errors.Join(err, derr)
+	}
+	defer tr.Close()
+	var deleted []string
+	for q := range names {
+		if qerr := tr.DeleteQueue(ctx, q); qerr != nil {
+			err = errors.Join(err, qerr)
+			continue
+		}
+		deleted = append(deleted, q)
+	}
+	return deleted, err
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+const serveUsage = `Usage: refnode serve -bus amqp://user:password@host:5672/ [flags]
+
+Runs one management node in this process, joined to the cluster of every
+node that uses the same broker, database and prefix. SIGTERM or Ctrl-C
+leaves the cluster in order and exits 0.
+
+Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
+  -bus url           RabbitMQ broker, amqp:// or amqps:// (required)      REFNODE_BUS
+  -db url            database of heartbeats and records                    REFNODE_DB
+                     (sqlite:refnode.db; or postgres://…, mysql://…)
+  -listen addr       admin HTTP address (127.0.0.1:0: a free port)         REFNODE_LISTEN
+  -prefix p          queue prefix, and table names (cloudbus)              REFNODE_PREFIX
+  -log-level l       debug, info, warn or error (info), logs on stderr     REFNODE_LOG_LEVEL
+  -heartbeat d       heartbeat interval (1s)                               REFNODE_HEARTBEAT
+  -evict-after d     evict a node silent for this long (6s)                REFNODE_EVICT_AFTER
+  -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
+
+Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
+`
+
+// queuePrefix is a valid bus prefix (bus.Config.Prefix).
+var queuePrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64})*$`)
+
+// serveOptions are the parsed flags of refnode serve.
+type serveOptions struct {
+	bus, db, listen, prefix string
+	level                   slog.Level
+	heartbeat               heartbeat.Config
+	pingInterval            time.Duration
+}
+
+func parseServe(args []string, getenv func(string) string) (serveOptions, error) {
+	fs := flag.NewFlagSet("refnode serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def := heartbeat.DefaultConfig()
+	var o serveOptions
+	var level string
+	fs.StringVar(&o.bus, "bus", "", "")
+	fs.StringVar(&o.db, "db", "sqlite:refnode.db", "")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "")
+	fs.StringVar(&o.prefix, "prefix", bus.DefaultPrefix, "")
+	fs.StringVar(&level, "log-level", "info", "")
+	fs.DurationVar(&o.heartbeat.Interval, "heartbeat", def.Interval, "")
+	fs.DurationVar(&o.heartbeat.EvictAfter, "evict-after", def.EvictAfter, "")
+	fs.DurationVar(&o.pingInterval, "ping-interval", 10*time.Second, "")
+	err := parseFlags(fs, args, getenv, map[string]string{
+		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
+		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
+		"ping-interval": "REFNODE_PING_INTERVAL",
+	})
+	if err != nil {
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	switch {
+	case o.bus == "":
+		errs = append(errs, errors.New("-bus (or REFNODE_BUS) is required: the amqp:// URL of the RabbitMQ broker the nodes share, "+
+			"e.g. -bus amqp://guest:guest@127.0.0.1:5672/. An in-memory bus cannot span processes; "+
+			"run `refnode demo` to see a cluster in one process"))
+	case !strings.HasPrefix(o.bus, "amqp://") && !strings.HasPrefix(o.bus, "amqps://"):
+		errs = append(errs, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(o.bus)))
+	}
+	if err := o.level.UnmarshalText([]byte(level)); err != nil {
+		errs = append(errs, fmt.Errorf("-log-level %q: use debug, info, warn or error", level))
+	}
+	o.heartbeat.OpTimeout = o.heartbeat.Interval
+	if o.heartbeat.Interval <= 0 || o.heartbeat.EvictAfter <= 0 || o.pingInterval <= 0 {
+		errs = append(errs, errors.New("-heartbeat, -evict-after and -ping-interval must be positive"))
+	} else if err := o.heartbeat.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-heartbeat %s, -evict-after %s: %w", o.heartbeat.Interval, o.heartbeat.EvictAfter, err))
+	}
+	if err := (sqldb.Config{URL: o.db}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-db: %w", err))
+	}
+	if !queuePrefix.MatchString(o.prefix) {
+		errs = append(errs, fmt.Errorf("-prefix %q: use letters, digits, '_' and '-' in dot-separated segments", o.prefix))
+	}
+	return o, errors.Join(errs...)
+}
+
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	o, err := parseServe(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, serveUsage)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "refnode serve: %v\nRun \"refnode serve -h\" for the flags.\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.level}))
+	if err := serve(ctx, o, stdout, log); err != nil {
+		fmt.Fprintf(stderr, "refnode serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// closer is one thing serve opened, closed in reverse order at the end.
+type closer struct {
+	what  string
+	close func() error
+}
+
+// serve runs one management node until ctx ends (a signal) or it fails.
+// It prints one line per fact a user needs to stdout and logs to log.
+func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logger) error {
+	start := time.Now()
+	id := message.NewUUID()
+	ioLog := log.With("node", id) // the node and the services add their own node attribute
+	var closers []closer
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i].close(); cerr != nil {
+				log.Warn("close "+closers[i].what, "err", cerr)
+			}
+		}
+	}()
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("admin HTTP: %w; pick another -listen address (127.0.0.1:0 picks a free port)", err)
+	}
+	closers = append(closers, closer{"admin listener", func() error {
+		if err := ln.Close(); !errors.Is(err, net.ErrClosed) { // the server closed it already
+			return err
+		}
+		return nil
+	}})
+	tables := tableBase(o.prefix)
+	hbTable, recPrefix := tables+"_heartbeat", tables+"_refnode"
+	fmt.Fprintf(stdout, "node:    %s\n", id)
+	fmt.Fprintf(stdout, "admin:   http://%s (GET /healthz, GET /status)\n", ln.Addr())
+	fmt.Fprintf(stdout, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(o.bus), o.prefix, id)
+	fmt.Fprintf(stdout, "db:      %s (tables %s, %s_*)\n", sqlstore.MaskURL(o.db), hbTable, recPrefix)
+
+	hb, err := sqlstore.Open(ctx, sqlstore.Config{URL: o.db, Table: hbTable, Logger: ioLog})
+	if err != nil {
+		return fmt.Errorf("open the heartbeat store: %w; check -db", err)
+	}
+	closers = append(closers, closer{"heartbeat store", hb.Close})
+	records, err := sqldb.Open(ctx, sqldb.Config{URL: o.db, Prefix: recPrefix, Logger: ioLog})
+	if err != nil {
+		return fmt.Errorf("open the record store: %w; check -db", err)
+	}
+	closers = append(closers, closer{"record store", records.Close})
+	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: o.bus, ConnectionName: "refnode " + id, Logger: ioLog})
+	if err != nil {
+		return fmt.Errorf("connect to the broker: %w; check -bus and that RabbitMQ runs", err)
+	}
+	closers = append(closers, closer{"transport", tr.Close})
+
+	hv, err := simhv.New(simhv.Config{Adopt: true}) // one simulator per process: see simhv.Config.Adopt
+	if err != nil {
+		return err
+	}
+	set, err := services.New(services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, Logger: log})
+	if err != nil {
+		return err
+	}
+	reg := message.NewRegistry()
+	if err := api.Register(reg); err != nil {
+		return err
+	}
+	counts := newCounters()
+	node, err := service.NewNode(service.Config{
+		Node:      id,
+		Prefix:    o.prefix,
+		Transport: tr,
+		Store:     hb,
+		Registry:  reg,
+		Services:  set.Services(),
+		Heartbeat: o.heartbeat,
+		Bus:       bus.Config{Observer: counts},
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{Handler: newAdmin(node, tr, set, counts, o.prefix, start), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	closers = append(closers, closer{"admin HTTP", func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}})
+
+	// Run leaves in order when ctx ends: out of every ring (broadcast),
+	// record deleted, queues drained, services stopped, queues deleted.
+	ran := make(chan error, 1)
+	go func() { ran <- node.Run(ctx) }()
+	select {
+	case <-node.Ready():
+		fmt.Fprintf(stdout, "serving: %s in the ring (fingerprint %s), ready in %s; SIGTERM or Ctrl-C leaves in order\n",
+			nodes(len(node.Members())), node.Fingerprint(), time.Since(start).Round(time.Millisecond))
+	case err := <-ran:
+		if ctx.Err() != nil {
+			fmt.Fprintf(stdout, "stopped: %v while starting\n", context.Cause(ctx))
+			return nil
+		}
+		return fmt.Errorf("start node %s: %w", id, err)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintf(stdout, "leaving: %v (signal again to quit at once)\n", context.Cause(ctx))
+		left := time.Now()
+		runErr = <-ran
+		if runErr == nil {
+			fmt.Fprintf(stdout, "left:    in %s\n", time.Since(left).Round(time.Millisecond))
+		}
+	case runErr = <-ran:
+	}
+	switch {
+	case errors.Is(runErr, service.ErrEvicted):
+		return fmt.Errorf("node %s was evicted by its peers (its heartbeat was older than -evict-after %s): "+
+			"they own its resources now; start refnode serve again to rejoin as a new node", id, o.heartbeat.EvictAfter)
+	case runErr != nil:
+		return fmt.Errorf("node %s: %w", id, runErr)
+	}
+	return nil
+}
+
+// nodes returns "1 node" or "n nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
+}
+
+// tableBase turns a queue prefix into the start of table names: lower
+// case, characters other than letters and digits replaced by '_', and a
+// long prefix shortened with a hash, so that "cloudbus" gives the tables
+// cloudbus_heartbeat and cloudbus_refnode_*, and clusters with different
+// prefixes never share tables.
+func tableBase(prefix string) string {
+	b := []byte(strings.ToLower(prefix))
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	s := string(b)
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		s = "_" + s
+	}
+	if len(s) > 24 {
+		sum := sha256.Sum256([]byte(prefix))
+		s = s[:15] + "_" + hex.EncodeToString(sum[:4])
+	}
+	return s
+}

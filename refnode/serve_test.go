@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+)
+
+// password is a broker password that must never be printed.
+const password = "Pw-refnode-never-printed"
+
+// noCloudbusVars asserts that refnode read no CLOUDBUS_* variable.
+func noCloudbusVars(t *testing.T, e *env) {
+	t.Helper()
+	for _, k := range e.read {
+		assert.False(t, strings.HasPrefix(k, "CLOUDBUS_"), "refnode read %s", k)
+	}
+}
+
+// TestServeNeedsABus: without -bus, serve says why it needs one and
+// exits 2, even when the test suites' CLOUDBUS_AMQP_URL is set.
+func TestServeNeedsABus(t *testing.T) {
+	e := &env{vars: map[string]string{"CLOUDBUS_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/"}}
+	code, out, errOut := runCmd(t, e, "serve")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "-bus (or REFNODE_BUS) is required")
+	assert.Contains(t, errOut, "An in-memory bus cannot span processes")
+	assert.Contains(t, errOut, `refnode serve -h`)
+	assert.Contains(t, e.read, "REFNODE_BUS")
+	noCloudbusVars(t, e)
+}
+
+// TestServeFlags: every bad flag is reported at once, with exit 2.
+func TestServeFlags(t *testing.T) {
+	code, _, errOut := runCmd(t, nil, "serve", "-bus", "http://u:"+password+"@127.0.0.1/", "-db", "sqlite::memory:",
+		"-log-level", "loud", "-heartbeat", "1s", "-evict-after", "1s", "-prefix", "a..b", "extra")
+	assert.Equal(t, 2, code)
+	for _, want := range []string{
+		`unexpected argument "extra"`, "is not an amqp:// or amqps:// URL", `-log-level "loud"`,
+		"EvictAfter 1s must be at least twice Interval 1s", "in-memory SQLite", `-prefix "a..b"`,
+	} {
+		assert.Contains(t, errOut, want)
+	}
+	assert.NotContains(t, errOut, password, "a password is never printed")
+
+	code, out, _ := runCmd(t, nil, "serve", "-h")
+	assert.Equal(t, 0, code)
+	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER"} {
+		assert.Contains(t, out, v, "serve -h names every variable")
+	}
+}
+
+// TestServeEnvironment: REFNODE_* set the flags not given; defaults are
+// heartbeat.DefaultConfig's and a free port on 127.0.0.1.
+func TestServeEnvironment(t *testing.T) {
+	o, err := parseServe([]string{"-bus", "amqp://127.0.0.1/"}, (&env{}).get)
+	require.NoError(t, err)
+	assert.Equal(t, "sqlite:refnode.db", o.db)
+	assert.Equal(t, "127.0.0.1:0", o.listen)
+	assert.Equal(t, bus.DefaultPrefix, o.prefix)
+	assert.Equal(t, heartbeat.DefaultConfig().Interval, o.heartbeat.Interval)
+	assert.Equal(t, heartbeat.DefaultConfig().EvictAfter, o.heartbeat.EvictAfter)
+
+	e := &env{vars: map[string]string{
+		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
+		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
+		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms",
+	}}
+	o, err = parseServe([]string{"-prefix", "green"}, e.get)
+	require.NoError(t, err)
+	assert.Equal(t, serveOptions{
+		bus: "amqps://broker/", db: "postgres://db/x", listen: "127.0.0.1:9999", prefix: "green", level: -4,
+		heartbeat:    heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
+		pingInterval: 50 * time.Millisecond,
+	}, o, "variables fill the flags not given; a flag wins")
+	noCloudbusVars(t, e)
+}
+
+// TestServeWithoutBroker: a broker that refuses the connection fails the
+// start with exit 1 and a message that says what to check, after the
+// facts were printed, with the password masked everywhere.
+func TestServeWithoutBroker(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "refnode.db")
+	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://refnode:"+password+"@127.0.0.1:1/", "-db", db, "-prefix", "serve-test")
+	assert.Equal(t, 1, code, "stderr: %s", errOut)
+	assert.Regexp(t, `(?m)^node: +[0-9a-f]{32}$`, out)
+	assert.Regexp(t, `(?m)^admin: +http://127\.0\.0\.1:\d+ `, out)
+	assert.Contains(t, out, "bus:     amqp://refnode:xxxxx@127.0.0.1:1/")
+	assert.Contains(t, out, "db:      "+db+" (tables serve_test_heartbeat, serve_test_refnode_*)")
+	assert.Contains(t, errOut, "connect to the broker")
+	assert.Contains(t, errOut, "check -bus and that RabbitMQ runs")
+	assert.NotContains(t, out+errOut, password, "a password is never printed")
+}
+
+func TestCtlUsage(t *testing.T) {
+	id := message.NewUUID()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"ctl"}, 2, "give a command"},
+		{[]string{"ctl", "frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"ctl", "get-vm"}, 2, "give one UUID"},
+		{[]string{"ctl", "get-vm", "nope"}, 2, "invalid UUID"},
+		{[]string{"ctl", "create-vm"}, 2, "give the UUID of the image"},
+		{[]string{"ctl", "add-host", id, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"ctl", "get-vm", id}, 2, "-bus (or REFNODE_BUS) is required"},
+		{[]string{"ctl", "get-vm", "-bus", "http://127.0.0.1/", id}, 1, "not an amqp:// or amqps:// URL"},
+		{[]string{"ctl", "-bus", "amqp://u:" + password + "@127.0.0.1:1/", "get-vm", id}, 1, "connect to the broker"},
+	} {
+		e := &env{vars: map[string]string{"CLOUDBUS_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/"}}
+		code, out, errOut := runCmd(t, e, c.args...)
+		assert.Equal(t, c.code, code, "%v: %s", c.args, errOut)
+		assert.Empty(t, out, "%v", c.args)
+		assert.Contains(t, errOut, c.want, "%v", c.args)
+		assert.NotContains(t, errOut, password, "a password is never printed")
+		noCloudbusVars(t, e)
+	}
+	code, out, _ := runCmd(t, nil, "ctl", "-h")
+	assert.Equal(t, 0, code)
+	for _, cmd := range []string{"add-host", "add-image", "create-vm", "start-vm", "stop-vm", "reboot-vm", "destroy-vm", "get-vm", "REFNODE_BUS"} {
+		assert.Contains(t, out, cmd)
+	}
+}
+
+func TestTableBase(t *testing.T) {
+	for prefix, want := range map[string]string{
+		"cloudbus":                  "cloudbus",
+		"refnode-test-1a2b.Blue":    "refnode_test_1a2b_blue",
+		"9lives":                    "_9lives",
+		strings.Repeat("x", 100):    "xxxxxxxxxxxxxxx_",
+		"refnode-test-0123456789ab": "refnode_test_01_",
+	} {
+		got := tableBase(prefix)
+		assert.True(t, strings.HasPrefix(got, want), "tableBase(%q) = %q, want it to start with %q", prefix, got, want)
+		assert.LessOrEqual(t, len(got), 24)
+	}
+	assert.NotEqual(t, tableBase(strings.Repeat("x", 100)), tableBase(strings.Repeat("x", 99)), "long prefixes keep apart")
+}
+
+func TestCounters(t *testing.T) {
+	c := newCounters()
+	node := message.NewUUID()
+	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.APIPortal})
+	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.APIPortal, Err: errors.New("x")})
+	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.ServiceID("vmInstance", node)})
+	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.ServiceID("vmInstance", node), Err: errors.New("x")})
+	c.Observe(bus.Observation{Op: bus.OpCall, ServiceID: bus.ServiceID("host", node)})
+	assert.Equal(t, uint64(2), c.portal.Load())
+	assert.Equal(t, uint64(1), c.portalFailed.Load())
+	assert.Equal(t, map[string]uint64{"vmInstance": 2}, c.handled, "only handled messages count, by service")
+	assert.Equal(t, map[string]uint64{"vmInstance": 1}, c.failed)
+}
+
+// TestAdmin serves /healthz and /status from a node of an in-process
+// cluster: the ring of every node, the same fingerprint on each.
+func TestAdmin(t *testing.T) {
+	c, err := startCluster(t.Context(), clusterConfig{nodes: 3, prefix: "admin-test", heartbeat: heartbeat.LocalConfig(), hypervisor: simhv.Config{}, pingInterval: time.Second})
+	require.NoError(t, err)
+	defer c.close()
+	var fingerprints []string
+	for _, m := range c.all() {
+		h := newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now())
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		assert.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, "serving\n", rec.Body.String())
+
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		var st nodeStatus
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+		assert.Equal(t, m.node.UUID(), st.Node)
+		assert.Equal(t, "serving", st.State)
+		assert.Equal(t, "unreported", st.Transport, "the in-memory transport reports no connection state")
+		assert.Positive(t, st.Epoch)
+		assert.Len(t, st.Ring.Members, 3)
+		fingerprints = append(fingerprints, st.Ring.Fingerprint)
+	}
+	assert.Equal(t, fingerprints[0], fingerprints[1])
+	assert.Equal(t, fingerprints[0], fingerprints[2])
+
+	m := c.all()[0]
+	require.NoError(t, m.node.Close())
+	rec := httptest.NewRecorder()
+	newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "a node that left is not healthy")
+}
