@@ -110,3 +110,11 @@ func TestConformance(t *testing.T) {
 		New:      func(t *testing.T) bustest.Env { return newEnv(t) },
 	})
 }
+
+// reset closes c without a FIN, as a killed process's socket ends.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}

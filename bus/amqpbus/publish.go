@@ -110,12 +110,15 @@ func (p *publisher) run() {
 		err := p.ch.Publish(r.exchange, r.key, r.exchange == "", false, r.msg)
 		if err != nil {
 			p.mu.Lock()
-			if p.pending[tag] == r { // not failed by notify meanwhile
+			mine := p.pending[tag] == r // else notify failed it meanwhile
+			if mine {
 				delete(p.pending, tag)
 				p.tag--
 			}
 			p.mu.Unlock()
-			r.done <- p.t.opError(p.s, "publish to "+target(r), err)
+			if mine { // r.done takes exactly one outcome
+				r.done <- p.t.opError(p.s, "publish to "+target(r), err)
+			}
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
 	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -99,7 +100,7 @@ func waitConnected(t *testing.T, trs []*amqpbus.Transport, within time.Duration)
 // every call ends within its deadline with success or a typed error, and
 // calls after recovery succeed.
 func TestReconnectAfterCut(t *testing.T) {
-	p, proxied := newProxy(t, brokerURL(t))
+	p, proxied := servicetest.NewURLProxy(t, brokerURL(t))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	caller, echoID, trs := pairOverProxy(t, proxied, &logs, &mu)
@@ -139,9 +140,9 @@ func TestReconnectAfterCut(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // load before the cut
 	before := ok.Load()
-	p.cut()
+	p.Cut()
 	time.Sleep(5 * time.Second)
-	p.heal()
+	p.Heal()
 	healed := time.Now()
 	took := waitConnected(t, trs, 5*time.Second)
 	t.Logf("reconnected %s after the proxy healed", took.Round(time.Millisecond))
@@ -167,7 +168,7 @@ func TestReconnectAfterCut(t *testing.T) {
 // TestReconnectStorm: all connections are closed 20 times in a row under
 // load. No deadlock, no goroutine growth, no stale acknowledgement.
 func TestReconnectStorm(t *testing.T) {
-	p, proxied := newProxy(t, brokerURL(t))
+	p, proxied := servicetest.NewURLProxy(t, brokerURL(t))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	caller, echoID, trs := pairOverProxy(t, proxied, &logs, &mu)
@@ -208,8 +209,8 @@ func TestReconnectStorm(t *testing.T) {
 		defer stopWatch()
 	}
 	for i := range 20 {
-		p.cut()
-		p.heal()
+		p.Cut()
+		p.Heal()
 		want := int64(2 * (i + 1)) // both transports reconnected once more
 		deadline := time.Now().Add(10 * time.Second)
 		for reconnects.Load() < want {

@@ -24,6 +24,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,12 +51,12 @@ func TestNoRouteUnderASecond(t *testing.T) {
 }
 
 func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
-	p, u := newProxy(t, brokerURL(t))
+	p, u := servicetest.NewURLProxy(t, brokerURL(t))
 	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
 	q := testQueue(t)
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
-	p.stall()
+	p.Stall()
 	const deadline = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
@@ -68,7 +69,7 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(t.Context(), deadline)
 	defer cancel2()
 	assert.Error(t, tr.DeclareQueue(ctx2, q+"-2", bus.QueueOptions{Kind: bus.QueueTemporary}), "declarations honour ctx too")
-	p.heal()
+	p.Heal()
 }
 
 func TestMaxMessageSize(t *testing.T) {
