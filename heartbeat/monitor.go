@@ -43,6 +43,7 @@ type Monitor struct {
 	deregistered bool
 	epoch        int64
 	members      []Record // sorted by node; replaced, never modified
+	lists        uint64   // successful lists, Join's included
 	lastBeat     time.Time
 	stopRun      context.CancelFunc // cancels Run's context; set by Run
 	runDone      chan struct{}      // closed when Run returns
@@ -223,6 +224,17 @@ func (m *Monitor) Members() []Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.members)
+}
+
+// View returns the last listed live records, like Members, and the
+// number of successful lists so far: two views with different numbers
+// come from two different reads of the store. While the store cannot be
+// read the number stays put, so a caller can tell a fresh view from a
+// stale one.
+func (m *Monitor) View() (members []Record, lists uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members), m.lists
 }
 
 // Epoch returns the epoch Join registered, or 0 before Join.

@@ -196,6 +196,7 @@ func (m *Monitor) report(recs []Record, evicted map[string]Record) {
 	m.mu.Lock()
 	old := m.members
 	m.members = current
+	m.lists++
 	m.mu.Unlock()
 
 	type key struct {

@@ -155,17 +155,17 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 }
 
 // reconcileLoop heals a ring copy that missed an event: when the ring's
-// membership differs from the store's live records for two checks in a
-// row (a transient difference while events travel is normal), the ring
-// is set to the store's view.
+// membership differs from the store's live records in the same way in
+// two successive reads of the store (a transient difference while events
+// travel is normal), the ring is set to the store's view. A stale view
+// (the store could not be read since the last check) never counts, so a
+// database outage cannot make a node drop its peers.
 func (n *Node) reconcileLoop(ctx context.Context) {
 	interval := n.cfg.Heartbeat.Interval
-	if interval == 0 {
-		interval = heartbeat.DefaultConfig().Interval
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastDiff ring.Fingerprint
+	var lastLists uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,8 +176,13 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 		if n.State() != StateServing {
 			continue
 		}
+		records, lists := n.monitor.Load().View()
+		if lists == lastLists {
+			continue // no new read of the store since the last check
+		}
+		lastLists = lists
 		want := map[string]int64{n.id: n.Epoch()}
-		for _, r := range n.monitor.Load().Members() {
+		for _, r := range records {
 			want[r.Node] = r.Epoch
 		}
 		ids := make([]string, 0, len(want))
@@ -190,12 +195,11 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 			continue
 		}
 		if fp != lastDiff {
-			lastDiff = fp // first sighting: give events one interval to arrive
+			lastDiff = fp // first sighting: give events one read to arrive
 			continue
 		}
-		n.log.Warn("ring differs from the membership store for two checks: reconciling", "ring", n.ring.Fingerprint(), "store", fp)
-		have := n.ring.Members()
-		for _, id := range have {
+		n.log.Warn("ring differs from the membership store in two reads: reconciling", "ring", n.ring.Fingerprint(), "store", fp)
+		for _, id := range n.ring.Members() {
 			if _, ok := want[id]; !ok {
 				n.mu.Lock()
 				e := n.members[id]

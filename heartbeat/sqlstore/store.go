@@ -366,8 +366,11 @@ func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error 
 	return nil
 }
 
-// drop deletes both tables; tests use it to clean up.
-func (s *Store) drop(ctx context.Context) error {
+// Drop deletes the store's tables (the records and the schema metadata),
+// for tests that clean up after themselves and for uninstalling. Every
+// node using the table loses its membership record: use it only when no
+// node runs.
+func (s *Store) Drop(ctx context.Context) error {
 	for _, stmt := range s.st.drop {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return s.fail(ctx, "drop table "+s.table, err)
