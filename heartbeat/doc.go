@@ -60,15 +60,19 @@
 // of its beats reached the store for E, that is about E/H consecutive
 // beats.
 //
-// [DefaultConfig] beats every 1 s and evicts after 6 s, so a dead node is
-// evicted 6-7 s after its last beat and five consecutive lost or slow
-// beats are tolerated. For comparison: ZStack beats every 5 s and evicts
-// after about 35-40 s, leaving a dead node's resources orphaned for over
-// half a minute; Akka's default failure detector needs about 25 s; Dapr's
-// placement service fails over in about 3-5 s. One small UPDATE per node
-// per second is a trivial load for a database, and 6 s rides out a long
-// GC pause, a database failover of a few seconds, or a saturated network.
-// [LocalConfig] (50 ms / 300 ms) is for tests and demos in one process.
+// [DefaultConfig] beats every 500 ms, fences a node after 2 s without a
+// beat (the lease, [Config.Lease]) and evicts after 3 s, so a dead node
+// is evicted 3-3.5 s after its last beat and five consecutive lost or
+// slow beats are tolerated. For comparison: ZStack beats every 5 s and
+// evicts after about 35-40 s, leaving a dead node's resources orphaned for
+// over half a minute; Akka's default failure detector needs about 25 s;
+// Dapr's placement service fails over in about 3-5 s. Two small UPDATEs
+// per node per second are a trivial load for a database. What makes so
+// short a threshold safe is the lease: a node whose beats stop landing
+// fences itself ([Monitor.Fenced]: it stops handling resource messages)
+// at least EvictAfter-Lease before any peer may evict it, and a store
+// outage seen by everyone evicts nobody (rule 4 below).
+// [LocalConfig] (50 ms / 200 ms / 300 ms) is for tests and demos in one process.
 // OpTimeout bounds each store call (default: Interval), so a hung
 // database costs a round, never the loop.
 //
