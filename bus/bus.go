@@ -25,7 +25,7 @@ type CloudBus struct {
 	event string // this bus's event queue
 	fan   string // the prefix's broadcast fan-out
 
-	sched *scheduler
+	scheds []*scheduler // one per service ever registered; guarded by mu
 
 	// base is the parent of every handler's ctx; cancel ends them on Close.
 	base   context.Context
@@ -56,6 +56,10 @@ type service struct {
 	queue    string
 	handler  Handler
 	consumer Consumer
+	sched    *scheduler // this service's handlers: a pool of its own, so a
+	// handler waiting on another service (a portal forwarding to the
+	// owner, a VM service asking the host service) never waits for a slot
+	// its own calls hold
 }
 
 // Open validates cfg, fills its defaults, declares this bus's reply and
@@ -78,7 +82,6 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 		reply:     cfg.Prefix + ".reply." + cfg.Node,
 		event:     cfg.Prefix + ".event." + cfg.Node,
 		fan:       cfg.Prefix + ".broadcast",
-		sched:     newScheduler(cfg.MaxConcurrency, cfg.MaxQueuePerResource),
 		base:      base,
 		cancel:    cancel,
 		services:  make(map[string]*service),
@@ -224,7 +227,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("bus: register %s: nil handler: %w", id, message.ErrBadRequest)
 	}
-	s := &service{id: id, queue: b.QueueName(id), handler: h}
+	s := &service{id: id, queue: b.QueueName(id), handler: h, sched: newScheduler(b.cfg.MaxConcurrency, b.cfg.MaxQueuePerResource)}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -235,6 +238,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 		return fmt.Errorf("bus: register %s: already registered", id)
 	}
 	b.services[id] = s // reserve the id while declaring
+	b.scheds = append(b.scheds, s.sched)
 	b.mu.Unlock()
 
 	undo := func() {
@@ -324,7 +328,12 @@ func (b *CloudBus) Stats() Stats {
 	b.mu.Lock()
 	pending := len(b.pending)
 	b.mu.Unlock()
-	running, queued := b.sched.load()
+	var running, queued int
+	for _, s := range b.schedulers() {
+		r, q := s.load()
+		running += r
+		queued += q
+	}
 	return Stats{
 		Pending:     pending,
 		Running:     running,
@@ -339,7 +348,7 @@ func (b *CloudBus) Stats() Stats {
 // when ctx ends go back to their queues.
 func (b *CloudBus) Shutdown(ctx context.Context) error {
 	b.stopConsumers(false) // replies keep flowing: draining handlers may call others
-	if err := b.sched.drain(ctx); err != nil {
+	if err := b.drainHandlers(ctx); err != nil {
 		b.log.Warn("shutdown: handlers still running, closing anyway", "err", err)
 	}
 	return b.Close()
@@ -367,7 +376,9 @@ func (b *CloudBus) Close() error {
 			p.finish(nil, fmt.Errorf("bus: call %s on %s: %w", p.typ, p.target, message.ErrClosed))
 		}
 		b.cancel()
-		b.sched.close() // requeues what never started, waits for the rest
+		for _, s := range b.schedulers() {
+			s.close() // requeues what never started, waits for the rest
+		}
 		<-b.eventDone
 
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
@@ -381,6 +392,24 @@ func (b *CloudBus) Close() error {
 		b.closeErr = errors.Join(errs...)
 	})
 	return b.closeErr
+}
+
+// schedulers returns every service's scheduler, including those of
+// services unregistered since (their handlers may still run).
+func (b *CloudBus) schedulers() []*scheduler {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*scheduler(nil), b.scheds...)
+}
+
+// drainHandlers waits until no handler of any service runs or waits.
+func (b *CloudBus) drainHandlers(ctx context.Context) error {
+	for _, s := range b.schedulers() {
+		if err := s.drain(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stopConsumers cancels the service consumers and, with all, the reply

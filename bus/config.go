@@ -46,8 +46,11 @@ type Config struct {
 	// on receipt. Default message.DefaultMaxSize (4 MiB).
 	MaxMessageSize int
 
-	// MaxConcurrency bounds the handlers running at once on this bus.
-	// Default 64.
+	// MaxConcurrency bounds the handlers of one service running at once
+	// on this bus. Each service has its own pool, so a handler that waits
+	// for another service (the API portal for the owner's reply, one
+	// service asking another) never waits for a slot held by its own
+	// callers. Default 64.
 	MaxConcurrency int
 
 	// MaxQueuePerResource bounds the messages about one resource waiting

@@ -43,9 +43,11 @@
 //     receiver is answered with message.ErrTimeout without running.
 //   - Messages about one resource (WithResource) to one service run one at
 //     a time, in arrival order, on the receiving node; others run in
-//     parallel, at most Config.MaxConcurrency at once. A handler must not
-//     synchronously call its own service about the same resource: that
-//     call would wait behind the handler itself until it times out. A resource with
+//     parallel, at most Config.MaxConcurrency at once per service (each
+//     service has its own pool, so services calling each other cannot
+//     starve one another). A handler must not synchronously call its own
+//     service about the same resource: that call would wait behind the
+//     handler itself until it times out. A resource with
 //     Config.MaxQueuePerResource messages waiting refuses more with
 //     message.ErrBusy (safe to retry).
 //   - Deliveries are acknowledged after the handler returned and its reply

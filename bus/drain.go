@@ -72,7 +72,7 @@ func (b *CloudBus) Drain(ctx context.Context) error {
 	}
 	wg.Wait()
 	b.stopConsumers(false)
-	if err := b.sched.drain(ctx); err != nil {
+	if err := b.drainHandlers(ctx); err != nil {
 		return fmt.Errorf("bus: drain: handlers still running: %w", ctxError(ctx))
 	}
 	for _, err := range errs {

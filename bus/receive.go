@@ -37,11 +37,9 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	}
 	key := ""
 	if env.ResourceUUID != "" {
-		// Per service and resource: an API portal forwarding a message
-		// about R to a service of its own node must not wait for itself.
-		key = s.id + "/" + env.ResourceUUID
+		key = env.ResourceUUID // each service has its own lines
 	}
-	if err := b.sched.submit(key, j); err != nil {
+	if err := s.sched.submit(key, j); err != nil {
 		if errors.Is(err, message.ErrClosed) {
 			_ = d.Reject(true) // another consumer, or this node's successor, takes it
 			return

@@ -454,3 +454,29 @@ func TestEvictedNodeRejoins(t *testing.T) {
 		t.Logf("fenced %s after its heartbeat was cut (lease %s, eviction %s)", fencedAfter, hb.Lease, hb.EvictAfter)
 	})
 }
+
+// TestPortalUnderSaturation: API portal handlers wait for the owner's
+// reply; when the owner is the portal's own node, the service's handlers
+// must not need the slots the waiting portal handlers hold. With two
+// slots and twenty concurrent API calls, every call succeeds.
+func TestPortalUnderSaturation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 1, j, servicetest.Options{Bus: bus.Config{MaxConcurrency: 2}})
+		client := c.Client(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for _, res := range uuids(20) {
+			wg.Go(func() {
+				_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithResource(res), bus.WithTimeout(5*time.Second))
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		assert.Len(t, j.all(), 20)
+	})
+}

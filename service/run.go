@@ -15,9 +15,10 @@ import (
 //
 // Joining keeps one property: no ring ever contains a node before its
 // queues exist. Run opens the bus, starts the services, declares every
-// service queue and the api.portal consumer, and only then registers the
-// heartbeat record, fills its ring from the membership and broadcasts
-// NodeJoined; then Ready is closed.
+// service queue, and only then registers the heartbeat record, fills its
+// ring from the membership, starts consuming api.portal (whose messages
+// it routes by that ring) and broadcasts NodeJoined; then Ready is
+// closed.
 //
 // When ctx ends (or Close is called) the node leaves in order, keeping
 // the mirror property: a leaving node leaves every ring before its queues
@@ -175,9 +176,6 @@ func (n *Node) join(ctx context.Context, first bool) error {
 			return fmt.Errorf("service: start node %s: %w", n.id, err)
 		}
 	}
-	if err := b.RegisterShared(ctx, bus.APIPortal, bus.HandlerFunc(n.portal)); err != nil {
-		return fmt.Errorf("service: start node %s: %w", n.id, err)
-	}
 
 	// The queues exist: only now may any ring contain this node.
 	epoch, records, err := n.monitor.Load().Join(ctx)
@@ -201,6 +199,11 @@ func (n *Node) join(ctx context.Context, first bool) error {
 		}
 	}
 	n.memberJoined(n.id, epoch, "self")
+	// The portal routes by the ring, so it starts once the ring is filled;
+	// nothing routes to a node's portal, so starting it late loses nothing.
+	if err := b.RegisterShared(ctx, bus.APIPortal, bus.HandlerFunc(n.portal)); err != nil {
+		return fmt.Errorf("service: start node %s: %w", n.id, err)
+	}
 	if err := b.Broadcast(ctx, message.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {
 		n.log.Warn("broadcast NodeJoined failed; peers will add this node from the membership store", "err", err)
 	}
