@@ -40,8 +40,8 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
   -listen addr       admin HTTP address (127.0.0.1:0: a free port)         REFNODE_LISTEN
   -prefix p          queue prefix, and table names (cloudbus)              REFNODE_PREFIX
   -log-level l       debug, info, warn or error (info), logs on stderr     REFNODE_LOG_LEVEL
-  -heartbeat d       heartbeat interval (1s)                               REFNODE_HEARTBEAT
-  -evict-after d     evict a node silent for this long (6s)                REFNODE_EVICT_AFTER
+  -heartbeat d       heartbeat interval (500ms)                            REFNODE_HEARTBEAT
+  -evict-after d     evict a node silent for this long (3s)                REFNODE_EVICT_AFTER
   -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
 
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).

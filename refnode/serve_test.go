@@ -62,6 +62,9 @@ func TestServeFlags(t *testing.T) {
 	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER"} {
 		assert.Contains(t, out, v, "serve -h names every variable")
 	}
+	def := heartbeat.DefaultConfig()
+	assert.Contains(t, out, "heartbeat interval ("+def.Interval.String()+")", "serve -h shows heartbeat.DefaultConfig's interval")
+	assert.Contains(t, out, "for this long ("+def.EvictAfter.String()+")", "serve -h shows heartbeat.DefaultConfig's eviction threshold")
 }
 
 // TestServeEnvironment: REFNODE_* set the flags not given; defaults are
