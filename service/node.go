@@ -157,6 +157,17 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 // Bus returns the node's bus, or nil before Run opened it.
 func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
 
+// TransportState returns the state of the node's broker connection
+// (connected, reconnecting, closed): bus.TransportConnected for
+// transports that never lose one, and bus.TransportClosed when the node
+// does not run.
+func (n *Node) TransportState() bus.TransportState {
+	if b := n.Bus(); b != nil && n.State() != StateStopped {
+		return b.TransportState()
+	}
+	return bus.TransportClosed
+}
+
 // Epoch returns the node's registration epoch (0 before it joined).
 func (n *Node) Epoch() int64 {
 	n.mu.Lock()

@@ -408,6 +408,7 @@ func TestCallValidation(t *testing.T) {
 		assert.Contains(t, err.Error(), "Transport is required")
 		assert.Contains(t, err.Error(), "Store is required")
 		assert.Equal(t, "serving", service.StateServing.String())
+		assert.Equal(t, bus.TransportConnected, n.TransportState())
 		_ = context.Background()
 	})
 }
