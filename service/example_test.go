@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
@@ -67,6 +68,14 @@ func Example() {
 		}
 		defer n.Close()
 		nodes = append(nodes, n)
+	}
+	// Every ring copy learns of every node within a beat or two.
+	for deadline := time.Now().Add(5 * time.Second); nodes[0].Fingerprint() != nodes[1].Fingerprint(); {
+		if time.Now().After(deadline) {
+			fmt.Println("rings did not converge")
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 	for _, q := range net.Queues() {
 		if q.Kind == bus.QueueDurable && strings.Contains(q.Name, ".message.") {
