@@ -46,12 +46,21 @@ func testNewEpoch(e *env) {
 func testBeat(e *env) {
 	n := node()
 	epoch := e.register(n)
-	before := e.age(n, 20*time.Millisecond)
+	before := e.age(n, 100*time.Millisecond)
+	start := time.Now()
 	e.beat(n, epoch)
 	after := e.get(n)
+	since := time.Since(start) // real time from before the Beat to after the List
 	assert.Equal(e.t, before.Seq+1, after.Seq, "Beat must increment the sequence")
 	assert.Equal(e.t, epoch, after.Epoch, "Beat must keep the epoch")
-	assert.Less(e.t, after.Age, before.Age, "Beat must restamp the record now by the store's clock, so its age drops")
+	// Restamped during the Beat, the record cannot be older at the List
+	// than the time since the Beat began (a millisecond of slack for
+	// stores with millisecond ages); a loaded machine only makes since
+	// longer, never the check flaky.
+	assert.LessOrEqual(e.t, after.Age, since+time.Millisecond, "Beat must restamp the record now by the store's clock")
+	if since < before.Age {
+		assert.Less(e.t, after.Age, before.Age, "Beat must restamp the record now by the store's clock, so its age drops")
+	}
 	e.beat(n, epoch)
 	assert.Equal(e.t, before.Seq+2, e.get(n).Seq, "every Beat increments the sequence")
 }
