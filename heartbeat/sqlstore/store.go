@@ -6,17 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 )
@@ -60,64 +52,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	t, err := parseURL(cfg.URL, cfg.Dialect)
+	p, err := OpenPool(PoolConfig{URL: cfg.URL, Dialect: cfg.Dialect, MaxOpenConns: cfg.MaxOpenConns, BusyTimeout: cfg.BusyTimeout})
 	if err != nil {
 		return nil, err
 	}
-	db, err := openDB(t, cfg)
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(cfg.MaxOpenConns)
-	db.SetMaxIdleConns(cfg.MaxOpenConns)
-	db.SetConnMaxIdleTime(time.Minute)
+	db, t := p.DB, p.t
 	s, err := newStore(ctx, db, true, t, cfg)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
-}
-
-// openDB opens t's pool without connecting.
-func openDB(t target, cfg Config) (*sql.DB, error) {
-	switch t.dialect {
-	case SQLite:
-		return sql.Open("sqlite", sqliteDSN(t.dsn, cfg.BusyTimeout))
-	case Postgres:
-		pc, err := pgx.ParseConfig(t.dsn)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: open %s: not a PostgreSQL connection string: %s", t.masked, t.scrub(err.Error()))
-		}
-		return stdlib.OpenDB(*pc), nil
-	case MySQL:
-		mc, err := mysql.ParseDSN(t.dsn)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: open %s: not a MySQL DSN: %s", t.masked, t.scrub(err.Error()))
-		}
-		conn, err := mysql.NewConnector(mc)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: open %s: %s", t.masked, t.scrub(err.Error()))
-		}
-		return sql.OpenDB(conn), nil
-	}
-	return nil, fmt.Errorf("sqlstore: open: unknown %s", t.dialect)
-}
-
-// sqliteDSN adds the store's pragmas to a file: URI.
-func sqliteDSN(uri string, busy time.Duration) string {
-	sep := "?"
-	if strings.Contains(uri, "?") {
-		sep = "&"
-	}
-	return uri + sep + url.Values{
-		"_pragma": {
-			"busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")",
-			"journal_mode(WAL)",
-			"synchronous(NORMAL)",
-		},
-		"_txlock": {"immediate"},
-	}.Encode()
 }
 
 // OpenDB returns a store on the caller's pool, after creating or

@@ -81,7 +81,7 @@ func parseSQLite(raw string) (target, error) {
 		}
 		path, query, _ := strings.Cut(rest, "?")
 		if path == "" {
-			return target{}, fmt.Errorf("sqlstore: config: URL %s has no file path: use sqlite:/absolute/path.db", raw)
+			return target{}, fmt.Errorf("sqlstore: config: URL %s is not a database file: it has no path; use sqlite:/absolute/path.db", raw)
 		}
 		t.dsn = "file:" + sqliteEscaper.Replace(path)
 		if query != "" {
@@ -215,8 +215,8 @@ func MaskURL(u string) string {
 	return t.masked
 }
 
-// scrub returns s with every secret of t replaced by the mask: driver
-// errors may quote a DSN.
+// scrub returns s with every secret of t (plain or URL-escaped) replaced
+// by the mask: driver errors may quote a DSN.
 func (t target) scrub(s string) string {
 	if t.dsn != "" && t.dsn != t.masked {
 		s = strings.ReplaceAll(s, t.dsn, t.masked)
@@ -224,6 +224,9 @@ func (t target) scrub(s string) string {
 	for _, pw := range t.secrets {
 		if pw != "" {
 			s = strings.ReplaceAll(s, pw, mask)
+			if esc := url.QueryEscape(pw); esc != pw {
+				s = strings.ReplaceAll(s, esc, mask)
+			}
 		}
 	}
 	return s

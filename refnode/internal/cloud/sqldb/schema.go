@@ -2,10 +2,6 @@ package sqldb
 
 import (
 	"context"
-	"crypto/sha256"
-	"database/sql"
-	"database/sql/driver"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -168,79 +164,21 @@ func newStatements(d sqlstore.Dialect, prefix string) statements {
 // tables returns the record tables' SQL.
 func (s statements) tables() []tableSQL { return []tableSQL{s.hosts, s.images, s.vms} }
 
-// execer runs the schema statements: a *sql.Conn, or the *sql.Tx that
-// holds PostgreSQL's lock.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// lockName names the schema lock of a prefix (MySQL's GET_LOCK takes at
-// most 64 characters; PostgreSQL hashes it to an advisory lock key).
-func lockName(prefix string) string {
-	sum := sha256.Sum256([]byte(prefix))
-	return "refnode.sqldb." + hex.EncodeToString(sum[:16])
-}
-
-// createSchema creates the missing tables and records the schema version,
-// holding a lock so that nodes opening the store together do it once:
-// an advisory transaction lock (PostgreSQL), a write transaction (SQLite,
-// BEGIN IMMEDIATE) or a named lock (MySQL, whose DDL cannot be
-// transactional). It returns the version found (0: the tables were new).
-func createSchema(ctx context.Context, db *sql.DB, d sqlstore.Dialect, st statements, prefix string) (found int, err error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
-	var ex execer = conn
-	var unlock func(ok bool) error
-	switch d {
-	case Postgres, SQLite: // SQLite's transactions begin IMMEDIATE (_txlock)
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, fmt.Errorf("begin the schema transaction: %w", err)
-		}
-		ex = tx
-		unlock = func(ok bool) error {
-			if ok {
-				return tx.Commit()
-			}
-			return tx.Rollback()
-		}
-		if d == Postgres {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, lockName(prefix)); err != nil {
-				_ = tx.Rollback()
-				return 0, fmt.Errorf("take the schema lock: %w", err)
-			}
-		}
-	default: // MySQL
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 30)`, lockName(prefix)).Scan(&got); err != nil {
-			return 0, fmt.Errorf("take the schema lock: %w", err)
-		}
-		if got.Int64 != 1 {
-			return 0, fmt.Errorf("take the schema lock %s: not granted within 30 s: another node holds it", lockName(prefix))
-		}
-		unlock = func(bool) error {
-			_, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lockName(prefix))
-			return err
-		}
-	}
-	found, err = createLocked(ctx, ex, st)
-	if uerr := unlock(err == nil); uerr != nil {
-		// The connection may still hold the lock or a transaction:
-		// make database/sql discard it rather than reuse it.
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		if err == nil {
-			err = fmt.Errorf("release the schema lock: %w", uerr)
-		}
-	}
+// createSchema creates the missing tables and records the schema version
+// under the schema lock (see sqlstore.Pool.WithSchemaLock), so that nodes
+// opening the store together do it once. It returns the version found
+// (0: the tables were new).
+func createSchema(ctx context.Context, p *sqlstore.Pool, st statements, prefix string) (found int, err error) {
+	err = p.WithSchemaLock(ctx, "refnode.sqldb."+prefix, func(ctx context.Context, ex sqlstore.Execer) error {
+		var err error
+		found, err = createLocked(ctx, ex, st)
+		return err
+	})
 	return found, err
 }
 
 // createLocked does createSchema's work under the lock.
-func createLocked(ctx context.Context, ex execer, st statements) (int, error) {
+func createLocked(ctx context.Context, ex sqlstore.Execer, st statements) (int, error) {
 	if _, err := ex.ExecContext(ctx, st.createMeta); err != nil {
 		return 0, fmt.Errorf("create the meta table: %w", err)
 	}

@@ -3,7 +3,6 @@ package sqldb
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
@@ -27,7 +24,7 @@ import (
 // pool.
 type Store struct {
 	db     *sql.DB
-	target target
+	pool   *sqlstore.Pool
 	prefix string
 	st     statements
 
@@ -46,41 +43,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	t, err := parseURL(cfg.URL)
+	p, err := sqlstore.OpenPool(sqlstore.PoolConfig{URL: cfg.URL, MaxOpenConns: cfg.MaxOpenConns, BusyTimeout: cfg.BusyTimeout})
 	if err != nil {
 		return nil, err
 	}
-	var db *sql.DB
-	switch t.dialect {
-	case SQLite:
-		db, err = sql.Open("sqlite", sqliteDSN(t.dsn, cfg.BusyTimeout))
-	case Postgres:
-		var pc *pgx.ConnConfig
-		if pc, err = pgx.ParseConfig(t.dsn); err == nil {
-			db = stdlib.OpenDB(*pc)
-		}
-	case MySQL:
-		var mc *mysql.Config
-		if mc, err = mysql.ParseDSN(t.dsn); err == nil {
-			var conn driver.Connector
-			if conn, err = mysql.NewConnector(mc); err == nil {
-				db = sql.OpenDB(conn)
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqldb: open %s: %s", t.masked, t.scrub(err.Error()))
-	}
-	db.SetMaxOpenConns(cfg.MaxOpenConns)
-	db.SetMaxIdleConns(cfg.MaxOpenConns)
-	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, target: t, prefix: cfg.Prefix, st: newStatements(t.dialect, cfg.Prefix)}
-	found, err := createSchema(ctx, db, t.dialect, s.st, cfg.Prefix)
+	db := p.DB
+	s := &Store{db: db, pool: p, prefix: cfg.Prefix, st: newStatements(p.Dialect(), cfg.Prefix)}
+	found, err := createSchema(ctx, p, s.st, cfg.Prefix)
 	if err != nil {
 		_ = db.Close()
 		return nil, s.fail(ctx, "open tables "+cfg.Prefix+"_*", err)
 	}
-	log := cfg.Logger.With("dialect", t.dialect.String(), "url", t.masked, "prefix", cfg.Prefix)
+	log := cfg.Logger.With("dialect", p.Dialect().String(), "url", p.MaskedURL(), "prefix", cfg.Prefix)
 	if found < schemaVersion {
 		log.Info("sqldb: tables created", "schema_version", schemaVersion)
 	}
@@ -89,11 +63,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // Dialect returns the store's SQL dialect.
-func (s *Store) Dialect() sqlstore.Dialect { return s.target.dialect }
+func (s *Store) Dialect() sqlstore.Dialect { return s.pool.Dialect() }
 
 // MaskedURL returns the database URL with its password masked, as the
 // store's errors and logs name it.
-func (s *Store) MaskedURL() string { return s.target.masked }
+func (s *Store) MaskedURL() string { return s.pool.MaskedURL() }
 
 // Tables returns the names of the store's tables. The caller owns the
 // slice.
@@ -371,11 +345,11 @@ func (s *Store) drop(ctx context.Context) error {
 // masked and passwords scrubbed from the driver's text. The chain keeps
 // the driver's error and, if ctx ended, ctx's error, for errors.Is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
-	de := &driverError{err: err, text: s.target.scrub(err.Error())}
+	de := &driverError{err: err, text: s.pool.Scrub(err.Error())}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqldb: %s on %s: %w: %w", op, s.target.masked, cerr, de)
+		return fmt.Errorf("sqldb: %s on %s: %w: %w", op, s.pool.MaskedURL(), cerr, de)
 	}
-	return fmt.Errorf("sqldb: %s on %s: %w", op, s.target.masked, de)
+	return fmt.Errorf("sqldb: %s on %s: %w", op, s.pool.MaskedURL(), de)
 }
 
 // driverError is a driver's error whose text had any password removed;
