@@ -61,12 +61,11 @@ func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Opt
 // and a reply arriving later is dropped and counted (Stats.LateReplies).
 func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Option) (any, error) {
 	start := time.Now()
-	reply, err := b.call(ctx, target, msg, opts)
+	typ, reply, err := b.call(ctx, target, msg, opts)
 	var v any
 	if err == nil && reply.Type != "" {
 		v, err = b.reg.Decode(reply.Type, reply.Body)
 	}
-	typ, _ := b.reg.NameOf(msg)
 	if err != nil {
 		err = fmt.Errorf("bus: call %s on %s: %w", typ, target, err)
 	}
@@ -95,10 +94,16 @@ func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, op
 	return zero, fmt.Errorf("bus: call %s on %s: reply is %s, not the requested %T: %w", typ, target, got, zero, message.ErrUnknownMessage)
 }
 
-func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Option) (*message.Envelope, error) {
+// call sends the request and waits for its reply; it returns the
+// request's type name (for errors and observations) with the outcome.
+func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Option) (string, *message.Envelope, error) {
 	env, o, err := b.envelope(message.KindRequest, target, msg, opts)
+	typ := typeOf(env)
 	if err != nil {
-		return nil, err
+		if env == nil { // closed or unencodable: name it if registered
+			typ, _ = b.reg.NameOf(msg)
+		}
+		return typ, nil, err
 	}
 	ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, true)
 	defer cancel()
@@ -112,26 +117,26 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, message.ErrClosed
+		return typ, nil, message.ErrClosed
 	}
 	b.pending[env.CorrelationID] = p
 	b.mu.Unlock()
 	defer b.forget(env.CorrelationID)
 
 	if err := b.publish(ctx, env); err != nil {
-		return nil, err
+		return typ, nil, err
 	}
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return nil, p.err
+			return typ, nil, p.err
 		}
 		if p.reply.Error != nil {
-			return nil, p.reply.Error
+			return typ, nil, p.reply.Error
 		}
-		return p.reply, nil
+		return typ, p.reply, nil
 	case <-ctx.Done():
-		return nil, ctxError(ctx)
+		return typ, nil, ctxError(ctx)
 	}
 }
 
