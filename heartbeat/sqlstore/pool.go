@@ -151,6 +151,18 @@ func lockKey(name string) string {
 func withSchemaLock(ctx context.Context, db *sql.DB, d Dialect, name string, fn func(ctx context.Context, ex Execer) error) error {
 	key := lockKey(name)
 	conn, err := db.Conn(ctx)
+	// SQLite: a connection switching a brand-new file to WAL takes an
+	// exclusive lock, and a second connection opening at that moment
+	// gets SQLITE_BUSY without its busy handler being asked; it is over
+	// in microseconds, so try again until ctx ends.
+	for pause := time.Millisecond; err != nil && d == SQLite && strings.Contains(err.Error(), "SQLITE_BUSY"); pause = min(2*pause, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connect: %w", err)
+		case <-time.After(pause):
+		}
+		conn, err = db.Conn(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
