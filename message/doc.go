@@ -1,7 +1,8 @@
 // Package message defines what travels on the cloud bus: the [Envelope]
 // every transport carries, the [Registry] of typed payloads, the coded
-// [Error] that replies carry across nodes, canonical resource UUIDs and
-// the lifecycle events ([NodeJoined], [NodeLeft]).
+// [Error] that replies carry across nodes, canonical resource UUIDs, the
+// [Routed] payloads that name one, and the lifecycle events
+// ([NodeJoined], [NodeLeft]).
 //
 // # Envelopes
 //
@@ -11,6 +12,9 @@
 // nodes cannot expire or extend it), headers that pass through untouched,
 // and a JSON body. [EncodeEnvelope] and [DecodeEnvelope] enforce a size
 // limit, valid UTF-8 and a single JSON value with no trailing data.
+// Envelopes are encoded with encoding/json and decoded by a hand-written
+// decoder, 3 to 4 times faster, that a differential fuzz test keeps in
+// agreement with encoding/json (repeated keys and null included).
 //
 // # Typed payloads
 //
@@ -25,8 +29,22 @@
 // # Errors that survive the wire
 //
 // Every failure a caller may see has a [Code] from one table (see the Code
-// constants and [Codes]); each code documents, through [Code.Retry],
-// whether retrying is safe or the outcome is unknown. An [Error] marshals
+// constants and [Codes]). Each code belongs to one retry class, reported
+// by [Code.Retry], which says what is known of whether the operation
+// happened:
+//
+//   - [RetrySafe]: it did not happen and a retry may succeed (no_route,
+//     not_owner, busy).
+//   - [RetryNever]: it did not happen and a retry fails the same way
+//     (unknown_message, bad_request, invalid_uuid, not_found, too_large).
+//   - [RetryUnknown]: it may have happened (timeout, canceled, node_left,
+//     internal, closed, unavailable, and any code from a newer node).
+//     Retry only idempotent operations.
+//   - [RetryRan]: it happened (bad_reply: the handler ran, but its reply
+//     could not be read as the type the caller asked for). Retrying runs
+//     it again; do so only if that is intended.
+//
+// An [Error] marshals
 // its code, description, details and cause chain to JSON; its Is method
 // compares codes, so after decoding on another node
 //
@@ -40,5 +58,16 @@
 // The ring hashes resource UUIDs as strings, so one UUID must have one
 // spelling. [NormalizeUUID] maps the dashed and undashed forms, in any
 // case, to 32 lower-case hex digits and rejects anything else with
-// [ErrInvalidUUID].
+// [ErrInvalidUUID]; [NewUUID] makes random (version 4) ones. Both use
+// github.com/google/uuid.
+//
+// # Routing by resource
+//
+// A payload type about one existing resource (StartVm, GetHost, ...)
+// implements [Routed]: its ResourceUUID method names the resource. The bus
+// routes such a message to the resource's owner, sets the envelope's
+// resource_uuid from it, and refuses with [ErrBadRequest] an envelope
+// carrying it that names no resource or a different one. [ResourceOf]
+// finds the method on a value or a pointer and returns the canonical UUID.
+// Creation messages and messages about no resource do not implement it.
 package message

@@ -175,16 +175,25 @@ func (e *Envelope) Validate() error {
 	return errors.Join(errs...)
 }
 
-// EncodeEnvelope validates e and encodes it. An encoding larger than
-// maxSize bytes (DefaultMaxSize if maxSize <= 0) fails with [ErrTooLarge]
-// so nothing oversize is ever sent.
+// EncodeEnvelope validates e and encodes it as the JSON of its struct
+// tags (with encoding/json). It fails with an error matching
+// [ErrBadRequest] (or [ErrInvalidUUID]) if [Envelope.Validate] does, if a
+// string field, header or the body is not valid UTF-8 (nothing is
+// silently replaced), or if the body is not valid JSON. An encoding
+// larger than maxSize bytes (DefaultMaxSize if maxSize <= 0) fails with
+// [ErrTooLarge], so nothing oversize is ever sent. The caller owns the
+// returned slice. EncodeEnvelope does not modify e and is safe for
+// concurrent use on an envelope no one mutates.
 func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
+	if e == nil {
+		return nil, ErrBadRequest.WithDetails("encode envelope: nil envelope")
+	}
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("message: encode envelope: %w", err)
 	}
-	data, err := appendEnvelope(make([]byte, 0, sizeHint(e)), e)
+	data, err := marshalEnvelope(e)
 	if err != nil {
-		return nil, ErrBadRequest.WithDetails("encode envelope").WithCause(err)
+		return nil, fmt.Errorf("message: encode envelope: %w", err)
 	}
 	if err := checkSize(len(data), maxSize); err != nil {
 		return nil, err

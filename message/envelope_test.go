@@ -1,6 +1,7 @@
 package message_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,91 @@ func TestKindText(t *testing.T) {
 	assert.Error(t, err)
 	assert.Equal(t, `unknown("x")`, message.LeaveReason("x").String())
 	assert.Equal(t, "evicted", message.LeaveEvicted.String())
+}
+
+func TestEncodeEnvelopeWireFormat(t *testing.T) {
+	// The field names, their order and what is left out are the wire
+	// format: other nodes, and older versions, read them.
+	e := &message.Envelope{
+		ID:            "6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4",
+		Kind:          message.KindReply,
+		Type:          "test.v1.StartVm",
+		ServiceID:     "reply.n",
+		ResourceUUID:  "932763162d054c04adaab6ab498c9139",
+		CorrelationID: "c1",
+		ReplyTo:       "r",
+		Source:        "3694776ab31a45709259254a018913ca",
+		Timeout:       1500 * time.Millisecond,
+		Headers:       map[string]string{"z": "1", "a": "2"},
+		Body:          []byte(`{ "vm_uuid" : "x" }`),
+		Error:         message.ErrBusy.WithDetails("queue full"),
+	}
+	data, err := message.EncodeEnvelope(e, 0)
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"reply","type":"test.v1.StartVm",`+
+		`"service_id":"reply.n","resource_uuid":"932763162d054c04adaab6ab498c9139","correlation_id":"c1",`+
+		`"reply_to":"r","source":"3694776ab31a45709259254a018913ca","timeout_ns":1500000000,`+
+		`"headers":{"a":"2","z":"1"},"body":{"vm_uuid":"x"},`+
+		`"error":{"code":"busy","description":"busy: queue for the resource is full","details":"queue full"}}`, string(data))
+
+	minimal := &message.Envelope{ID: "a", Kind: message.KindEvent, Type: "test.v1.X", Headers: map[string]string{}}
+	data, err = message.EncodeEnvelope(minimal, 0)
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"a","kind":"event","type":"test.v1.X"}`, string(data), "empty optional fields are left out")
+}
+
+func TestEncodeEnvelopeRefusesWhatCannotBeSentFaithfully(t *testing.T) {
+	base := message.Envelope{ID: "a", Kind: message.KindSend, Type: "test.v1.StartVm", ServiceID: "vm.x"}
+	tests := []struct {
+		name   string
+		change func(*message.Envelope)
+		want   string
+	}{
+		{"invalid UTF-8 string", func(e *message.Envelope) { e.CorrelationID = "c\xff" }, "not valid UTF-8"},
+		{"invalid UTF-8 header", func(e *message.Envelope) { e.Headers = map[string]string{"k": "\xfe"} }, "not valid UTF-8"},
+		{"invalid UTF-8 body", func(e *message.Envelope) { e.Body = []byte("\"\xff\"") }, "body is not valid UTF-8"},
+		{"invalid JSON body", func(e *message.Envelope) { e.Body = []byte(`{"vm_uuid":`) }, "body is not valid JSON"},
+		{"empty header name", func(e *message.Envelope) { e.Headers = map[string]string{"": "v"} }, "empty header name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := base
+			tt.change(&e)
+			_, err := message.EncodeEnvelope(&e, 0)
+			require.ErrorIs(t, err, message.ErrBadRequest)
+			assert.Equal(t, message.CodeBadRequest, message.CodeOf(err))
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	_, err := message.EncodeEnvelope(nil, 0)
+	assert.ErrorIs(t, err, message.ErrBadRequest, "a nil envelope is an error, not a panic")
+}
+
+func TestEncodeEnvelopeSizeLimitIsExact(t *testing.T) {
+	e := &message.Envelope{ID: "a", Kind: message.KindSend, Type: "test.v1.StartVm", ServiceID: "vm.x"}
+	data, err := message.EncodeEnvelope(e, 0)
+	require.NoError(t, err)
+	_, err = message.EncodeEnvelope(e, len(data))
+	require.NoError(t, err, "an encoding of exactly maxSize bytes is accepted")
+	_, err = message.EncodeEnvelope(e, len(data)-1)
+	require.ErrorIs(t, err, message.ErrTooLarge)
+	_, err = message.DecodeEnvelope(data, len(data)-1)
+	require.ErrorIs(t, err, message.ErrTooLarge, "the decoder applies the same limit")
+}
+
+func TestEncodeEnvelopeEscapesRoundTrip(t *testing.T) {
+	// encoding/json escapes <, >, & and U+2028/U+2029; the decoder reads
+	// them back unchanged.
+	e := &message.Envelope{ID: "<a&b>\u2028", Kind: message.KindSend, Type: "test.v1.StartVm", ServiceID: "vm.\"x\"\n",
+		Headers: map[string]string{"k\t": "\x00\x1f"}, Body: []byte(`{"html":"<b>&amp;</b>"}`)}
+	data, err := message.EncodeEnvelope(e, 0)
+	require.NoError(t, err)
+	back, err := message.DecodeEnvelope(data, 0)
+	require.NoError(t, err)
+	assert.Equal(t, e.ID, back.ID)
+	assert.Equal(t, e.ServiceID, back.ServiceID)
+	assert.Equal(t, e.Headers, back.Headers)
+	var body struct{ HTML string }
+	require.NoError(t, json.Unmarshal(back.Body, &body))
+	assert.Equal(t, "<b>&amp;</b>", body.HTML)
 }

@@ -13,6 +13,11 @@ import (
 // Codes are stable lower-case strings; [Codes] lists every code this
 // package defines. A code unknown to this version (sent by a newer node)
 // is kept as is and treated as [RetryUnknown].
+//
+// Each code belongs to one retry class ([Retry], reported by [Code.Retry]):
+// [RetrySafe] (nothing happened, a retry may succeed), [RetryNever]
+// (nothing happened, a retry fails the same way), [RetryUnknown] (the
+// operation may have happened) or [RetryRan] (the operation happened).
 type Code string
 
 // The codes, one table. Each states whether retrying is safe, that is
@@ -30,6 +35,12 @@ const (
 	// the message type. Nothing ran; retrying fails the same way until the
 	// receiver is upgraded.
 	CodeUnknownMessage Code = "unknown_message"
+	// CodeBadReply: the handler ran and replied, but its reply could not be
+	// read as the type the caller asked for (a typed call whose reply is of
+	// another registered type, or does not decode into the requested Go
+	// type). The operation happened: do not retry unless repeating it is
+	// intended; fix the caller's or the handler's reply type instead.
+	CodeBadReply Code = "bad_reply"
 	// CodeNodeLeft: the node the message went to left the cluster (goodbye or
 	// eviction) before replying. Outcome unknown: the message may still run,
 	// on that node or on the new owner. Retry only idempotent operations.
@@ -65,7 +76,11 @@ const (
 	CodeUnavailable Code = "unavailable"
 )
 
-// Retry says whether retrying an operation that failed with a code is safe.
+// Retry says whether retrying an operation that failed with a code is
+// safe, by what is known of whether the operation happened: not at all
+// ([RetrySafe], [RetryNever]), maybe ([RetryUnknown]) or certainly
+// ([RetryRan]). Values are stable: new classes are only ever added after
+// the existing ones.
 type Retry int
 
 const (
@@ -77,6 +92,10 @@ const (
 	// RetryNever: the operation did not happen and retrying the same request
 	// fails the same way; fix the request instead.
 	RetryNever
+	// RetryRan: the operation happened on the receiver; only its outcome
+	// could not be delivered in the form the caller asked for (see
+	// [CodeBadReply]). Retrying repeats it: do so only if that is intended.
+	RetryRan
 )
 
 // String returns the name of r, or "Retry(n)" for a value this package
@@ -89,6 +108,8 @@ func (r Retry) String() string {
 		return "safe to retry"
 	case RetryNever:
 		return "do not retry"
+	case RetryRan:
+		return "the operation ran: do not retry unless repeating it is intended"
 	default:
 		return fmt.Sprintf("Retry(%d)", int(r))
 	}
@@ -112,6 +133,7 @@ var codeTable = []struct {
 	{CodeCanceled, RetryUnknown},
 	{CodeNoRoute, RetrySafe},
 	{CodeUnknownMessage, RetryNever},
+	{CodeBadReply, RetryRan},
 	{CodeNodeLeft, RetryUnknown},
 	{CodeNotOwner, RetrySafe},
 	{CodeBusy, RetrySafe},
@@ -165,6 +187,7 @@ var (
 	ErrCanceled       = &Error{Code: CodeCanceled, Description: "canceled by the caller"}
 	ErrNoRoute        = &Error{Code: CodeNoRoute, Description: "no queue for the target service"}
 	ErrUnknownMessage = &Error{Code: CodeUnknownMessage, Description: "unknown message type"}
+	ErrBadReply       = &Error{Code: CodeBadReply, Description: "the handler ran but its reply is not of the requested type"}
 	ErrNodeLeft       = &Error{Code: CodeNodeLeft, Description: "target node left the cluster; outcome unknown"}
 	ErrNotOwner       = &Error{Code: CodeNotOwner, Description: "this node does not own the resource"}
 	ErrBusy           = &Error{Code: CodeBusy, Description: "busy: queue for the resource is full"}

@@ -19,6 +19,7 @@ func sentinels() map[message.Code]*message.Error {
 		message.CodeCanceled:       message.ErrCanceled,
 		message.CodeNoRoute:        message.ErrNoRoute,
 		message.CodeUnknownMessage: message.ErrUnknownMessage,
+		message.CodeBadReply:       message.ErrBadReply,
 		message.CodeNodeLeft:       message.ErrNodeLeft,
 		message.CodeNotOwner:       message.ErrNotOwner,
 		message.CodeBusy:           message.ErrBusy,
@@ -47,8 +48,56 @@ func TestEveryCodeHasASentinelAndARetryRule(t *testing.T) {
 	assert.Equal(t, message.RetryUnknown, message.CodeNodeLeft.Retry())
 	assert.Equal(t, message.RetryUnknown, message.CodeTimeout.Retry())
 	assert.Equal(t, message.RetryNever, message.CodeBadRequest.Retry())
+	assert.Equal(t, message.RetryNever, message.CodeUnknownMessage.Retry(), "unknown_message: nothing ran")
+	assert.Equal(t, message.RetryRan, message.CodeBadReply.Retry(), "bad_reply: the handler ran")
 	assert.Equal(t, message.RetryUnknown, message.Code("from_a_newer_node").Retry())
 	assert.Equal(t, "Retry(42)", message.Retry(42).String())
+	assert.Equal(t, "Retry(-1)", message.Retry(-1).String())
+}
+
+func TestRetryClasses(t *testing.T) {
+	// The values are stable (new classes are added after the old ones), and
+	// each has its own name.
+	classes := []struct {
+		r    message.Retry
+		want int
+	}{
+		{message.RetryUnknown, 0},
+		{message.RetrySafe, 1},
+		{message.RetryNever, 2},
+		{message.RetryRan, 3},
+	}
+	names := map[string]bool{}
+	for _, c := range classes {
+		assert.Equal(t, c.want, int(c.r), "value of %s", c.r)
+		assert.NotContains(t, c.r.String(), "Retry(")
+		names[c.r.String()] = true
+	}
+	assert.Len(t, names, len(classes), "every class has a distinct name")
+	assert.Equal(t, "the operation ran: do not retry unless repeating it is intended", message.RetryRan.String())
+	assert.Equal(t, "Retry(4)", (message.RetryRan + 1).String(), "the first value past the last class is unknown")
+
+	// Every class is used by some code.
+	used := map[message.Retry]bool{}
+	for _, code := range message.Codes() {
+		used[code.Retry()] = true
+	}
+	for _, c := range classes {
+		assert.True(t, used[c.r], "no code has retry class %s", c.r)
+	}
+}
+
+func TestBadReplyCrossesTheWire(t *testing.T) {
+	sent := fmt.Errorf("bus: call test.v1.StartVm on vm.x: %w",
+		message.ErrBadReply.WithDetails("the handler ran and replied test.v1.StopVm, not the requested test.startVM"))
+	data, err := json.Marshal(message.AsError(sent))
+	require.NoError(t, err)
+	var got message.Error
+	require.NoError(t, json.Unmarshal(data, &got))
+	assert.ErrorIs(t, &got, message.ErrBadReply)
+	assert.NotErrorIs(t, &got, message.ErrUnknownMessage, "bad_reply is not unknown_message: the handler ran")
+	assert.Equal(t, message.RetryRan, got.Retry())
+	assert.Equal(t, message.CodeBadReply, message.CodeOf(sent))
 }
 
 func TestErrorRoundTripKeepsCode(t *testing.T) {

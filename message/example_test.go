@@ -81,3 +81,80 @@ func ExampleEncodeEnvelope() {
 	// {"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"send","type":"refnode.v1.StartVm","service_id":"vmInstance.3694776ab31a45709259254a018913ca","resource_uuid":"932763162d054c04adaab6ab498c9139","body":{"vm_uuid":"932763162d054c04adaab6ab498c9139"}} <nil>
 	// too_large: message too large: 247 bytes exceeds the limit of 64 bytes
 }
+
+// GetHost reads a host's record: it is about one existing host, so it is
+// [message.Routed], here through a method on the pointer receiver.
+type GetHost struct {
+	UUID string `json:"uuid"`
+}
+
+// ResourceUUID names the host the message is about.
+func (m *GetHost) ResourceUUID() string { return m.UUID }
+
+// CreateVm creates a VM: no resource exists yet, so it is not Routed.
+type CreateVm struct {
+	Name string `json:"name"`
+}
+
+func ExampleResourceOf() {
+	for _, msg := range []any{
+		GetHost{UUID: "93276316-2D05-4C04-ADAA-B6AB498C9139"}, // a value finds the pointer method too
+		&GetHost{UUID: "932763162d054c04adaab6ab498c9139"},
+		CreateVm{Name: "web-1"},
+		GetHost{},               // names no resource
+		GetHost{UUID: "host-1"}, // not a UUID
+		(*GetHost)(nil),         // names no resource either, and does not panic
+	} {
+		uuid, routed, err := message.ResourceOf(msg)
+		switch {
+		case err != nil:
+			fmt.Printf("%-22T routed=%v, error %v\n", msg, routed, err)
+		case !routed:
+			fmt.Printf("%-22T not routed\n", msg)
+		default:
+			fmt.Printf("%-22T routed by %s\n", msg, uuid)
+		}
+	}
+	// Output:
+	// message_test.GetHost   routed by 932763162d054c04adaab6ab498c9139
+	// *message_test.GetHost  routed by 932763162d054c04adaab6ab498c9139
+	// message_test.CreateVm  not routed
+	// message_test.GetHost   routed=true, error bad_request: bad request: message_test.GetHost is Routed but its ResourceUUID() returned "": it names no resource
+	// message_test.GetHost   routed=true, error invalid_uuid: invalid UUID: want 32 hex digits, optionally dashed 8-4-4-4-12: ResourceUUID() of message_test.GetHost: "host-1": length 6, want 32 hex digits or 36 characters in the dashed form
+	// *message_test.GetHost  routed=true, error bad_request: bad request: *message_test.GetHost is Routed but is a nil pointer: it names no resource
+}
+
+// Every code says whether a retry is safe. A typed call whose reply is not
+// of the requested type fails with bad_reply: unlike unknown_message,
+// the handler ran, so retrying would run it again.
+func ExampleCode_Retry() {
+	for _, c := range []message.Code{
+		message.CodeBusy,
+		message.CodeBadRequest,
+		message.CodeUnknownMessage,
+		message.CodeTimeout,
+		message.CodeBadReply,
+		"from_a_newer_node",
+	} {
+		fmt.Printf("%-17s %s\n", c, c.Retry())
+	}
+
+	err := fmt.Errorf("bus: call refnode.v1.GetHost on host.x: %w",
+		message.ErrBadReply.WithDetails("the handler ran and replied refnode.v1.Host, not the requested *Vm"))
+	switch message.AsError(err).Retry() {
+	case message.RetrySafe:
+		fmt.Println("retry")
+	case message.RetryRan:
+		fmt.Println("ran once; fix the reply type instead of retrying")
+	default:
+		fmt.Println("give up")
+	}
+	// Output:
+	// busy              safe to retry
+	// bad_request       do not retry
+	// unknown_message   do not retry
+	// timeout           unknown outcome: retry only if idempotent
+	// bad_reply         the operation ran: do not retry unless repeating it is intended
+	// from_a_newer_node unknown outcome: retry only if idempotent
+	// ran once; fix the reply type instead of retrying
+}
