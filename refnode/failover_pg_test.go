@@ -9,6 +9,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
 // pgTables reaches the PostgreSQL tables of one refnode cluster: those
@@ -23,11 +25,11 @@ type pgTables struct {
 func openPGTables(ctx context.Context, dsn, base string) (*pgTables, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open PostgreSQL %s: %w", postgresVar, err)
+		return nil, fmt.Errorf("open PostgreSQL %s: %w", testenv.PostgresVar, err)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL (%s): %w", postgresVar, err)
+		return nil, fmt.Errorf("connect to PostgreSQL (%s): %w", testenv.PostgresVar, err)
 	}
 	return &pgTables{db: db, base: base}, nil
 }

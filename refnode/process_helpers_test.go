@@ -20,10 +20,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
 // The refnode binary the process tests run, built once by TestMain when
-// those tests will run (CLOUDBUS_AMQP_URL set, or CI=true).
+// those tests will run (CLOUDBUS_AMQP_URL set, or CI=true: see
+// testenv.WillRun).
 var (
 	refnodeBin string
 	buildErr   error
@@ -38,7 +40,7 @@ func TestMain(m *testing.M) {
 type buildFirst struct{ m *testing.M }
 
 func (b buildFirst) Run() int {
-	if os.Getenv(amqpVar) != "" || os.Getenv("CI") == "true" {
+	if testenv.WillRun(testenv.AMQPVar) {
 		dir, err := os.MkdirTemp("", "refnode-bin-")
 		if err != nil {
 			buildErr = err
@@ -64,24 +66,6 @@ func build(bin string) error {
 		return fmt.Errorf("go build -o %s .: %w\n%s", bin, err, out)
 	}
 	return nil
-}
-
-// amqpVar names the broker of the process tests. refnode itself never
-// reads it: the test passes its value as -bus or REFNODE_BUS.
-const amqpVar = "CLOUDBUS_AMQP_URL"
-
-// brokerURL returns the broker's URL, or skips the test naming the
-// variable (fails it under CI=true).
-func brokerURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv(amqpVar)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true requires the multi-process test to run", amqpVar)
-		}
-		t.Skipf("set %s (e.g. amqp://guest:guest@127.0.0.1:5672/) to run refnode serve processes on RabbitMQ", amqpVar)
-	}
-	return u
 }
 
 // httpClient talks to the children's admin servers; no keep-alive, so

@@ -19,6 +19,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
@@ -101,7 +102,7 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	} else if err := o.heartbeat.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("-heartbeat %s, -evict-after %s: %w", o.heartbeat.Interval, o.heartbeat.EvictAfter, err))
 	}
-	if err := (sqldb.Config{URL: o.db}).Validate(); err != nil {
+	if _, err := sqlconn.ParseURL(o.db, sqlconn.Auto); err != nil {
 		errs = append(errs, fmt.Errorf("-db: %w", err))
 	}
 	if !queuePrefix.MatchString(o.prefix) {
@@ -164,14 +165,22 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	fmt.Fprintf(stdout, "node:    %s\n", id)
 	fmt.Fprintf(stdout, "admin:   http://%s (GET /healthz, GET /status)\n", ln.Addr())
 	fmt.Fprintf(stdout, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(o.bus), o.prefix, id)
-	fmt.Fprintf(stdout, "db:      %s (tables %s, %s_*)\n", sqlstore.MaskURL(o.db), hbTable, recPrefix)
+	fmt.Fprintf(stdout, "db:      %s (tables %s, %s_*)\n", sqlconn.MaskURL(o.db), hbTable, recPrefix)
 
-	hb, err := sqlstore.Open(ctx, sqlstore.Config{URL: o.db, Table: hbTable, Logger: ioLog})
+	// One pool for both stores: one set of connections, and on SQLite
+	// one pool of writers to the file; room for the heartbeats beside
+	// the records' transactions.
+	pool, err := sqlconn.Open(sqlconn.Config{URL: o.db, MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
+	if err != nil {
+		return fmt.Errorf("open the database: %w; check -db", err)
+	}
+	closers = append(closers, closer{"database pool", pool.Close})
+	hb, err := sqlstore.OpenDB(ctx, pool.DB, sqlstore.Config{URL: o.db, Table: hbTable, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("open the heartbeat store: %w; check -db", err)
 	}
 	closers = append(closers, closer{"heartbeat store", hb.Close})
-	records, err := sqldb.Open(ctx, sqldb.Config{URL: o.db, Prefix: recPrefix, Logger: ioLog})
+	records, err := sqldb.Open(ctx, pool, sqldb.Config{Prefix: recPrefix, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("open the record store: %w; check -db", err)
 	}

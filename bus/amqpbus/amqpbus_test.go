@@ -3,7 +3,6 @@ package amqpbus_test
 import (
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,25 +10,12 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// brokerURL returns CLOUDBUS_AMQP_URL. Without it the test skips, naming
-// the variable, or fails under CI=true, where the broker must be there.
-func brokerURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("CLOUDBUS_AMQP_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CLOUDBUS_AMQP_URL is not set, and CI=true requires the RabbitMQ tests to run")
-		}
-		t.Skip("set CLOUDBUS_AMQP_URL (e.g. amqp://guest:guest@127.0.0.1:5672/) to run the RabbitMQ tests")
-	}
-	return u
 }
 
 // env dials transports that record their TCP connections, so that Kill
@@ -49,7 +35,7 @@ type link struct {
 }
 
 func newEnv(t *testing.T) *env {
-	return &env{url: brokerURL(t), links: map[string][]*link{}}
+	return &env{url: testenv.AMQPURL(t), links: map[string][]*link{}}
 }
 
 func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Transport {
@@ -104,7 +90,7 @@ func (e *env) Kill(t *testing.T, node string) {
 }
 
 func TestConformance(t *testing.T) {
-	brokerURL(t)
+	testenv.AMQPURL(t)
 	bustest.Run(t, bustest.Harness{
 		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true, NoRouteWithin: time.Second},
 		New:      func(t *testing.T) bustest.Env { return newEnv(t) },

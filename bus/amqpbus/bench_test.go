@@ -18,6 +18,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -40,7 +41,7 @@ var benchPayload = bustest.Echo{Text: "0123456789abcdef0123456789abcdef012345678
 // BenchmarkSend: one-way throughput, 64 concurrent senders, measured
 // until every message was consumed and acknowledged.
 func BenchmarkSend(b *testing.B) {
-	url := brokerURL(b)
+	url := testenv.AMQPURL(b)
 	b.Run("bus", func(b *testing.B) {
 		prefix := benchPrefix()
 		client, server, cleanup := benchBuses(b, url, prefix)
@@ -104,7 +105,7 @@ func parallelism() int { return testingGOMAXPROCS() }
 // BenchmarkCall: request/reply at 1 and 64 concurrent callers, reporting
 // calls/s and the p50 and p99 latency.
 func BenchmarkCall(b *testing.B) {
-	url := brokerURL(b)
+	url := testenv.AMQPURL(b)
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("bus/callers=%d", callers), func(b *testing.B) {
 			prefix := benchPrefix()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -73,7 +74,7 @@ func withParam(dsn, key, value string) string {
 // go-sql-driver/mysql sets unknown DSN parameters as session variables.
 func TestDatabaseClockMySQL(t *testing.T) {
 	t.Parallel()
-	dsn := mysqlDSN(t)
+	dsn := testenv.MySQLDSN(t)
 	normal := openFresh(t, dsn)
 	future := time.Now().Add(time.Hour).Unix()
 	ahead := open(t, sqlstore.Config{URL: withParam(dsn, "timestamp", strconv.FormatInt(future, 10)), Table: normal.Table()})
@@ -85,7 +86,7 @@ func TestDatabaseClockMySQL(t *testing.T) {
 // by the "ahead" store's sessions only (search_path).
 func TestDatabaseClockPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := postgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() }) // after the schema's cleanup below

@@ -5,56 +5,42 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"time"
+
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
 // Dialect is the SQL dialect of a database: it picks the driver and the
-// statements. The zero value, DialectAuto, lets [Open] infer it from
-// [Config.URL].
-type Dialect int
+// statements. The zero value, [DialectAuto], lets [Open] and [OpenDB]
+// infer it from [Config.URL]. Its String method returns "sqlite",
+// "postgres", "mysql", "auto", or "Dialect(n)" for an unknown value.
+type Dialect = sqlconn.Dialect
 
 // The dialects.
 const (
 	// DialectAuto infers the dialect from the URL's form (see
 	// [Config.URL]).
-	DialectAuto Dialect = iota
+	DialectAuto = sqlconn.Auto
 	// SQLite is an embedded database in one file (modernc.org/sqlite, pure
 	// Go): the processes of one machine share heartbeats through it.
-	SQLite
+	SQLite = sqlconn.SQLite
 	// Postgres is PostgreSQL (github.com/jackc/pgx/v5 through its
 	// database/sql driver), version 10 or later.
-	Postgres
+	Postgres = sqlconn.Postgres
 	// MySQL is MySQL 5.7 or later, or MariaDB 10.3 or later
 	// (github.com/go-sql-driver/mysql).
-	MySQL
+	MySQL = sqlconn.MySQL
 )
-
-// String returns the dialect's name: "sqlite", "postgres", "mysql",
-// "auto", or "Dialect(n)" for an unknown value.
-func (d Dialect) String() string {
-	switch d {
-	case DialectAuto:
-		return "auto"
-	case SQLite:
-		return "sqlite"
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // DefaultTable is the default name of the heartbeat table.
 const DefaultTable = "cloudbus_heartbeat"
 
-// DefaultMaxOpenConns is the default cap on a [Store]'s connection pool.
-// A node makes one or two small statements per heartbeat interval, so a
-// handful of connections is plenty, and a small cap matters: PostgreSQL
-// allows 100 connections in all by default, shared by every node and
-// every other client.
-const DefaultMaxOpenConns = 4
+// DefaultMaxOpenConns is the default cap on the connection pool [Open]
+// creates. A node makes one or two small statements per heartbeat
+// interval, so a handful of connections is plenty, and a small cap
+// matters: PostgreSQL allows 100 connections in all by default, shared by
+// every node and every other client.
+const DefaultMaxOpenConns = sqlconn.DefaultMaxOpenConns
 
 // Config configures [Open] and [OpenDB]. Only URL is required (and only
 // by Open); every other zero field takes the default written beside it.
@@ -74,11 +60,13 @@ type Config struct {
 	// parameters are passed to the driver. With Dialect set to
 	// Postgres, a key=value connection string ("host=... password=...")
 	// is accepted too. The password never appears in logs or errors: see
-	// [MaskURL]. [OpenDB] does not use URL.
+	// [Store.MaskedURL]. [OpenDB] never connects with URL: if set, it
+	// names the database the caller's pool reaches, for the dialect,
+	// errors and logs.
 	URL string
 
-	// Dialect forces the dialect instead of inferring it from URL, and is
-	// required by [OpenDB]. Default: [DialectAuto].
+	// Dialect forces the dialect instead of inferring it from URL; [OpenDB]
+	// requires it or URL. Default: [DialectAuto].
 	Dialect Dialect
 
 	// Table is the heartbeat table's name: lower-case letters, digits and
@@ -108,20 +96,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// setDefaults fills the zero fields.
+// setDefaults fills the zero fields the store itself uses; the pool's
+// are filled by the pool.
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable // shared by every node of the cluster
 	}
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = DefaultMaxOpenConns // a few statements per node per second
-	}
-	if c.BusyTimeout == 0 {
-		c.BusyTimeout = 5 * time.Second // a write takes microseconds; wait, don't fail
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// conn is the pool's part of c.
+func (c Config) conn() sqlconn.Config {
+	return sqlconn.Config{URL: c.URL, Dialect: c.Dialect, MaxOpenConns: c.MaxOpenConns, BusyTimeout: c.BusyTimeout}
 }
 
 // tableName is an optional qualifier and a table name, lower case.
@@ -134,38 +122,19 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.URL == "" {
 		errs = append(errs, errors.New("sqlstore: config: URL is required, e.g. sqlite:/var/lib/cloudbus/heartbeat.db or postgres://user:password@127.0.0.1:5432/db"))
-	} else if _, err := parseURL(c.URL, c.Dialect); err != nil {
-		errs = append(errs, err)
 	}
-	errs = append(errs, c.validateCommon()...)
+	errs = append(errs, c.problems()...)
 	return errors.Join(errs...)
 }
 
-// validateCommon checks what Open and OpenDB share.
-func (c Config) validateCommon() []error {
+// problems checks what Open and OpenDB share: a URL, if set, must parse.
+func (c Config) problems() []error {
 	var errs []error
-	switch c.Dialect {
-	case DialectAuto, SQLite, Postgres, MySQL:
-	default:
-		errs = append(errs, fmt.Errorf("sqlstore: config: unknown %s; use SQLite, Postgres, MySQL or leave it zero", c.Dialect))
+	for _, err := range c.conn().Problems() {
+		errs = append(errs, fmt.Errorf("sqlstore: config: %w", err))
 	}
 	if c.Table != "" && !tableName.MatchString(c.Table) {
 		errs = append(errs, fmt.Errorf("sqlstore: config: Table %q is not a valid name: use lower-case letters, digits and underscores, at most 58 characters, optionally as schema.table", c.Table))
 	}
-	if c.MaxOpenConns < 0 {
-		errs = append(errs, fmt.Errorf("sqlstore: config: MaxOpenConns %d is negative; leave it 0 for the default (%d)", c.MaxOpenConns, DefaultMaxOpenConns))
-	}
-	if c.BusyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("sqlstore: config: BusyTimeout %s is negative; leave it 0 for the default (5s)", c.BusyTimeout))
-	}
 	return errs
-}
-
-// splitTable splits "schema.table" into its parts; schema is "" if the
-// name is not qualified.
-func splitTable(name string) (schema, table string) {
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		return name[:i], name[i+1:]
-	}
-	return "", name
 }

@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -14,30 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
 // secret is a password that must appear in no error and no log.
 const secret = "Pw-5e1f0c-never-printed"
-
-func TestMaskURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"postgres://bob:" + secret + "@db:5432/x?sslmode=disable":       "postgres://bob:xxxxx@db:5432/x?sslmode=disable",
-		"postgresql://bob@db/x?password=" + secret + "&sslmode=require": "postgresql://bob@db/x?password=xxxxx&sslmode=require",
-		"postgres://db/x":                                       "postgres://db/x",
-		"mysql://bob:" + secret + "@db:3306/x":                  "mysql://bob:xxxxx@db:3306/x",
-		"bob:" + secret + "@tcp(db:3306)/x?parseTime=true":      "bob:xxxxx@tcp(db:3306)/x?parseTime=true",
-		"root@tcp(127.0.0.1:3306)/test":                         "root@tcp(127.0.0.1:3306)/test",
-		"host=db user=bob password=" + secret + " dbname=x":     "host=db user=bob password=xxxxx dbname=x",
-		"host=db user=bob password='" + secret + " x' dbname=x": "host=db user=bob password=xxxxx dbname=x",
-		"sqlite:/var/lib/cloudbus/hb.db":                        "sqlite:/var/lib/cloudbus/hb.db",
-		"amqp://bob:" + secret + "@host/":                       "amqp://bob:xxxxx@host/",
-		"not a url at all with " + secret:                       "(unparsable URL)",
-	} {
-		got := sqlstore.MaskURL(in)
-		assert.Equal(t, want, got, "MaskURL(%q)", in)
-		assert.NotContains(t, got, secret)
-	}
-}
 
 func TestValidate(t *testing.T) {
 	err := sqlstore.Config{Table: "Bad-Name", MaxOpenConns: -1, BusyTimeout: -time.Second, Dialect: 9}.Validate()
@@ -94,9 +77,9 @@ func TestUnreachableMasksPassword(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		_, err := sqlstore.Open(ctx, sqlstore.Config{URL: c.url, Dialect: c.dialect, Logger: logger})
 		cancel()
-		require.Error(t, err, "open %s", sqlstore.MaskURL(c.url))
+		require.Error(t, err, "open %s", sqlconn.MaskURL(c.url))
 		assert.NotContains(t, err.Error(), secret, "an error leaked the password")
-		assert.Contains(t, err.Error(), "sqlstore: open table cloudbus_heartbeat on "+sqlstore.MaskURL(c.url), "the error says what failed, where")
+		assert.Contains(t, err.Error(), "sqlstore: open table cloudbus_heartbeat on "+sqlconn.MaskURL(c.url), "the error says what failed, where")
 		t.Logf("error (password masked): %v", err)
 	}
 	mu.Lock()
@@ -111,7 +94,7 @@ func TestWrongCredentials(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		u, err := url.Parse(postgresDSN(t))
+		u, err := url.Parse(testenv.PostgresDSN(t))
 		require.NoError(t, err)
 		u.User = url.UserPassword("cloudbus_nobody", secret)
 		_, err = sqlstore.Open(t.Context(), sqlstore.Config{URL: u.String()})
@@ -120,11 +103,24 @@ func TestWrongCredentials(t *testing.T) {
 		assert.Contains(t, err.Error(), "cloudbus_nobody:xxxxx@")
 		t.Logf("error (password masked): %v", err)
 	})
+	t.Run("postgres pool of the caller", func(t *testing.T) {
+		t.Parallel()
+		u, err := url.Parse(testenv.PostgresDSN(t))
+		require.NoError(t, err)
+		u.User = url.UserPassword("cloudbus_nobody", secret)
+		db, err := sql.Open("pgx", u.String())
+		require.NoError(t, err)
+		defer db.Close()
+		_, err = sqlstore.OpenDB(t.Context(), db, sqlstore.Config{URL: u.String()})
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), secret, "OpenDB scrubs the passwords of Config.URL from driver errors")
+		assert.Contains(t, err.Error(), "cloudbus_nobody:xxxxx@", "and names the database masked")
+	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
-		dsn := mysqlDSN(t)
+		dsn := testenv.MySQLDSN(t)
 		_, rest, ok := strings.Cut(dsn, "@")
-		require.True(t, ok, "CLOUDBUS_MYSQL_DSN has the form user[:password]@tcp(host:port)/db")
+		require.True(t, ok, testenv.MySQLVar+" has the form user[:password]@tcp(host:port)/db")
 		_, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: "cloudbus_nobody:" + secret + "@" + rest})
 		require.Error(t, err)
 		assert.NotContains(t, err.Error(), secret)

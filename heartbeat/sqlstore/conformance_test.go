@@ -8,6 +8,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/heartbeat/storetest"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
 // runSuite runs the conformance suite on one store shared by every
@@ -27,12 +28,12 @@ func TestConformanceSQLite(t *testing.T) {
 
 func TestConformancePostgres(t *testing.T) {
 	t.Parallel()
-	runSuite(t, postgresDSN(t), sqlstore.Postgres)
+	runSuite(t, testenv.PostgresDSN(t), sqlstore.Postgres)
 }
 
 func TestConformanceMySQL(t *testing.T) {
 	t.Parallel()
-	runSuite(t, mysqlDSN(t), sqlstore.MySQL)
+	runSuite(t, testenv.MySQLDSN(t), sqlstore.MySQL)
 }
 
 // TestConformanceSQLiteStorePerScenario gives every scenario a Store of

@@ -1,6 +1,10 @@
 package sqlstore
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+)
 
 // schemaVersion is the version of the tables this code reads and
 // writes. Open migrates older tables up to it and refuses newer ones.
@@ -27,13 +31,8 @@ const (
 // statements are one dialect's SQL for one table. Placeholders are $n
 // for PostgreSQL and ? for the others.
 type statements struct {
-	// Schema management, run by migrate.
-	createMeta  string     // the meta table, if missing
-	insertMeta  string     // its single row (id 1, version 0), if missing
-	readVersion string     // the schema version
-	setVersion  string     // (version)
-	migrations  [][]string // migrations[v] takes version v to v+1
-	drop        []string   // both tables, for tests
+	migrations [][]string // migrations[v] takes version v to v+1, run by migrate
+	drop       []string   // both tables, for tests
 
 	// reserve, if set, takes the next epoch in its own statement and
 	// returns it (a row, or MySQL's LAST_INSERT_ID); register then
@@ -46,31 +45,14 @@ type statements struct {
 	dereg    string // (node, epoch)
 }
 
-// quoteIdent quotes a possibly qualified name for d.
-func quoteIdent(d Dialect, name string) string {
-	q := `"`
-	if d == MySQL {
-		q = "`"
-	}
-	parts := strings.Split(name, ".")
-	for i, p := range parts {
-		parts[i] = q + p + q
-	}
-	return strings.Join(parts, ".")
-}
-
 // newStatements returns d's statements for table (validated by Config).
 func newStatements(d Dialect, table string) statements {
 	now := map[Dialect]string{Postgres: nowPostgres, SQLite: nowSQLite, MySQL: nowMySQL}[d]
-	r := strings.NewReplacer("{t}", quoteIdent(d, table), "{m}", quoteIdent(d, table+"_meta"), "{now}", now)
+	r := strings.NewReplacer("{t}", sqlconn.QuoteIdent(d, table), "{m}", sqlconn.QuoteIdent(d, table+"_meta"), "{now}", now)
 	var s statements
 	switch d {
 	case Postgres:
 		s = statements{
-			createMeta:  `CREATE TABLE IF NOT EXISTS {m} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, last_epoch BIGINT NOT NULL)`,
-			insertMeta:  `INSERT INTO {m} (id, version, last_epoch) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING`,
-			readVersion: `SELECT version FROM {m} WHERE id = 1`,
-			setVersion:  `UPDATE {m} SET version = $1 WHERE id = 1`,
 			migrations: [][]string{{
 				`CREATE TABLE IF NOT EXISTS {t} (node TEXT PRIMARY KEY, epoch BIGINT NOT NULL, seq BIGINT NOT NULL, beat_us BIGINT NOT NULL)`,
 			}},
@@ -85,10 +67,6 @@ func newStatements(d Dialect, table string) statements {
 		}
 	case SQLite:
 		s = statements{
-			createMeta:  `CREATE TABLE IF NOT EXISTS {m} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, last_epoch INTEGER NOT NULL)`,
-			insertMeta:  `INSERT INTO {m} (id, version, last_epoch) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING`,
-			readVersion: `SELECT version FROM {m} WHERE id = 1`,
-			setVersion:  `UPDATE {m} SET version = ? WHERE id = 1`,
 			migrations: [][]string{{
 				`CREATE TABLE IF NOT EXISTS {t} (node TEXT PRIMARY KEY NOT NULL, epoch INTEGER NOT NULL, seq INTEGER NOT NULL, beat_us INTEGER NOT NULL)`,
 			}},
@@ -102,10 +80,6 @@ func newStatements(d Dialect, table string) statements {
 		}
 	case MySQL:
 		s = statements{
-			createMeta:  `CREATE TABLE IF NOT EXISTS {m} (id INT NOT NULL PRIMARY KEY, version INT NOT NULL, last_epoch BIGINT NOT NULL) ENGINE=InnoDB`,
-			insertMeta:  `INSERT INTO {m} (id, version, last_epoch) VALUES (1, 0, 0) ON DUPLICATE KEY UPDATE id = id`,
-			readVersion: `SELECT version FROM {m} WHERE id = 1`,
-			setVersion:  `UPDATE {m} SET version = ? WHERE id = 1`,
 			migrations: [][]string{{
 				// utf8mb4_bin: node names compare byte for byte, as in
 				// the other dialects (the default collation ignores case).
@@ -123,10 +97,6 @@ func newStatements(d Dialect, table string) statements {
 			dereg:    `DELETE FROM {t} WHERE node = ? AND epoch = ?`,
 		}
 	}
-	s.createMeta = r.Replace(s.createMeta)
-	s.insertMeta = r.Replace(s.insertMeta)
-	s.readVersion = r.Replace(s.readVersion)
-	s.setVersion = r.Replace(s.setVersion)
 	for _, step := range s.migrations {
 		for i := range step {
 			step[i] = r.Replace(step[i])

@@ -15,6 +15,24 @@
 // all); [OpenDB] uses the caller's *sql.DB. Both create the tables if
 // they are missing and migrate them to this version's schema.
 //
+// # Sharing a pool
+//
+// A process with other stores in the same database can give the
+// heartbeat store the pool it already has, with [OpenDB] and the URL it
+// opened the pool from (see the example of OpenDB):
+//
+//	db, err := sql.Open("pgx", url) // the application's pool, for its own tables too
+//	s, err := sqlstore.OpenDB(ctx, db, sqlstore.Config{URL: url})
+//
+// The URL is never connected to: it tells the dialect, names the database
+// (masked) in errors and logs, and lets the store scrub its passwords from
+// driver errors. Without it, [Config.Dialect] is required and errors name
+// the dialect only. The caller closes its pool after the store. On
+// SQLite, whose file has one writer at a time, one pool per process keeps
+// the process's writers together; give it the settings Open uses (see
+// SQLite below). refnode shares one pool between this store and its
+// record store.
+//
 // # Tables
 //
 // The heartbeat table (default "cloudbus_heartbeat") holds one row per
@@ -118,7 +136,7 @@
 // # Errors and credentials
 //
 // An error names the operation, the node and the database by its masked
-// URL ([MaskURL], [Store.MaskedURL]: the password is "xxxxx"), and wraps
+// URL ([Store.MaskedURL]: the password is "xxxxx"), and wraps
 // the driver's error, with any password scrubbed from its text:
 //
 //	sqlstore: beat node 3694776a... epoch 1764480000123456 on postgres://cloudbus:xxxxx@db:5432/cloudbus: ...

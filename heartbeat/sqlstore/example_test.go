@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -58,11 +59,42 @@ func Example() {
 	// the node's next beat: true
 }
 
-// MaskURL hides the password of any URL or DSN the store accepts.
-func ExampleMaskURL() {
-	fmt.Println(sqlstore.MaskURL("postgres://cloudbus:s3cret@db:5432/cloudbus?sslmode=require"))
-	fmt.Println(sqlstore.MaskURL("cloudbus:s3cret@tcp(db:3306)/cloudbus"))
+// A process that keeps its own tables in the database shares its pool
+// with the heartbeat store: OpenDB never connects with the URL, which
+// names the database in errors and logs, and leaves the pool open.
+func ExampleOpenDB() {
+	dir, _ := os.MkdirTemp("", "sqlstore-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	path := filepath.Join(dir, "app.db")
+
+	// The application's pool, with the settings Open would use.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close() // after the store
+	if _, err := db.ExecContext(ctx, `CREATE TABLE app_items (id TEXT PRIMARY KEY)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	s, err := sqlstore.OpenDB(ctx, db, sqlstore.Config{URL: "sqlite:" + path})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = s.Register(ctx, "3694776ab31a45709259254a018913ca")
+	recs, _ := s.List(ctx)
+	fmt.Println("dialect:", s.Dialect(), "records:", len(recs))
+	fmt.Println("named as given:", s.MaskedURL() == "sqlite:"+path)
+	_ = s.Close()
+
+	_, err = db.ExecContext(ctx, `INSERT INTO app_items (id) VALUES ('a')`)
+	fmt.Println("the pool is still open:", err == nil)
 	// Output:
-	// postgres://cloudbus:xxxxx@db:5432/cloudbus?sslmode=require
-	// cloudbus:xxxxx@tcp(db:3306)/cloudbus
+	// dialect: sqlite records: 1
+	// named as given: true
+	// the pool is still open: true
 }

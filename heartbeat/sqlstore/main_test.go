@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,32 +12,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// envDSN returns the variable's value. Without it the test skips, naming
-// the variable, or fails under CI=true, where the database must be there.
-func envDSN(t testing.TB, name, example string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true requires these database tests to run", name)
-		}
-		t.Skipf("set %s (e.g. %s) to run this test", name, example)
-	}
-	return v
-}
-
-func postgresDSN(t testing.TB) string {
-	return envDSN(t, "CLOUDBUS_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-}
-
-func mysqlDSN(t testing.TB) string {
-	return envDSN(t, "CLOUDBUS_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")
 }
 
 // sqliteURL returns a database file in a fresh temporary directory.
@@ -63,7 +41,7 @@ func cleanupCtx() (context.Context, context.CancelFunc) {
 func open(t testing.TB, cfg sqlstore.Config) *sqlstore.Store {
 	t.Helper()
 	s, err := sqlstore.Open(t.Context(), cfg)
-	require.NoError(t, err, "open %s", sqlstore.MaskURL(cfg.URL))
+	require.NoError(t, err, "open %s", sqlconn.MaskURL(cfg.URL))
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
 }
@@ -73,7 +51,7 @@ func open(t testing.TB, cfg sqlstore.Config) *sqlstore.Store {
 func openFresh(t testing.TB, url string) *sqlstore.Store {
 	t.Helper()
 	s, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, Table: randomTable()})
-	require.NoError(t, err, "open %s", sqlstore.MaskURL(url))
+	require.NoError(t, err, "open %s", sqlconn.MaskURL(url))
 	t.Cleanup(func() {
 		ctx, cancel := cleanupCtx()
 		defer cancel()

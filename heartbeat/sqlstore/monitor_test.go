@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -22,7 +23,7 @@ func TestConcurrentOpen(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		url  func(testing.TB) string
-	}{{"sqlite", sqliteURL}, {"postgres", postgresDSN}, {"mysql", mysqlDSN}} {
+	}{{"sqlite", sqliteURL}, {"postgres", testenv.PostgresDSN}, {"mysql", testenv.MySQLDSN}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			url := c.url(t)

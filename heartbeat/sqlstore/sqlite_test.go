@@ -270,25 +270,6 @@ func TestSQLiteSubsecondAges(t *testing.T) {
 	assert.Contains(t, s.ListSQL(), "unixepoch('subsec')", "the age is computed by SQLite")
 }
 
-// TestSQLitePragmas checks what every connection of an opened store has
-// set, through a second pool on the same file (WAL is a property of the
-// file).
-func TestSQLitePragmas(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "hb.db")
-	s := open(t, sqlstore.Config{URL: "sqlite:" + path, BusyTimeout: 1234 * time.Millisecond})
-	_, err := s.Register(t.Context(), "a")
-	require.NoError(t, err)
-
-	db, err := sql.Open("sqlite", "file:"+path)
-	require.NoError(t, err)
-	defer db.Close()
-	var mode string
-	require.NoError(t, db.QueryRow(`PRAGMA journal_mode`).Scan(&mode))
-	assert.Equal(t, "wal", mode, "Open puts the file in WAL mode")
-}
-
 // TestOpenDB uses a caller's pool, warns if it lacks WAL or a busy
 // timeout, and leaves it open on Close.
 func TestOpenDB(t *testing.T) {
@@ -325,8 +306,18 @@ func TestOpenDB(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Beat(t.Context(), n, e))
 
+	// A URL gives the dialect and the name in errors and logs; it is
+	// never connected to.
+	named, err := sqlstore.OpenDB(t.Context(), good, sqlstore.Config{URL: "sqlite:" + path, Table: "hb_named"})
+	require.NoError(t, err)
+	defer named.Close()
+	assert.Equal(t, sqlstore.SQLite, named.Dialect())
+	assert.Equal(t, "sqlite:"+path, named.MaskedURL())
+
 	_, err = sqlstore.OpenDB(t.Context(), good, sqlstore.Config{})
 	assert.ErrorContains(t, err, "Dialect is required")
+	_, err = sqlstore.OpenDB(t.Context(), good, sqlstore.Config{URL: "sqlite::memory:"})
+	assert.ErrorContains(t, err, "sqlstore: config: URL sqlite::memory: is not a database file")
 	_, err = sqlstore.OpenDB(t.Context(), nil, sqlstore.Config{Dialect: sqlstore.SQLite})
 	assert.Error(t, err)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
 // maxNodeLen bounds a node name (MySQL's key column is VARCHAR(255)).
@@ -29,7 +30,7 @@ type Store struct {
 	ownDB   bool
 	dialect Dialect
 	table   string
-	target  target
+	url     sqlconn.URL // names the database in errors and logs, masked
 	st      statements
 
 	closed    atomic.Bool
@@ -52,23 +53,28 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	p, err := OpenPool(PoolConfig{URL: cfg.URL, Dialect: cfg.Dialect, MaxOpenConns: cfg.MaxOpenConns, BusyTimeout: cfg.BusyTimeout})
+	p, err := sqlconn.Open(cfg.conn())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlstore: %w", err)
 	}
-	db, t := p.DB, p.t
-	s, err := newStore(ctx, db, true, t, cfg)
+	s, err := newStore(ctx, p.DB, true, p.URL, cfg)
 	if err != nil {
-		_ = db.Close()
+		_ = p.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
 // OpenDB returns a store on the caller's pool, after creating or
-// migrating the tables as [Open] does. cfg.Dialect must say which
-// database db is; cfg.URL, MaxOpenConns and BusyTimeout are not used.
-// [Store.Close] leaves db open.
+// migrating the tables as [Open] does: the way to share one pool with
+// other stores of the process (on SQLite, whose file has one writer at a
+// time, that keeps the process's writers in one pool). cfg.Dialect or
+// cfg.URL must say which database db reaches. OpenDB never connects with
+// cfg.URL: if set, it gives the dialect and names the database, masked,
+// in errors and logs, and its passwords are scrubbed from driver errors;
+// without it they name the dialect only. MaxOpenConns and BusyTimeout
+// are not used. [Store.Close] leaves db open: the caller closes it after
+// the store.
 //
 // For SQLite, db's connections should set a busy timeout and WAL mode
 // (with modernc.org/sqlite:
@@ -79,19 +85,25 @@ func OpenDB(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlstore: OpenDB: db is nil; pass an open *sql.DB")
 	}
-	errs := cfg.validateCommon()
-	if cfg.Dialect == DialectAuto {
-		errs = append(errs, errors.New("sqlstore: OpenDB: Config.Dialect is required: SQLite, Postgres or MySQL"))
+	errs := cfg.problems()
+	if cfg.Dialect == DialectAuto && cfg.URL == "" {
+		errs = append(errs, errors.New("sqlstore: OpenDB: Config.Dialect is required (or a Config.URL naming db's database): SQLite, Postgres or MySQL"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	t := target{dialect: cfg.Dialect, masked: cfg.Dialect.String() + " (caller's *sql.DB)"}
-	if cfg.Dialect == SQLite {
+	u := sqlconn.URL{Dialect: cfg.Dialect, Masked: cfg.Dialect.String() + " (caller's *sql.DB)"}
+	if cfg.URL != "" {
+		var err error
+		if u, err = sqlconn.ParseURL(cfg.URL, cfg.Dialect); err != nil { // checked by problems
+			return nil, fmt.Errorf("sqlstore: config: %w", err)
+		}
+	}
+	if u.Dialect == SQLite {
 		warnSQLitePragmas(ctx, db, cfg.Logger)
 	}
-	return newStore(ctx, db, false, t, cfg)
+	return newStore(ctx, db, false, u, cfg)
 }
 
 // warnSQLitePragmas logs a warning if db's connections lack WAL or a
@@ -110,13 +122,13 @@ func warnSQLitePragmas(ctx context.Context, db *sql.DB, log *slog.Logger) {
 }
 
 // newStore migrates the tables and returns the store.
-func newStore(ctx context.Context, db *sql.DB, own bool, t target, cfg Config) (*Store, error) {
-	s := &Store{db: db, ownDB: own, dialect: t.dialect, table: cfg.Table, target: t, st: newStatements(t.dialect, cfg.Table)}
-	found, err := migrate(ctx, db, t.dialect, s.st, cfg.Table)
+func newStore(ctx context.Context, db *sql.DB, own bool, u sqlconn.URL, cfg Config) (*Store, error) {
+	s := &Store{db: db, ownDB: own, dialect: u.Dialect, table: cfg.Table, url: u, st: newStatements(u.Dialect, cfg.Table)}
+	found, err := migrate(ctx, db, u.Dialect, s.st, cfg.Table)
 	if err != nil {
 		return nil, s.fail(ctx, "open table "+cfg.Table, err)
 	}
-	log := cfg.Logger.With("dialect", t.dialect.String(), "url", t.masked, "table", cfg.Table)
+	log := cfg.Logger.With("dialect", u.Dialect.String(), "url", u.Masked, "table", cfg.Table)
 	if found < schemaVersion {
 		log.Info("sqlstore: schema migrated", "from", found, "to", schemaVersion)
 	}
@@ -131,9 +143,9 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 func (s *Store) Table() string { return s.table }
 
 // MaskedURL returns the database URL with its password masked, as the
-// store's errors and logs name it. For a store made by [OpenDB] it names
-// the dialect only.
-func (s *Store) MaskedURL() string { return s.target.masked }
+// store's errors and logs name it. For a store made by [OpenDB] without
+// [Config.URL] it names the dialect only.
+func (s *Store) MaskedURL() string { return s.url.Masked }
 
 // Close closes the connection pool if [Open] made it, and makes every
 // later call fail with [heartbeat.ErrClosed]. Calls in flight finish
@@ -328,19 +340,5 @@ func (s *Store) Drop(ctx context.Context) error {
 // masked and passwords scrubbed from the driver's text. The chain keeps
 // the driver's error and, if ctx ended, ctx's error, for errors.Is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
-	de := &driverError{err: err, text: s.target.scrub(err.Error())}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqlstore: %s on %s: %w: %w", op, s.target.masked, cerr, de)
-	}
-	return fmt.Errorf("sqlstore: %s on %s: %w", op, s.target.masked, de)
+	return fmt.Errorf("sqlstore: %w", s.url.Fail(ctx, op, err))
 }
-
-// driverError is a driver's error whose text had any password removed;
-// Unwrap gives the driver's error itself.
-type driverError struct {
-	err  error
-	text string
-}
-
-func (e *driverError) Error() string { return e.text }
-func (e *driverError) Unwrap() error { return e.err }

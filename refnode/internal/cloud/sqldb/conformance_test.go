@@ -7,7 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/cloudtest"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
@@ -16,7 +17,7 @@ import (
 // runSuite runs the Store suite on url: every case on new tables, and
 // its peer a second Store (its own pool, as another process has) on the
 // same tables.
-func runSuite(t *testing.T, url string, want sqlstore.Dialect) {
+func runSuite(t *testing.T, url string, want sqlconn.Dialect) {
 	var mu sync.Mutex
 	prefixes := map[cloud.Store]string{}
 	cloudtest.Run(t, cloudtest.Harness{
@@ -32,22 +33,22 @@ func runSuite(t *testing.T, url string, want sqlstore.Dialect) {
 			mu.Lock()
 			prefix := prefixes[s]
 			mu.Unlock()
-			return open(t, sqldb.Config{URL: url, Prefix: prefix})
+			return open(t, url, sqldb.Config{Prefix: prefix})
 		},
 	})
 }
 
 func TestConformanceSQLite(t *testing.T) {
 	t.Parallel()
-	runSuite(t, sqliteURL(t), sqldb.SQLite)
+	runSuite(t, sqliteURL(t), sqlconn.SQLite)
 }
 
 func TestConformancePostgres(t *testing.T) {
 	t.Parallel()
-	runSuite(t, postgresDSN(t), sqldb.Postgres)
+	runSuite(t, testenv.PostgresDSN(t), sqlconn.Postgres)
 }
 
 func TestConformanceMySQL(t *testing.T) {
 	t.Parallel()
-	runSuite(t, mysqlDSN(t), sqldb.MySQL)
+	runSuite(t, testenv.MySQLDSN(t), sqlconn.MySQL)
 }

@@ -5,14 +5,18 @@
 // opens the same tables; the tables are the only state they share besides
 // the heartbeat records.
 //
-//	s, err := sqldb.Open(ctx, sqldb.Config{URL: "sqlite:/var/lib/refnode/refnode.db"})
+//	p, err := sqlconn.Open(sqlconn.Config{URL: "sqlite:/var/lib/refnode/refnode.db"})
 //	// or URL: "postgres://refnode:secret@db:5432/refnode?sslmode=require"
 //	// or URL: "mysql://refnode:secret@db:3306/refnode"
 //	if err != nil { ... }
-//	defer s.Close()
+//	defer p.Close()
+//	s, err := sqldb.Open(ctx, p, sqldb.Config{})
+//	if err != nil { ... }
+//	defer s.Close() // before the pool
 //
-// The URL forms are those of heartbeat/sqlstore, so one -db flag serves
-// both stores: sqlite:PATH or a file: URI, postgres:// (or postgresql://),
+// The store runs on a pool of cloudbus's internal/sqlconn, whose URL
+// forms are those of heartbeat/sqlstore, so one -db flag serves both
+// stores: sqlite:PATH or a file: URI, postgres:// (or postgresql://),
 // mysql://user:password@host:port/db, or go-sql-driver/mysql's own DSN
 // (user:password@tcp(host:3306)/db).
 //
@@ -46,22 +50,26 @@
 //
 // # Connections
 //
-// Open makes its own pool, capped at Config.MaxOpenConns (default 4): a
-// node makes a few small statements per operation, and PostgreSQL allows
-// 100 connections in all by default. Every SQLite connection sets
-// busy_timeout (default 5 s: a writer waits for another process's write
-// lock instead of failing with "database is locked"), journal_mode=WAL
-// (readers never block the writer) and synchronous=NORMAL, and begins
-// transactions with BEGIN IMMEDIATE. WAL needs shared memory between the
-// processes: keep the file on a local disk. An in-memory SQLite database
-// is refused (it would be private to one connection; use package memdb).
+// The store uses the caller's pool and never closes it: refnode serve
+// opens one pool from -db and shares it between this store and the
+// heartbeat store (sqlstore.OpenDB), so that the process has one set of
+// connections, and on SQLite, whose file has one writer at a time, one
+// pool of writers. The pool's settings are sqlconn's: capped (default 4
+// connections; refnode serve gives its shared pool 8), and on SQLite
+// every connection sets busy_timeout (default 5 s: a writer waits for
+// another process's write lock instead of failing with "database is
+// locked"), journal_mode=WAL (readers never block the writer) and
+// synchronous=NORMAL, and begins transactions with BEGIN IMMEDIATE. WAL
+// needs shared memory between the processes: keep the file on a local
+// disk. An in-memory SQLite database is refused (it would be private to
+// one connection; use package memdb).
 //
 // # Errors and credentials
 //
 // Unknown UUIDs fail with errors matching message.ErrNotFound, malformed
 // ones with message.ErrInvalidUUID, as the Store contract says. A
 // database error names the operation, the record and the database by its
-// masked URL (heartbeat/sqlstore's MaskURL: the password is "xxxxx"),
+// masked URL (sqlconn.MaskURL: the password is "xxxxx"),
 // with any password scrubbed from the driver's text; if ctx ended it also
 // matches ctx's error. Such an error leaves the outcome unknown: an add
 // may have happened (retrying it then fails as a duplicate), an update

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
 )
@@ -19,13 +20,21 @@ func Example() {
 	url := "sqlite:" + filepath.Join(dir, "refnode.db")
 	ctx := context.Background()
 
-	a, err := sqldb.Open(ctx, sqldb.Config{URL: url})
+	pa, err := sqlconn.Open(sqlconn.Config{URL: url}) // node a's pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pa.Close()
+	a, err := sqldb.Open(ctx, pa, sqldb.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer a.Close()
-	b, _ := sqldb.Open(ctx, sqldb.Config{URL: url})
+	pb, _ := sqlconn.Open(sqlconn.Config{URL: url}) // node b's
+	defer pb.Close()
+	b, _ := sqldb.Open(ctx, pb, sqldb.Config{})
 	defer b.Close()
 
 	const host = "932763162d054c04adaab6ab498c9139"

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
 )
 
@@ -21,28 +21,6 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain())
 	}
 	goleak.VerifyTestMain(m)
-}
-
-// envDSN returns the variable's value. Without it the test skips, naming
-// the variable, or fails under CI=true, where the database must be there.
-func envDSN(t testing.TB, name, example string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true requires these database tests to run", name)
-		}
-		t.Skipf("set %s (e.g. %s) to run this test", name, example)
-	}
-	return v
-}
-
-func postgresDSN(t testing.TB) string {
-	return envDSN(t, "CLOUDBUS_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-}
-
-func mysqlDSN(t testing.TB) string {
-	return envDSN(t, "CLOUDBUS_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")
 }
 
 // sqliteURL returns a database file in a fresh temporary directory.
@@ -58,11 +36,22 @@ func randomPrefix() string {
 	return "sqldbtest_" + hex.EncodeToString(b)
 }
 
-// open opens a store and closes it at the end of the test.
-func open(t testing.TB, cfg sqldb.Config) *sqldb.Store {
+// openPool opens a pool on url, as a process does, and closes it at the
+// end of the test, after the stores on it.
+func openPool(t testing.TB, url string) *sqlconn.Pool {
 	t.Helper()
-	s, err := sqldb.Open(t.Context(), cfg)
-	require.NoError(t, err, "open %s", sqlstore.MaskURL(cfg.URL))
+	p, err := sqlconn.Open(sqlconn.Config{URL: url})
+	require.NoError(t, err, "open %s", sqlconn.MaskURL(url))
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	return p
+}
+
+// open opens a store on a pool of its own, as another process has, and
+// closes both at the end of the test.
+func open(t testing.TB, url string, cfg sqldb.Config) *sqldb.Store {
+	t.Helper()
+	s, err := sqldb.Open(t.Context(), openPool(t, url), cfg)
+	require.NoError(t, err, "open %s", sqlconn.MaskURL(url))
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
 }
@@ -71,9 +60,8 @@ func open(t testing.TB, cfg sqldb.Config) *sqldb.Store {
 // them and closes the store at the end of the test.
 func openFresh(t testing.TB, url string) *sqldb.Store {
 	t.Helper()
-	cfg := sqldb.Config{URL: url, Prefix: randomPrefix()}
-	s, err := sqldb.Open(t.Context(), cfg)
-	require.NoError(t, err, "open %s", sqlstore.MaskURL(url))
+	s, err := sqldb.Open(t.Context(), openPool(t, url), sqldb.Config{Prefix: randomPrefix()})
+	require.NoError(t, err, "open %s", sqlconn.MaskURL(url))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

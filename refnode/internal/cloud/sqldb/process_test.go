@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
@@ -82,7 +83,12 @@ func childMain() int {
 func child() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := sqldb.Open(ctx, sqldb.Config{URL: os.Getenv(childURL), Prefix: os.Getenv(childPrefix)})
+	p, err := sqlconn.Open(sqlconn.Config{URL: os.Getenv(childURL)})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	s, err := sqldb.Open(ctx, p, sqldb.Config{Prefix: os.Getenv(childPrefix)})
 	if err != nil {
 		return err
 	}

@@ -5,14 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
@@ -20,54 +18,50 @@ import (
 // Store is a [cloud.Store] in SQL tables. It is safe for concurrent use,
 // and any number of Stores, in any number of processes, may share the
 // tables (see the package documentation for how updates stay atomic).
-// Every method honours ctx. Close it when done: it owns its connection
-// pool.
+// Every method honours ctx. Close it when done, before its pool: the pool
+// is the caller's.
 type Store struct {
 	db     *sql.DB
-	pool   *sqlstore.Pool
+	url    sqlconn.URL // names the database in errors and logs, masked
 	prefix string
 	st     statements
 
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	closed atomic.Bool
 }
 
 var _ cloud.Store = (*Store)(nil)
 
-// Open connects to the database cfg.URL names, creates the tables if they
-// are missing and returns the store. It fails if the database cannot be
-// reached within ctx; on failure it leaves nothing open.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// Open returns a store on p, the database pool of the caller (refnode
+// serve shares one with its heartbeat store), after creating the tables
+// if they are missing. It fails if the database cannot be reached within
+// ctx. p stays the caller's: close it after the store.
+func Open(ctx context.Context, p *sqlconn.Pool, cfg Config) (*Store, error) {
+	if p == nil {
+		return nil, errors.New("sqldb: Open: the pool is nil; open one with sqlconn.Open")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	p, err := sqlstore.OpenPool(sqlstore.PoolConfig{URL: cfg.URL, MaxOpenConns: cfg.MaxOpenConns, BusyTimeout: cfg.BusyTimeout})
+	s := &Store{db: p.DB, url: p.URL, prefix: cfg.Prefix, st: newStatements(p.URL.Dialect, cfg.Prefix)}
+	found, err := s.st.schema.Migrate(ctx, p.DB)
 	if err != nil {
-		return nil, err
-	}
-	db := p.DB
-	s := &Store{db: db, pool: p, prefix: cfg.Prefix, st: newStatements(p.Dialect(), cfg.Prefix)}
-	found, err := createSchema(ctx, p, s.st, cfg.Prefix)
-	if err != nil {
-		_ = db.Close()
 		return nil, s.fail(ctx, "open tables "+cfg.Prefix+"_*", err)
 	}
-	log := cfg.Logger.With("dialect", p.Dialect().String(), "url", p.MaskedURL(), "prefix", cfg.Prefix)
-	if found < schemaVersion {
-		log.Info("sqldb: tables created", "schema_version", schemaVersion)
+	log := cfg.Logger.With("dialect", p.URL.Dialect.String(), "url", p.URL.Masked, "prefix", cfg.Prefix)
+	if found < s.st.schema.Version() {
+		log.Info("sqldb: tables created", "schema_version", s.st.schema.Version())
 	}
 	log.Info("sqldb: opened")
 	return s, nil
 }
 
 // Dialect returns the store's SQL dialect.
-func (s *Store) Dialect() sqlstore.Dialect { return s.pool.Dialect() }
+func (s *Store) Dialect() sqlconn.Dialect { return s.url.Dialect }
 
 // MaskedURL returns the database URL with its password masked, as the
 // store's errors and logs name it.
-func (s *Store) MaskedURL() string { return s.pool.MaskedURL() }
+func (s *Store) MaskedURL() string { return s.url.Masked }
 
 // Tables returns the names of the store's tables. The caller owns the
 // slice.
@@ -75,17 +69,12 @@ func (s *Store) Tables() []string {
 	return []string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.prefix + "_meta"}
 }
 
-// Close closes the connection pool and makes every later call fail with
-// an error matching message.ErrClosed. Calls in flight finish first. It is
-// idempotent: later calls return the first call's result.
+// Close makes every later call fail with an error matching
+// message.ErrClosed; calls in flight finish. It leaves the pool open: the
+// caller closes it. It is idempotent and returns nil.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if err := s.db.Close(); err != nil {
-			s.closeErr = s.fail(context.Background(), "close", err)
-		}
-	})
-	return s.closeErr
+	s.closed.Store(true)
+	return nil
 }
 
 // record describes how one kind of record maps to its table.
@@ -333,7 +322,11 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 
 // drop deletes the store's tables; tests use it to clean up.
 func (s *Store) drop(ctx context.Context) error {
-	for _, stmt := range []string{s.st.hosts.drop, s.st.images.drop, s.st.vms.drop, s.st.dropMeta} {
+	var stmts []string
+	for _, t := range s.st.tables() {
+		stmts = append(stmts, t.drop)
+	}
+	for _, stmt := range append(stmts, s.st.schema.DropMeta()) {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return s.fail(ctx, "drop tables "+s.prefix+"_*", err)
 		}
@@ -345,19 +338,5 @@ func (s *Store) drop(ctx context.Context) error {
 // masked and passwords scrubbed from the driver's text. The chain keeps
 // the driver's error and, if ctx ended, ctx's error, for errors.Is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
-	de := &driverError{err: err, text: s.pool.Scrub(err.Error())}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqldb: %s on %s: %w: %w", op, s.pool.MaskedURL(), cerr, de)
-	}
-	return fmt.Errorf("sqldb: %s on %s: %w", op, s.pool.MaskedURL(), de)
+	return fmt.Errorf("sqldb: %w", s.url.Fail(ctx, op, err))
 }
-
-// driverError is a driver's error whose text had any password removed;
-// Unwrap gives the driver's error itself.
-type driverError struct {
-	err  error
-	text string
-}
-
-func (e *driverError) Error() string { return e.text }
-func (e *driverError) Unwrap() error { return e.err }
