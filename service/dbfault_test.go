@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,26 +13,13 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// envOrSkip returns the variable, skipping (or failing under CI=true)
-// when it is unset.
-func envOrSkip(t *testing.T, name, example string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set, and CI=true requires this test to run", name)
-		}
-		t.Skipf("set %s (e.g. %s) to run this test against a real database", name, example)
-	}
-	return v
-}
 
 // TestDatabaseCutEvictsNobody cuts the database of a 3-node cluster for
 // three eviction thresholds through a proxy the test owns: every node
@@ -41,8 +27,8 @@ func envOrSkip(t *testing.T, name, example string) string {
 // a peer could evict it, nobody is evicted during the cut or in the first
 // interval after it heals, and service resumes.
 func TestDatabaseCutEvictsNobody(t *testing.T) {
-	dsn := envOrSkip(t, "CLOUDBUS_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-	proxy, proxied := servicetest.NewURLProxy(t, dsn)
+	dsn := testenv.PostgresDSN(t)
+	px, proxied := proxy.NewURL(t, dsn)
 	table := fmt.Sprintf("cloudbus_test_cut_%s", message.NewUUID()[:12])
 	hb := heartbeat.Config{Interval: 100 * time.Millisecond, Lease: 400 * time.Millisecond, EvictAfter: 600 * time.Millisecond, OpTimeout: 100 * time.Millisecond}
 	ctx := t.Context()
@@ -112,7 +98,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	}
 
 	cut := time.Now()
-	proxy.Cut()
+	px.Cut()
 	fencedAt := map[string]time.Duration{}
 	waitFor(t, hb.EvictAfter, "every node fences itself before the eviction threshold", func() bool {
 		for _, n := range nodes {
@@ -130,7 +116,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	}
 
 	time.Sleep(3*hb.EvictAfter - time.Since(cut)) // the cut lasts three thresholds
-	proxy.Heal()
+	px.Heal()
 	healed := time.Now()
 	waitFor(t, 10*time.Second, "every node serves again", func() bool {
 		for _, n := range nodes {

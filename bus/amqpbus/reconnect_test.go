@@ -15,8 +15,9 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -100,7 +101,7 @@ func waitConnected(t *testing.T, trs []*amqpbus.Transport, within time.Duration)
 // every call ends within its deadline with success or a typed error, and
 // calls after recovery succeed.
 func TestReconnectAfterCut(t *testing.T) {
-	p, proxied := servicetest.NewURLProxy(t, brokerURL(t))
+	p, proxied := proxy.NewURL(t, testenv.AMQPURL(t))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	caller, echoID, trs := pairOverProxy(t, proxied, &logs, &mu)
@@ -172,7 +173,7 @@ func TestReconnectAfterCut(t *testing.T) {
 // TestReconnectStorm: all connections are closed 20 times in a row under
 // load. No deadlock, no goroutine growth, no stale acknowledgement.
 func TestReconnectStorm(t *testing.T) {
-	p, proxied := servicetest.NewURLProxy(t, brokerURL(t))
+	p, proxied := proxy.NewURL(t, testenv.AMQPURL(t))
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	caller, echoID, trs := pairOverProxy(t, proxied, &logs, &mu)

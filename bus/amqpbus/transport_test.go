@@ -23,8 +23,9 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -51,7 +52,7 @@ func TestNoRouteUnderASecond(t *testing.T) {
 }
 
 func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
-	p, u := servicetest.NewURLProxy(t, brokerURL(t))
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
 	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
 	q := testQueue(t)
@@ -112,7 +113,7 @@ func TestMaskURL(t *testing.T) {
 // TestCredentialsNeverLogged uses a non-default user whose password must
 // appear nowhere: not in logs, not in errors (failed logins included).
 func TestCredentialsNeverLogged(t *testing.T) {
-	base := brokerURL(t)
+	base := testenv.AMQPURL(t)
 	const user, password = "cloudbus_test_user", "Pw-8f3a1c-never-printed"
 	rabbitmqctl(t, "add_user", user, password)
 	t.Cleanup(func() { rabbitmqctlQuiet("delete_user", user) })
@@ -189,7 +190,7 @@ func rabbitmqctlQuiet(args ...string) {
 // TestTLS connects with amqps:// and a custom tls.Config through a TLS
 // listener the test sets up in front of the broker.
 func TestTLS(t *testing.T) {
-	base, err := url.Parse(brokerURL(t))
+	base, err := url.Parse(testenv.AMQPURL(t))
 	require.NoError(t, err)
 	cert, pool := selfSigned(t)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})

@@ -1,70 +1,20 @@
-// Package servicetest starts a cluster of management nodes inside a Go
-// test, with the user's services, on an in-memory bus and an in-memory
-// heartbeat store, and injects faults into it.
-//
-//	func TestTakeover(t *testing.T) {
-//		synctest.Test(t, func(t *testing.T) { // virtual time: instant, deterministic
-//			c := servicetest.Start(t, servicetest.Options{
-//				Nodes:    3,
-//				Registry: reg,
-//				Services: func(i int) []service.Service { return []service.Service{newCounter()} },
-//			})
-//			owner := c.Owner(resourceUUID)
-//			c.StopHeartbeat(owner)           // it stops beating, without a goodbye
-//			c.WaitConverged(t, time.Second)  // every ring copy agrees it is gone
-//			...
-//		})
-//	}
-//
-// Every wait polls with a deadline, which costs nothing in a synctest
-// bubble. Nodes are closed and the cluster torn down when the test ends.
 package servicetest
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
-	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
 )
-
-// Options configure a test cluster. Every zero field takes a default.
-type Options struct {
-	// Nodes is the number of nodes to start. Default 3.
-	Nodes int
-	// Services returns the services of the i-th node started (0-based);
-	// called once per node, so each node gets its own instances.
-	Services func(i int) []service.Service
-	// Registry holds the payload types; shared by every node and client.
-	// Default: a new registry.
-	Registry *message.Registry
-	// Heartbeat sets the timing. Default heartbeat.LocalConfig().
-	Heartbeat heartbeat.Config
-	// Bus tunes each node's bus (timeouts, concurrency, observer).
-	Bus bus.Config
-	// Prefix of the queue names. Default "test".
-	Prefix string
-	// StoreClock is the heartbeat store's clock, to simulate the
-	// database's time. Default time.Now (virtual inside synctest).
-	StoreClock func() time.Time
-	// NewRing returns each node's ring copy. Default: the default ring.
-	NewRing func() ring.Ring
-	// Logger receives every node's logs. Default: discarded.
-	Logger *slog.Logger
-	// NoRejoin makes an evicted node stop for good instead of joining
-	// again with a new epoch (service.Config.NoRejoin).
-	NoRejoin bool
-}
 
 // Cluster is a running test cluster. Its methods are safe for concurrent
 // use; those that wait take a testing.TB and fail the test on timeout.
@@ -81,7 +31,8 @@ type Cluster struct {
 type member struct {
 	node   *service.Node
 	tr     *membus.Transport
-	killed bool
+	killed bool // by Kill, for good
+	cut    bool // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
 }
 
 // Start starts a cluster with [New], fails t if it cannot, and closes it
@@ -90,30 +41,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c, err := New(context.Background(), opts)
 	if err != nil {
-		t.Fatalf("servicetest: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	return c
 }
 
 // New starts opts.Nodes nodes and waits until every ring copy agrees
-// (bounded by ctx and by ten eviction thresholds). The caller closes the
-// cluster; on error New has closed what it started.
+// (bounded by ctx and by ten eviction thresholds). It first fills the
+// defaults of opts (see [Options]) and returns every problem with them at
+// once, starting nothing. The caller closes the cluster; on error New has
+// closed what it started.
 func New(ctx context.Context, opts Options) (*Cluster, error) {
-	if opts.Nodes == 0 {
-		opts.Nodes = 3
-	}
-	if opts.Registry == nil {
-		opts.Registry = message.NewRegistry()
-	}
-	if opts.Heartbeat.Interval == 0 {
-		opts.Heartbeat = heartbeat.LocalConfig()
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "test"
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	c := &Cluster{
 		opts:  opts,
@@ -129,6 +71,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*opts.Heartbeat.EvictAfter)
 	defer cancel()
 	if err := c.AwaitConverged(ctx); err != nil {
+		err = fmt.Errorf("%w; the nodes:%s", err, c.rings())
 		c.Close()
 		return nil, err
 	}
@@ -140,7 +83,7 @@ func (c *Cluster) AddNode(t testing.TB) *service.Node {
 	t.Helper()
 	n, err := c.Add(context.Background())
 	if err != nil {
-		t.Fatalf("servicetest: %v", err)
+		t.Fatal(err)
 	}
 	return n
 }
@@ -177,11 +120,11 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	})
 	if err != nil {
 		_ = tr.Close()
-		return nil, fmt.Errorf("node %d: %w", i, err)
+		return nil, fmt.Errorf("servicetest: node %d: %w", i, err)
 	}
 	if err := n.Start(ctx); err != nil {
 		_ = tr.Close()
-		return nil, fmt.Errorf("start node %d: %w", i, err)
+		return nil, fmt.Errorf("servicetest: start node %d: %w", i, err)
 	}
 	c.mu.Lock()
 	c.nodes = append(c.nodes, &member{node: n, tr: tr})
@@ -213,21 +156,30 @@ func (c *Cluster) NodeByUUID(id string) *service.Node {
 	return nil
 }
 
-// Live returns the nodes that are serving (not killed, stopped or
-// evicted), in start order.
+// Live returns the live nodes, in start order: those that serve, were not
+// killed, are not cut off from the heartbeat store (StopHeartbeat until
+// ResumeHeartbeat) and are not fenced. See "Live nodes" in the package
+// documentation for what each fault does. The caller owns the slice;
+// the answer may change as soon as it is returned.
 func (c *Cluster) Live() []*service.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*service.Node
 	for _, m := range c.nodes {
-		if !m.killed && m.node.State() == service.StateServing {
+		if m.liveLocked() {
 			out = append(out, m.node)
 		}
 	}
 	return out
 }
 
-// LiveUUIDs returns the UUIDs of the live nodes, sorted.
+// liveLocked reports whether m is live; c.mu is held.
+func (m *member) liveLocked() bool {
+	return !m.killed && !m.cut && m.node.State() == service.StateServing && !m.node.Fenced()
+}
+
+// LiveUUIDs returns the UUIDs of the live nodes (see [Cluster.Live]),
+// sorted.
 func (c *Cluster) LiveUUIDs() []string {
 	var ids []string
 	for _, n := range c.Live() {
@@ -257,7 +209,9 @@ func (c *Cluster) mustMember(id string) *member {
 }
 
 // Kill crashes the node: its consumers vanish, its queues stay, it stops
-// beating and says no goodbye. Peers evict it after the threshold.
+// beating and says no goodbye. It is no longer live; peers evict it after
+// the threshold, and it never serves again (ResumeHeartbeat does not
+// revive it). It panics if the cluster has no node id.
 func (c *Cluster) Kill(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -267,25 +221,63 @@ func (c *Cluster) Kill(id string) {
 	c.net.Kill(id)
 }
 
-// StopHeartbeat cuts the node off from the heartbeat store: it keeps
-// serving but cannot beat, so peers evict it, and it learns so when
-// ResumeHeartbeat lets it reach the store again.
-func (c *Cluster) StopHeartbeat(id string) { c.store.SetUnreachable(id, true) }
+// StopHeartbeat cuts the node off from the heartbeat store, as a lost
+// database connection would: it keeps running and consuming its queues
+// but cannot beat. It is no longer live from this call on (it also
+// fences itself after the lease), yet it stays in the other nodes' rings
+// until a peer evicts it, EvictAfter to EvictAfter+Interval after its
+// last beat: wait for that with [Cluster.AwaitGone] or
+// [Cluster.WaitGone], then for the rings to agree with
+// [Cluster.AwaitConverged] or [Cluster.WaitConverged]. The node itself
+// learns of its eviction only once ResumeHeartbeat lets it reach the
+// store again. It panics if the cluster has no node id.
+func (c *Cluster) StopHeartbeat(id string) {
+	m := c.mustMember(id)
+	c.mu.Lock()
+	m.cut = true
+	c.mu.Unlock()
+	c.store.SetUnreachable(id, true)
+}
 
-// ResumeHeartbeat undoes StopHeartbeat.
-func (c *Cluster) ResumeHeartbeat(id string) { c.store.SetUnreachable(id, false) }
+// ResumeHeartbeat undoes StopHeartbeat: the node reaches the store again.
+// If peers have not evicted it yet, it is live again as soon as it is
+// unfenced (at once if it was cut for less than the lease, else after its
+// next beat). If they have, it notices at its next beat, stops serving
+// and, unless Options.NoRejoin is set, joins again with a new epoch one
+// interval later; it is live again once it serves. It does not revive a
+// killed node. It panics if the cluster has no node id.
+func (c *Cluster) ResumeHeartbeat(id string) {
+	m := c.mustMember(id)
+	c.mu.Lock()
+	m.cut = false
+	killed := m.killed
+	c.mu.Unlock()
+	if !killed {
+		c.store.SetUnreachable(id, false)
+	}
+}
 
-// Drop silently loses the node's bus traffic while on.
+// Drop silently loses the node's bus traffic while on: what it sends
+// vanishes and messages for it wait in its queues. It goes on beating,
+// so it stays live and in every ring.
 func (c *Cluster) Drop(id string, on bool) { c.net.Drop(id, on) }
 
-// Partition cuts the node off from the bus (with errors) while on.
+// Partition cuts the node off from the bus while on: its sends fail with
+// message.ErrUnavailable and messages for it wait in its queues. It goes
+// on beating, so it stays live and in every ring.
 func (c *Cluster) Partition(id string, on bool) { c.net.Partition(id, on) }
 
-// Stop closes the node in order (goodbye) and waits until it left.
+// Stop closes the node in order (goodbye) and waits until it left: it is
+// not live once it starts leaving, and every peer that answers has
+// dropped it from its ring before Stop returns (the node waits for their
+// confirmations, bounded by its leave timeout). It returns the node's
+// Close error. It panics if the cluster has no node id.
 func (c *Cluster) Stop(id string) error { return c.mustMember(id).node.Close() }
 
-// Owner returns the owner of resourceUUID on the first live node's ring.
-// After WaitConverged every live node agrees.
+// Owner returns the owner of resourceUUID on the ring copy of the first
+// live node (see [Cluster.Live]), or "" if no node is live or the UUID is
+// invalid. A node that is not live may hold a stale ring, so it is never
+// asked. After AwaitConverged every live node agrees.
 func (c *Cluster) Owner(resourceUUID string) string {
 	live := c.Live()
 	if len(live) == 0 {
@@ -299,10 +291,19 @@ func (c *Cluster) Owner(resourceUUID string) string {
 }
 
 // Converged reports whether every live node's ring holds exactly the
-// live nodes.
+// live nodes (see [Cluster.Live]): no live node misses another, and none
+// still holds a node that was killed, cut off, fenced, stopped or
+// evicted. It is false from StopHeartbeat or Kill until peers evict the
+// node, and true again afterwards (the faulty node's own stale ring does
+// not count: it is not live). Drop and Partition leave it true.
 func (c *Cluster) Converged() bool {
-	want := ring.FingerprintOf(c.LiveUUIDs())
-	for _, n := range c.Live() {
+	live := c.Live()
+	ids := make([]string, 0, len(live))
+	for _, n := range live {
+		ids = append(ids, n.UUID())
+	}
+	want := ring.FingerprintOf(ids)
+	for _, n := range live {
 		if n.Fingerprint() != want {
 			return false
 		}
@@ -310,8 +311,30 @@ func (c *Cluster) Converged() bool {
 	return true
 }
 
-// AwaitConverged waits until every live node's ring copy holds exactly
-// the live nodes, or ctx ends.
+// rings describes the live nodes and every node's ring copy, for
+// failure messages.
+func (c *Cluster) rings() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for i, m := range c.nodes {
+		faults := ""
+		if m.killed {
+			faults += ", killed"
+		}
+		if m.cut {
+			faults += ", heartbeat stopped"
+		}
+		if m.node.Fenced() {
+			faults += ", fenced"
+		}
+		fmt.Fprintf(&b, "\n  node %d %s (%s%s, live %t): ring %v", i, m.node.UUID(), m.node.State(), faults, m.liveLocked(), m.node.Members())
+	}
+	return b.String()
+}
+
+// AwaitConverged waits until [Cluster.Converged] holds, or returns an
+// error wrapping ctx's when ctx ends.
 func (c *Cluster) AwaitConverged(ctx context.Context) error {
 	return c.Await(ctx, "every ring copy holds exactly the live nodes", c.Converged)
 }
@@ -319,10 +342,15 @@ func (c *Cluster) AwaitConverged(ctx context.Context) error {
 // WaitConverged is AwaitConverged bounded by timeout, failing t.
 func (c *Cluster) WaitConverged(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	c.WaitFor(t, timeout, "every ring copy holds exactly the live nodes", c.Converged)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.AwaitConverged(ctx); err != nil {
+		t.Fatalf("servicetest: not within %s: every ring copy holds exactly the live nodes; the nodes:%s", timeout, c.rings())
+	}
 }
 
-// Gone reports whether no live node other than id holds id in its ring.
+// Gone reports whether no live node other than id holds id in its ring
+// copy (see [Cluster.Live]).
 func (c *Cluster) Gone(id string) bool {
 	for _, n := range c.Live() {
 		if n.UUID() != id && slices.Contains(n.Members(), id) {
@@ -333,7 +361,8 @@ func (c *Cluster) Gone(id string) bool {
 }
 
 // AwaitGone waits until no other live node's ring holds the node id (it
-// left, or was evicted after StopHeartbeat or Kill), or ctx ends.
+// left, or was evicted after StopHeartbeat or Kill), or returns an error
+// wrapping ctx's when ctx ends.
 func (c *Cluster) AwaitGone(ctx context.Context, id string) error {
 	return c.Await(ctx, "no ring holds node "+id, func() bool { return c.Gone(id) })
 }
@@ -341,7 +370,11 @@ func (c *Cluster) AwaitGone(ctx context.Context, id string) error {
 // WaitGone is AwaitGone bounded by timeout, failing t.
 func (c *Cluster) WaitGone(t testing.TB, id string, timeout time.Duration) {
 	t.Helper()
-	c.WaitFor(t, timeout, "no ring holds node "+id, func() bool { return c.Gone(id) })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.AwaitGone(ctx, id); err != nil {
+		t.Fatalf("servicetest: not within %s: no ring holds node %s; the nodes:%s", timeout, id, c.rings())
+	}
 }
 
 // Await polls cond every millisecond until it holds, or returns an error

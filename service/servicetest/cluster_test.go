@@ -1,0 +1,228 @@
+package servicetest_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLive: Live and LiveUUIDs leave out every node that is killed, cut
+// off from the heartbeat store, fenced or not serving, and keep the nodes
+// whose faults leave them beating.
+func TestLive(t *testing.T) {
+	t.Run("a killed node is out at once and for good", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(1).UUID()
+			c.Kill(victim)
+			assert.NotContains(t, c.LiveUUIDs(), victim)
+			assert.Len(t, c.Live(), 2)
+			c.ResumeHeartbeat(victim) // does not revive a killed node
+			time.Sleep(3 * hb.EvictAfter)
+			assert.NotContains(t, c.LiveUUIDs(), victim, "a killed node never comes back")
+			assert.True(t, c.Gone(victim))
+		})
+	})
+
+	t.Run("a cut-off node is out at once, though still in every ring", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(1)
+			c.StopHeartbeat(victim.UUID())
+			assert.NotContains(t, c.LiveUUIDs(), victim.UUID())
+			assert.Equal(t, service.StateServing, victim.State(), "it still runs")
+			assert.False(t, victim.Fenced(), "not yet fenced: Live leaves it out because it is cut off")
+			assert.True(t, inEveryLiveRing(c, victim.UUID()), "peers still hold it")
+
+			c.ResumeHeartbeat(victim.UUID()) // before the lease ran out
+			assert.Contains(t, c.LiveUUIDs(), victim.UUID(), "back at once: it serves, unfenced")
+			epoch := victim.Epoch()
+			time.Sleep(3 * hb.EvictAfter)
+			assert.Equal(t, epoch, victim.Epoch(), "a short cut evicts nobody")
+			assert.Contains(t, c.LiveUUIDs(), victim.UUID())
+		})
+	})
+
+	t.Run("an evicted node counts again once it rejoined", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(2)
+			epoch := victim.Epoch()
+			c.StopHeartbeat(victim.UUID())
+			c.WaitGone(t, victim.UUID(), hb.EvictAfter+2*hb.Interval)
+			c.ResumeHeartbeat(victim.UUID())
+			assert.NotContains(t, c.LiveUUIDs(), victim.UUID(), "fenced until it learns it was evicted")
+			c.WaitFor(t, 4*hb.Interval, "the evicted node is live again", func() bool {
+				return len(c.Live()) == 3
+			})
+			assert.NotEqual(t, epoch, victim.Epoch(), "it rejoined with a new epoch")
+			assert.Equal(t, service.StateServing, victim.State())
+		})
+	})
+
+	t.Run("a fenced node is out until a beat lands", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(0)
+			epoch := victim.Epoch()
+			// Slow store calls time out: the node's beats fail, although the
+			// cluster did not cut it off.
+			c.Store().SetLatency(victim.UUID(), 2*hb.OpTimeout)
+			c.WaitFor(t, hb.EvictAfter, "the node fences itself", victim.Fenced)
+			assert.NotContains(t, c.LiveUUIDs(), victim.UUID())
+			assert.False(t, c.Converged(), "its peers still hold it")
+
+			c.Store().SetLatency(victim.UUID(), 0) // before peers may evict it
+			c.WaitFor(t, 2*hb.Interval, "a beat lands and the fence opens", func() bool { return !victim.Fenced() })
+			assert.Contains(t, c.LiveUUIDs(), victim.UUID())
+			assert.Equal(t, epoch, victim.Epoch(), "it was never evicted")
+			assert.True(t, c.Converged())
+		})
+	})
+
+	t.Run("a stopped node is out", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(1).UUID()
+			require.NoError(t, c.Stop(victim))
+			assert.NotContains(t, c.LiveUUIDs(), victim)
+			assert.True(t, c.Gone(victim), "every peer dropped it before Stop returned")
+			assert.True(t, c.Converged())
+		})
+	})
+
+	t.Run("dropped and partitioned nodes stay live and in every ring", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			dropped, partitioned := c.Node(0).UUID(), c.Node(1).UUID()
+			c.Drop(dropped, true)
+			c.Partition(partitioned, true)
+			time.Sleep(3 * hb.EvictAfter) // they go on beating: nobody is evicted
+			assert.Len(t, c.Live(), 3)
+			assert.True(t, inEveryLiveRing(c, dropped))
+			assert.True(t, inEveryLiveRing(c, partitioned))
+			assert.True(t, c.Converged())
+			assert.False(t, c.Gone(dropped))
+			c.Drop(dropped, false)
+			c.Partition(partitioned, false)
+		})
+	})
+}
+
+// TestConvergedAfterStopHeartbeat is the sequence of the package
+// documentation: after StopHeartbeat the rings disagree with the live
+// nodes until a peer evicts the node; WaitGone then WaitConverged return
+// once that happened; Owner never asks the stale ring of the cut-off
+// node; and ResumeHeartbeat brings the node back into every ring.
+func TestConvergedAfterStopHeartbeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 3, servicetest.Options{})
+		victim := c.Node(0).UUID() // the first node: its stale ring must not answer Owner
+		require.True(t, c.Converged())
+		resources := make([]string, 200)
+		for i := range resources {
+			resources[i] = message.NewUUID()
+		}
+
+		stopped := time.Now()
+		c.StopHeartbeat(victim)
+		assert.False(t, c.Converged(), "peers still hold the cut-off node")
+		assert.False(t, c.Gone(victim))
+
+		c.WaitGone(t, victim, hb.EvictAfter+2*hb.Interval)
+		took := time.Since(stopped)
+		assert.Greater(t, took, hb.EvictAfter-hb.Interval, "no eviction before the threshold")
+		assert.LessOrEqual(t, took, hb.EvictAfter+hb.Interval, "evicted within threshold + one interval")
+		assert.True(t, c.Converged(), "once it is gone, the survivors' rings hold exactly the survivors")
+		c.WaitConverged(t, time.Millisecond)
+		assert.Contains(t, c.Node(0).Members(), victim, "the cut-off node's own ring is stale, and does not count")
+
+		survivor := c.Node(1)
+		for _, res := range resources {
+			want, err := survivor.Owner(res)
+			require.NoError(t, err)
+			require.Equal(t, want, c.Owner(res), "Owner answers from a live node's ring")
+			require.NotEqual(t, victim, c.Owner(res))
+		}
+
+		c.ResumeHeartbeat(victim)
+		c.WaitFor(t, 4*hb.Interval, "the node rejoined", func() bool { return len(c.Live()) == 3 })
+		c.WaitConverged(t, hb.Interval)
+		assert.True(t, inEveryLiveRing(c, victim))
+		owners := map[string]bool{}
+		for _, res := range resources {
+			owners[c.Owner(res)] = true
+		}
+		assert.True(t, owners[victim], "it owns resources again")
+	})
+}
+
+// TestConvergedWithNoRejoin: with NoRejoin, the evicted node stops for
+// good once it learns of its eviction, and the survivors stay converged.
+func TestConvergedWithNoRejoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 3, servicetest.Options{NoRejoin: true})
+		victim := c.Node(2)
+		c.StopHeartbeat(victim.UUID())
+		c.WaitGone(t, victim.UUID(), hb.EvictAfter+2*hb.Interval)
+		c.WaitConverged(t, time.Millisecond)
+		c.ResumeHeartbeat(victim.UUID())
+		select {
+		case <-victim.Done():
+		case <-time.After(4 * hb.Interval):
+			t.Fatal("the evicted node did not stop")
+		}
+		assert.Equal(t, service.StateStopped, victim.State())
+		assert.Len(t, c.Live(), 2)
+		assert.True(t, c.Converged())
+	})
+}
+
+// TestWaits: the waits return once their condition holds, and say what
+// they waited for when they give up.
+func TestWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 3, servicetest.Options{})
+		healthy, victim := c.Node(0).UUID(), c.Node(1).UUID()
+
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		err := c.AwaitGone(ctx, healthy)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "no ring holds node "+healthy)
+
+		msg := fails(t, func(tb testing.TB) { c.WaitGone(tb, healthy, 10*time.Millisecond) })
+		assert.Contains(t, msg, "not within 10ms: no ring holds node "+healthy)
+		assert.Contains(t, msg, "live true", "the failure lists the nodes and their rings")
+
+		c.Kill(victim)
+		msg = fails(t, func(tb testing.TB) { c.WaitConverged(tb, 10*time.Millisecond) })
+		assert.Contains(t, msg, "every ring copy holds exactly the live nodes")
+		assert.Contains(t, msg, victim+" (serving, killed")
+
+		assert.Empty(t, fails(t, func(tb testing.TB) { c.WaitGone(tb, victim, hb.EvictAfter+2*hb.Interval) }))
+		assert.Empty(t, fails(t, func(tb testing.TB) { c.WaitConverged(tb, time.Millisecond) }))
+		require.NoError(t, c.AwaitConverged(t.Context()))
+	})
+}
+
+// TestAddNode: a node added later joins every ring.
+func TestAddNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 2, servicetest.Options{})
+		n := c.AddNode(t)
+		c.WaitConverged(t, hb.Interval)
+		assert.True(t, inEveryLiveRing(c, n.UUID()))
+		assert.Same(t, n, c.NodeByUUID(n.UUID()))
+		assert.Same(t, n, c.Node(2))
+		assert.Nil(t, c.NodeByUUID(message.NewUUID()))
+		assert.Panics(t, func() { c.StopHeartbeat(message.NewUUID()) }, "an unknown node is a bug in the test")
+	})
+}

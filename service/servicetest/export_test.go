@@ -1,0 +1,4 @@
+package servicetest
+
+// MergeHeartbeat exposes mergeHeartbeat to the external tests.
+var MergeHeartbeat = mergeHeartbeat
