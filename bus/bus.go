@@ -186,10 +186,11 @@ func (b *CloudBus) Registry() *message.Registry { return b.reg }
 // Creation and other non-resource messages go there.
 func (b *CloudBus) LocalID(service string) string { return ServiceID(service, b.node) }
 
-// ResourceID returns the id of service on the node owning resourceUUID on
-// the configured ring; see [ResourceServiceID]. Without Config.Ring it
-// fails with message.ErrNoRoute.
-func (b *CloudBus) ResourceID(service, resourceUUID string) (string, error) {
+// Route returns the service id of service on the node owning
+// resourceUUID on the configured ring, "<service>.<owner>"; see
+// [ResourceServiceID]. Without Config.Ring it fails with
+// message.ErrNoRoute.
+func (b *CloudBus) Route(service, resourceUUID string) (string, error) {
 	if b.cfg.Ring == nil {
 		return "", fmt.Errorf("bus: route %s by resource: no ring configured (set Config.Ring): %w", service, message.ErrNoRoute)
 	}

@@ -28,7 +28,9 @@ func pair(t *testing.T, cfg bus.Config) (a, b *bus.CloudBus, net *membus.Network
 		tr := net.Transport(name)
 		c := cfg
 		c.Transport = tr
-		c.Registry = registry()
+		if c.Registry == nil {
+			c.Registry = registry()
+		}
 		bb, err := bus.Open(t.Context(), c)
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -69,9 +71,9 @@ func TestQueueNamesFollowTheArticle(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func TestResourceID(t *testing.T) {
+func TestRouteWithoutRing(t *testing.T) {
 	a, _, _ := pair(t, bus.Config{})
-	_, err := a.ResourceID("vm", message.NewUUID())
+	_, err := a.Route("vm", message.NewUUID())
 	assert.ErrorIs(t, err, message.ErrNoRoute, "no ring configured")
 }
 

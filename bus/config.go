@@ -30,7 +30,7 @@ type Config struct {
 	// Registry maps payload types to names. Default: message.NewRegistry().
 	Registry *message.Registry
 
-	// Ring, optional, is used by [CloudBus.ResourceID] to route by resource.
+	// Ring, optional, is used by [CloudBus.Route] to route by resource.
 	Ring ring.Ring
 
 	// DefaultTimeout bounds a Call whose ctx has no deadline, so a sender

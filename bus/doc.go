@@ -22,8 +22,18 @@
 // <prefix>.broadcast.
 //
 // Payloads are values of types registered in a message.Registry under
-// versioned names; typed helpers ([Call], [Handle], [Subscribe]) keep
-// user code free of casts. Headers pass through untouched, so a W3C
+// versioned names; typed helpers ([Call], [Handle], [HandleRequest],
+// [Subscribe]) keep user code free of casts, and a handler registered
+// with [HandleRequest] also sees the [Request]: the resource, headers,
+// sender, node and deadline.
+//
+// A payload type about one resource names it by implementing
+// message.Routed. Send and Call then set the envelope's resource from
+// the payload (a contradicting [WithResource] fails before sending), and
+// every receiver refuses with message.ErrBadRequest, without running a
+// handler, a Routed message whose envelope names no resource or another
+// one: a message about a resource never runs where it was not routed by
+// that resource. Headers pass through untouched, so a W3C
 // traceparent travels with the message. An [Observer] sees every send,
 // call, delivery and reply with its latency, so metrics need no change to
 // the bus.
@@ -41,11 +51,12 @@
 //     the message so the handler's ctx expires with the caller's.
 //   - A message whose sender's deadline passed while it waited on the
 //     receiver is answered with message.ErrTimeout without running.
-//   - Messages about one resource (WithResource) to one service run one at
-//     a time, in arrival order, on the receiving node; others run in
-//     parallel, at most Config.MaxConcurrency at once per service (each
-//     service has its own pool, so services calling each other cannot
-//     starve one another). A handler must not synchronously call its own
+//   - Messages about one resource (a message.Routed payload, or
+//     WithResource) to one service run one at a time, in arrival order,
+//     on the receiving node; others run in parallel, at most
+//     Config.MaxConcurrency at once per service (each service has its
+//     own pool, so services calling each other cannot starve one
+//     another). A handler must not synchronously call its own
 //     service about the same resource: that call would wait behind the
 //     handler itself until it times out. A resource with
 //     Config.MaxQueuePerResource messages waiting refuses more with

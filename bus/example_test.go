@@ -123,3 +123,42 @@ func Example_broadcast() {
 	// a saw host-1
 	// b saw host-1
 }
+
+// ResizeVm names the VM it is about (message.Routed): the bus takes the
+// resource from the payload, runs the messages about one VM one at a
+// time, and refuses one whose envelope names no VM or another.
+type ResizeVm struct {
+	VM  string `json:"vm"`
+	CPU int    `json:"cpu"`
+}
+
+// ResourceUUID returns the VM's UUID.
+func (m ResizeVm) ResourceUUID() string { return m.VM }
+
+// A handler that sees the request: the resource the message is about,
+// its headers, the sender and the node it runs on.
+func ExampleHandleRequest() {
+	ctx := context.Background()
+	a, b, cleanup := twoNodes(ctx)
+	defer cleanup()
+	message.MustRegister[ResizeVm](a.Registry(), "example.v1.ResizeVm")
+	message.MustRegister[ResizeVm](b.Registry(), "example.v1.ResizeVm")
+
+	mux := bus.NewMux()
+	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m ResizeVm) (Greeting, error) {
+		_, hasDeadline := r.Deadline()
+		return Greeting{Text: fmt.Sprintf("vm %s to %d CPUs on %s, from %s, trace %s, deadline %t",
+			r.Resource()[:8], m.CPU, r.Node()[:4], r.Source()[:4], r.Header("traceparent"), hasDeadline)}, nil
+	})
+	_ = b.Register(ctx, "vmInstance", mux)
+
+	vm := "93276316-2D05-4C04-ADAA-B6AB498C9139" // any accepted spelling; the bus makes it canonical
+	reply, err := bus.Call[Greeting](ctx, a, b.LocalID("vmInstance"), ResizeVm{VM: vm, CPU: 4}, bus.WithHeader("traceparent", "00-4bf9"))
+	fmt.Println(reply.Text, err)
+
+	_, err = bus.Call[Greeting](ctx, a, b.LocalID("vmInstance"), ResizeVm{CPU: 4})
+	fmt.Println(errors.Is(err, message.ErrBadRequest))
+	// Output:
+	// vm 93276316 to 4 CPUs on bbbb, from aaaa, trace 00-4bf9, deadline true <nil>
+	// true
+}

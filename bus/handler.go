@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Request is a message delivered to a [Handler].
+// Request is a message delivered to a [Handler]: its envelope (routing
+// fields, headers), its decoded payload and the bus that received it. The
+// accessor methods are the stable way to read it; a handler must treat
+// the request as read-only and must not keep it after it returns.
 type Request struct {
 	// Envelope holds the routing fields and headers; read-only.
 	Envelope *message.Envelope
@@ -19,7 +23,47 @@ type Request struct {
 	// Bus is the bus that received the message, for handlers that send
 	// further messages.
 	Bus *CloudBus
+
+	deadline time.Time // the sender's deadline on this node's clock; zero if none
 }
+
+// Resource returns the canonical UUID of the resource the message is
+// about, or "" for a message about no resource. For a payload type that
+// implements message.Routed the bus has checked, before the handler ran,
+// that it equals the UUID the payload names.
+func (r *Request) Resource() string { return r.Envelope.ResourceUUID }
+
+// Header returns the value of a header the sender set (WithHeader), or
+// "" if it is absent.
+func (r *Request) Header(key string) string { return r.Envelope.Headers[key] }
+
+// Source returns who sent the message: the UUID of the sending node, or
+// the client id of a process that is not a node. A message forwarded by a
+// node (an api.portal forwarding to the owner) names that node.
+func (r *Request) Source() string { return r.Envelope.Source }
+
+// Node returns the UUID of the node whose bus received the message: the
+// node the handler runs on.
+func (r *Request) Node() string {
+	if r.Bus == nil {
+		return ""
+	}
+	return r.Bus.Node()
+}
+
+// ID returns the message's unique id (a canonical UUID). A message
+// redelivered after a crash keeps its id.
+func (r *Request) ID() string { return r.Envelope.ID }
+
+// Type returns the registered name of the payload's type, e.g.
+// "refnode.v1.StartVm".
+func (r *Request) Type() string { return r.Envelope.Type }
+
+// Deadline returns the sender's deadline as this node's clock sees it
+// (the time left when the message was sent, counted from its arrival),
+// and false if the sender set none. The handler's ctx carries the same
+// deadline.
+func (r *Request) Deadline() (time.Time, bool) { return r.deadline, !r.deadline.IsZero() }
 
 // Handler handles the messages of one service.
 //
@@ -86,21 +130,34 @@ func (m *Mux) Handle(ctx context.Context, req *Request) (any, error) {
 
 // Handle registers on m a typed handler for requests of type Req (a
 // registered type) replying with Resp (a registered type, or a pointer to
-// one; message.Empty for no result).
+// one; message.Empty for no result). Use [HandleRequest] when the handler
+// needs the request itself: its resource, headers, sender or node.
 func Handle[Req, Resp any](m *Mux, fn func(ctx context.Context, req Req) (Resp, error)) {
 	m.HandleType((*Req)(nil), TypedHandler(fn))
+}
+
+// HandleRequest registers on m a typed handler for requests of type Req
+// that also sees the [Request]: the resource it is about
+// ([Request.Resource]), its headers, its sender and the node it runs on.
+// Req and Resp are as for [Handle].
+func HandleRequest[Req, Resp any](m *Mux, fn func(ctx context.Context, r *Request, req Req) (Resp, error)) {
+	m.HandleType((*Req)(nil), typedRequestHandler(fn))
 }
 
 // TypedHandler wraps a typed function as a [Handler] for one service with
 // one message type: a payload of another type is answered with
 // message.ErrUnknownMessage.
 func TypedHandler[Req, Resp any](fn func(ctx context.Context, req Req) (Resp, error)) Handler {
+	return typedRequestHandler(func(ctx context.Context, _ *Request, req Req) (Resp, error) { return fn(ctx, req) })
+}
+
+func typedRequestHandler[Req, Resp any](fn func(ctx context.Context, r *Request, req Req) (Resp, error)) Handler {
 	return HandlerFunc(func(ctx context.Context, r *Request) (any, error) {
 		p, ok := r.Payload.(*Req)
 		if !ok || p == nil {
 			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %s (%T), want %T", r.Envelope.Type, r.Payload, p))
 		}
-		resp, err := fn(ctx, *p)
+		resp, err := fn(ctx, r, *p)
 		if err != nil {
 			return nil, err
 		}

@@ -46,11 +46,16 @@ func WithHeaders(h map[string]string) Option {
 	}
 }
 
-// WithResource names the resource the message is about. The receiver
-// runs messages about one resource one at a time, in arrival order. The
-// UUID is normalized; a malformed one fails the call with
-// message.ErrInvalidUUID before anything is sent. Default: none, and the
-// message runs concurrently with others.
+// WithResource names the resource the message is about, for payload
+// types that do not name it themselves (prefer implementing
+// message.Routed on the type: then every sender routes it alike and
+// receivers check it). The receiver runs messages about one resource one
+// at a time, in arrival order. The UUID is normalized; a malformed one
+// fails the call with message.ErrInvalidUUID, and one that differs from
+// the resource a message.Routed payload names fails with
+// message.ErrBadRequest, before anything is sent. Default: the resource
+// the payload names, if any; otherwise none, and the message runs
+// concurrently with others.
 func WithResource(resourceUUID string) Option {
 	return func(o *callOptions) { o.resource = resourceUUID }
 }

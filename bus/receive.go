@@ -54,25 +54,30 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 	queued := time.Since(arrived)
 	var ctx context.Context
 	var cancel context.CancelFunc
+	var deadline time.Time
 	if env.Timeout > 0 {
 		left := env.Timeout - queued
 		if left <= 0 {
 			b.refuse(s.id, env, d, message.ErrTimeout.WithDetails(fmt.Sprintf("the sender's deadline passed after %s waiting on node %s; the handler did not run", queued.Round(time.Millisecond), b.node)))
 			return
 		}
-		ctx, cancel = context.WithTimeout(b.base, left)
+		deadline = arrived.Add(env.Timeout)
+		ctx, cancel = context.WithDeadline(b.base, deadline)
 	} else {
 		ctx, cancel = context.WithCancel(b.base)
 	}
 	defer cancel()
 
 	payload, err := b.reg.Decode(env.Type, env.Body)
+	if err == nil {
+		err = checkResource(env, payload)
+	}
 	if err != nil {
 		b.refuse(s.id, env, d, err)
 		return
 	}
 	start := time.Now()
-	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b})
+	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b, deadline: deadline})
 	b.observe(Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, Duration: time.Since(start), Queued: queued, Err: err})
 	if env.Kind == message.KindRequest {
 		b.sendReply(s.id, env, resp, err)
@@ -80,6 +85,30 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 		b.log.Warn("handler failed on a one-way message", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
 	}
 	_ = d.Ack()
+}
+
+// checkResource refuses a payload that names a resource (message.Routed)
+// but arrived without one in its envelope, or with another one: such a
+// message was not routed to the resource's owner, so no node may run it.
+func checkResource(env *message.Envelope, payload any) error {
+	res, routed, err := message.ResourceOf(payload)
+	if !routed {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch env.ResourceUUID {
+	case res:
+		return nil
+	case "":
+		return message.ErrBadRequest.WithDetails(fmt.Sprintf(
+			"%s is about resource %s but its envelope has no resource_uuid, so it was not routed to the resource's owner; set resource_uuid to %s (the Go SDK does so for message.Routed types)",
+			env.Type, res, res))
+	default:
+		return message.ErrBadRequest.WithDetails(fmt.Sprintf(
+			"%s is about resource %s but its envelope's resource_uuid is %s; they must be equal", env.Type, res, env.ResourceUUID))
+	}
 }
 
 // invoke calls h, turning a panic into message.ErrInternal.

@@ -65,6 +65,9 @@ func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Opt
 	var v any
 	if err == nil && reply.Type != "" {
 		v, err = b.reg.Decode(reply.Type, reply.Body)
+		if err != nil {
+			err = message.ErrBadReply.WithDetails(fmt.Sprintf("the handler ran, but its reply %s cannot be read here", reply.Type)).WithCause(err)
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("bus: call %s on %s: %w", typ, target, err)
@@ -75,8 +78,9 @@ func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Opt
 
 // Call is the typed form of [CloudBus.Call]: it decodes the reply as
 // Resp, which may be a registered type T or *T. A reply of another type
-// fails with message.ErrUnknownMessage; a reply without body returns the
-// zero Resp.
+// fails with message.ErrBadReply (the handler ran: its outcome is known,
+// only its reply could not be read as Resp); a reply without body returns
+// the zero Resp.
 func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, opts ...Option) (Resp, error) {
 	var zero Resp
 	v, err := b.Call(ctx, target, msg, opts...)
@@ -91,7 +95,8 @@ func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, op
 	}
 	typ, _ := b.reg.NameOf(msg)
 	got, _ := b.reg.NameOf(v)
-	return zero, fmt.Errorf("bus: call %s on %s: reply is %s, not the requested %T: %w", typ, target, got, zero, message.ErrUnknownMessage)
+	return zero, fmt.Errorf("bus: call %s on %s: %w", typ, target,
+		message.ErrBadReply.WithDetails(fmt.Sprintf("the handler ran and replied %s, not the requested %T", got, zero)))
 }
 
 // call sends the request and waits for its reply; it returns the
@@ -216,17 +221,54 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 		Headers:   o.headers,
 		Body:      body,
 	}
-	if o.resource != "" {
-		id, err := message.NormalizeUUID(o.resource)
-		if err != nil {
-			return env, o, err
+	if kind == message.KindEvent {
+		if o.resource != "" {
+			if env.ResourceUUID, err = message.NormalizeUUID(o.resource); err != nil {
+				return env, o, err
+			}
 		}
-		env.ResourceUUID = id
+	} else if env.ResourceUUID, err = resourceOf(msg, o.resource); err != nil {
+		return env, o, err
 	}
 	if kind != message.KindEvent && target == "" {
 		return env, o, message.ErrBadRequest.WithDetails("empty target service id")
 	}
 	return env, o, nil
+}
+
+// ResourceOf returns the canonical UUID of the resource msg is about: the
+// one its type names (message.Routed) or, for other types, the one
+// [WithResource] gives among opts; "" for a message about no resource.
+// It fails with message.ErrBadRequest when both name a resource and they
+// differ, or when a Routed message names none, and with
+// message.ErrInvalidUUID when a UUID is malformed. Send and Call apply
+// the same rule to every message they send; routers (service.Node) use
+// it to find the owner before sending.
+func ResourceOf(msg any, opts ...Option) (string, error) {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return resourceOf(msg, o.resource)
+}
+
+func resourceOf(msg any, option string) (string, error) {
+	named, routed, err := message.ResourceOf(msg)
+	if err != nil {
+		return "", err
+	}
+	if option == "" {
+		return named, nil
+	}
+	id, err := message.NormalizeUUID(option)
+	if err != nil {
+		return "", err
+	}
+	if routed && id != named {
+		return "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
+			"WithResource(%s) differs from the resource %s that the %T names; drop WithResource, the message names its resource", id, named, msg))
+	}
+	return id, nil
 }
 
 // bound applies the per-call timeout to ctx; with always, a ctx without

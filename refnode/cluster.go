@@ -74,7 +74,7 @@ func startCluster(ctx context.Context, cfg clusterConfig) (*cluster, error) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*cfg.heartbeat.EvictAfter)
 	defer cancel()
-	if err := c.await(wctx, "every ring holds every node", c.converged); err != nil {
+	if err := c.all()[0].node.AwaitConverged(wctx); err != nil { // every ring holds every node
 		c.close()
 		return nil, err
 	}

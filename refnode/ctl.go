@@ -84,7 +84,7 @@ func optionalUUID(args []string) (string, error) {
 }
 
 func callAs[Resp any](ctx context.Context, c *service.Client, msg any) (any, error) {
-	return api.Call[Resp](ctx, c, msg)
+	return service.CallAPI[Resp](ctx, c, msg)
 }
 
 var ctlCommands = map[string]ctlCommand{

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -32,9 +33,7 @@ const (
 	foKillTarget  = 5 * time.Second // median, with the default heartbeat timing
 	foTermTarget  = time.Second
 	foReportVar   = "CLOUDBUS_FAILOVER_REPORT" // optional: a file the figures are written to
-	postgresVar   = "CLOUDBUS_POSTGRES_DSN"
-	postgresHint  = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	foCreateTasks = 16 // VMs created at once
+	foCreateTasks = 16                         // VMs created at once
 )
 
 // TestFailover measures failover on three `refnode serve` processes on
@@ -97,27 +96,13 @@ func TestFailover(t *testing.T) {
 }
 
 // failoverEnv returns the broker URL and the PostgreSQL URL of the
-// measurement. If either is unset it skips, naming what is missing, or
+// measurement. If either is unset it skips, naming the variable, or
 // fails under CI=true.
 func failoverEnv(t *testing.T) (broker, dsn string) {
 	t.Helper()
-	broker, dsn = os.Getenv(amqpVar), os.Getenv(postgresVar)
-	var missing []string
-	if broker == "" {
-		missing = append(missing, amqpVar+" (e.g. amqp://guest:guest@127.0.0.1:5672/)")
-	}
-	if dsn == "" {
-		missing = append(missing, postgresVar+" (e.g. "+postgresHint+")")
-	}
-	if len(missing) > 0 {
-		msg := "set " + strings.Join(missing, " and ") + " to run the failover measurement on refnode serve processes"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + "; CI=true requires it")
-		}
-		t.Skip(msg)
-	}
+	broker, dsn = testenv.AMQPURL(t), testenv.PostgresDSN(t)
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		t.Fatalf("%s must be a postgres:// URL: the test passes it to refnode serve -db", postgresVar)
+		t.Fatalf("%s must be a postgres:// URL: the test passes it to refnode serve -db", testenv.PostgresVar)
 	}
 	return broker, dsn
 }
@@ -384,10 +369,10 @@ func (fc *failoverCluster) termRound(t *testing.T, ctx context.Context, l *load,
 // new UUIDs, foCreateTasks at a time, and returns their UUIDs.
 func createVMs(t *testing.T, ctx context.Context, cl *service.Client) []string {
 	t.Helper()
-	img, err := api.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "failover"})
+	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "failover"})
 	require.NoError(t, err, "add an image")
 	for i := range foHosts {
-		_, err := api.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: fmt.Sprintf("10.0.1.%d", i+1)})
+		_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: fmt.Sprintf("10.0.1.%d", i+1)})
 		require.NoError(t, err, "add host %d", i+1)
 	}
 	vms := make([]string, foVMs)
@@ -401,7 +386,7 @@ func createVMs(t *testing.T, ctx context.Context, cl *service.Client) []string {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, errs[i] = api.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: fmt.Sprintf("fo-%03d", i), ImageUUID: img.Image.UUID},
+			_, errs[i] = service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: fmt.Sprintf("fo-%03d", i), ImageUUID: img.Image.UUID},
 				bus.WithTimeout(20*time.Second))
 		})
 	}

@@ -59,19 +59,23 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Call sends an API message to api.portal and waits for the reply. Name
-// the resource with bus.WithResource so the portal routes it to the
-// owner; without one, the portal's own node handles it.
+// Call sends an API message to api.portal and waits for the reply. The
+// portal that takes it forwards it by the rule of [Node.Call]: a message
+// about a resource (its type implements message.Routed, or
+// bus.WithResource names one) to the resource's owner, any other to the
+// portal's own node. A Routed message naming no resource fails with
+// message.ErrBadRequest before anything is sent.
 func (c *Client) Call(ctx context.Context, msg any, opts ...bus.Option) (any, error) {
 	return c.b.Call(ctx, bus.APIPortal, msg, opts...)
 }
 
-// CallAPI is the typed form of [Client.Call].
+// CallAPI is the typed form of [Client.Call]: it decodes the reply as
+// Resp (a registered type T or *T; see bus.Call).
 func CallAPI[Resp any](ctx context.Context, c *Client, msg any, opts ...bus.Option) (Resp, error) {
 	return bus.Call[Resp](ctx, c.b, bus.APIPortal, msg, opts...)
 }
 
-// Send sends an API message one-way to api.portal.
+// Send sends an API message one-way to api.portal, routed like Call.
 func (c *Client) Send(ctx context.Context, msg any, opts ...bus.Option) error {
 	return c.b.Send(ctx, bus.APIPortal, msg, opts...)
 }

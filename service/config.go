@@ -23,8 +23,12 @@ type Config struct {
 	Prefix string
 
 	// Transport carries the messages; required. The caller owns it and
-	// closes it after the node.
+	// closes it after the node, unless OwnTransport is set.
 	Transport bus.Transport
+
+	// OwnTransport gives the transport to the node: Run closes it when
+	// it returns (after leaving, or after a failed start).
+	OwnTransport bool
 
 	// Store holds the heartbeat records; required. The caller owns it.
 	Store heartbeat.Store

@@ -15,13 +15,38 @@
 //
 //   - a message about a resource goes to "<service>.<owner>", where owner
 //     is Locate(resourceUUID) on the sender's ring ([Node.Call],
-//     [Node.Send], [Node.Route]);
+//     [Node.Send], [Node.Route]). A payload type names its resource by
+//     implementing message.Routed (or a sender names it with
+//     bus.WithResource): the resource lives in the message, so no caller
+//     can forget it, and every receiver refuses with
+//     message.ErrBadRequest a Routed message whose envelope names no
+//     resource or another one;
 //   - creation messages and messages about no resource go to the local
-//     node ([Node.CallLocal]), which is always reachable;
+//     node, which is always reachable ([Node.Call] again: it applies the
+//     rule);
 //   - API messages go to api.portal; whichever node's portal takes one
-//     forwards it by the ring (services declare their API types with
+//     forwards it by the same rule (services declare their API types with
 //     [APIService]) and the reply reaches the original caller. A [Client]
 //     calls through the portal without joining anything.
+//
+// # Which call to use
+//
+// One question decides: is the caller a management node?
+//
+//	caller                       call                                       goes to
+//	a service on a node          service.Call[Resp](ctx, node, svc, msg)    the resource's owner, or this node
+//	                             node.Send(ctx, svc, msg)                   the same, one-way
+//	a process that is not a node service.CallAPI[Resp](ctx, client, msg)    api.portal, then as above
+//	                             client.Send(ctx, msg)                      the same, one-way
+//	anything                     bus.Call[Resp](ctx, b, serviceID, msg)     exactly that service id's queue
+//
+// [Node.Call] and [Client.Call] are the untyped forms of the first and
+// third. bus.Call is the layer below: it sends to the service id it is
+// given ("<service>.<node>" or api.portal) and does not follow ring
+// changes; use it for an internal service of your own whose node you
+// chose yourself. Every call ends by its ctx deadline, bus.WithTimeout
+// or the configured default, and its error says whether a retry is safe
+// (message.Code.Retry).
 //
 // Messages about one resource run one at a time on the owner, in arrival
 // order, and different resources in parallel (bounded); a resource whose
@@ -48,7 +73,8 @@
 // ring drops the node, and calls pending towards it fail at once with
 // message.ErrNodeLeft: outcome unknown, since the message may still run,
 // there or on the new owner. A node that finds its own record gone stops
-// handling messages and [Node.Run] returns [ErrEvicted].
+// handling messages and rejoins with a new epoch, or, with
+// Config.NoRejoin, [Node.Run] returns [ErrEvicted].
 //
 // While ring copies converge, a receiver checks that its own ring agrees
 // it owns the resource ([HeaderOwner]) and otherwise answers
@@ -60,6 +86,15 @@
 // left) and [EvictionListener], called off the message path; a service
 // takes over what [Node.Owns] now says is its own, such as reconnecting
 // the hosts of a node that died.
+//
+// # Lifecycle
+//
+// [StartNode] (or [NewNode] and [Node.Start]) returns a node once it
+// serves; [Node.AwaitMembers] and [Node.AwaitConverged] wait, bounded by
+// a ctx, until the cluster has formed or every ring copy agrees, with no
+// polling in user code. [Node.Done] and [Node.Err] say when and why a
+// node stopped by itself (peers evicted it with Config.NoRejoin set);
+// [Node.Close] leaves in order and returns the same error.
 //
 // # Testing
 //

@@ -14,10 +14,14 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
-// StartVm is an API message about a VM.
+// StartVm is an API message about a VM. It names the VM
+// (message.Routed), so every sender routes it to the VM's owner.
 type StartVm struct {
 	VMUUID string `json:"vm_uuid"`
 }
+
+// ResourceUUID returns the VM's UUID.
+func (m StartVm) ResourceUUID() string { return m.VMUUID }
 
 // VmStarted is its reply.
 type VmStarted struct {
@@ -27,17 +31,12 @@ type VmStarted struct {
 
 // vmService is a stateless VM service: it accepts StartVm directly and
 // through api.portal.
-type vmService struct{ node string }
-
-func (s *vmService) Name() string       { return "vmInstance" }
-func (s *vmService) APIMessages() []any { return []any{StartVm{}} }
-func (s *vmService) Start(ctx context.Context, n *service.Node) error {
-	s.node = n.UUID()
-	return nil
-}
-func (s *vmService) Handle(ctx context.Context, r *bus.Request) (any, error) {
-	m := r.Payload.(*StartVm)
-	return VmStarted{VMUUID: m.VMUUID, Node: s.node}, nil
+func vmService() service.Service {
+	mux := bus.NewMux()
+	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m StartVm) (VmStarted, error) {
+		return VmStarted{VMUUID: r.Resource(), Node: r.Node()}, nil
+	})
+	return service.Named("vmInstance", mux, StartVm{})
 }
 
 // Two management nodes and a client in one process: the client's API
@@ -52,17 +51,11 @@ func Example() {
 
 	var nodes []*service.Node
 	for _, id := range []string{"3694776ab31a45709259254a018913ca", "5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c"} {
-		tr := net.Transport(id)
-		defer tr.Close()
-		n, err := service.NewNode(service.Config{
-			Node: id, Prefix: "zstack", Transport: tr, Store: store.For(id), Registry: reg,
-			Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{&vmService{}},
+		n, err := service.StartNode(ctx, service.Config{
+			Node: id, Prefix: "zstack", Transport: net.Transport(id), OwnTransport: true, Store: store.For(id),
+			Registry: reg, Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{vmService()},
 		})
 		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		if err := n.Start(ctx); err != nil {
 			fmt.Println(err)
 			return
 		}
@@ -70,12 +63,11 @@ func Example() {
 		nodes = append(nodes, n)
 	}
 	// Every ring copy learns of every node within a beat or two.
-	for deadline := time.Now().Add(5 * time.Second); nodes[0].Fingerprint() != nodes[1].Fingerprint(); {
-		if time.Now().After(deadline) {
-			fmt.Println("rings did not converge")
-			return
-		}
-		time.Sleep(time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nodes[0].AwaitConverged(wctx); err != nil {
+		fmt.Println(err)
+		return
 	}
 	for _, q := range net.Queues() {
 		if q.Kind == bus.QueueDurable && strings.Contains(q.Name, ".message.") {
@@ -88,7 +80,7 @@ func Example() {
 	client, _ := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: "zstack", Registry: reg})
 	defer client.Close()
 	vm := "932763162d054c04adaab6ab498c9139"
-	reply, err := service.CallAPI[VmStarted](ctx, client, StartVm{VMUUID: vm}, bus.WithResource(vm))
+	reply, err := service.CallAPI[VmStarted](ctx, client, StartVm{VMUUID: vm})
 	owner, _ := nodes[0].Owner(vm)
 	fmt.Println(reply.VMUUID, reply.Node == owner, err)
 	// Output:

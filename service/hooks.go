@@ -19,7 +19,6 @@ type hooks struct {
 	mu        sync.Mutex
 	changed   map[string]bool // node -> last change was a join
 	isEvicted bool
-	stopping  bool
 
 	wake   chan struct{}
 	stop   chan struct{}

@@ -48,6 +48,9 @@ func (n *Node) memberJoined(node string, epoch int64, why string) {
 	}
 	n.members[node] = epoch
 	err := n.ring.Add(node)
+	if err == nil {
+		n.signalLocked()
+	}
 	n.mu.Unlock()
 	if err != nil && !errors.Is(err, ring.ErrMemberExists) {
 		n.log.Error("ring add failed", "member", node, "err", err)
@@ -86,6 +89,9 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 	_, was := n.members[node]
 	delete(n.members, node)
 	err := n.ring.Remove(node)
+	if err == nil {
+		n.signalLocked()
+	}
 	if calls == abandonLater && node != n.id {
 		n.abandonAt[node] = time.Now().Add(n.cfg.LeaveTimeout)
 	}
@@ -150,7 +156,7 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 			}
 		}
 	case heartbeat.SelfEvicted:
-		n.state.Store(int32(StateEvicted)) // stop handling at once; Run cleans up
+		n.setState(StateEvicted) // stop handling at once; Run cleans up
 	}
 }
 
@@ -214,12 +220,16 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// membershipHandler serves LeaveNotice: drop the node, then confirm.
+// membershipHandler serves LeaveNotice (drop the node, then confirm) and
+// RingQuery (report this node's ring copy).
 func (n *Node) membershipHandler() bus.Handler {
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, l LeaveNotice) (message.Empty, error) {
 		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
 		return message.Empty{}, nil
+	})
+	bus.Handle(mux, func(ctx context.Context, _ RingQuery) (RingState, error) {
+		return n.ringState(), nil
 	})
 	return mux
 }

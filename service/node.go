@@ -91,8 +91,31 @@ type Node struct {
 	// still pending towards them
 	abandonAt map[string]time.Time
 	epoch     int64
+	changed   chan struct{}                     // closed and replaced at every change of state or ring; guarded by mu
 	monitor   atomic.Pointer[heartbeat.Monitor] // of the current life
 	hooks     *hooks
+}
+
+// setState moves the node to s and wakes the waiters of AwaitMembers and
+// AwaitConverged.
+func (n *Node) setState(s State) {
+	n.state.Store(int32(s))
+	n.mu.Lock()
+	n.signalLocked()
+	n.mu.Unlock()
+}
+
+// signalLocked wakes everyone waiting on n.changed; n.mu is held.
+func (n *Node) signalLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// watch returns a channel closed at the next change of state or ring.
+func (n *Node) watch() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
 }
 
 // NewNode validates cfg and returns a node ready to Run. It does no I/O.
@@ -103,8 +126,14 @@ func NewNode(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := message.Register[LeaveNotice](cfg.Registry, TypeLeaveNotice); err != nil {
-		return nil, fmt.Errorf("service: %w", err)
+	for _, err := range []error{
+		message.Register[LeaveNotice](cfg.Registry, TypeLeaveNotice),
+		message.Register[RingQuery](cfg.Registry, TypeRingQuery),
+		message.Register[RingState](cfg.Registry, TypeRingState),
+	} {
+		if err != nil {
+			return nil, fmt.Errorf("service: %w", err)
+		}
 	}
 	n := &Node{
 		cfg:       cfg,
@@ -118,6 +147,7 @@ func NewNode(cfg Config) (*Node, error) {
 		members:   make(map[string]int64),
 		gone:      make(map[string]int64),
 		abandonAt: make(map[string]time.Time),
+		changed:   make(chan struct{}),
 	}
 	for _, s := range cfg.Services {
 		n.services[s.Name()] = s
@@ -151,8 +181,21 @@ func (n *Node) State() State { return State(n.state.Load()) }
 // membership and its ring copy holds the live nodes.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
-// Done is closed when Run has returned.
+// Done is closed when Run has returned; [Node.Err] then says why.
 func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err returns why Run returned, once Done is closed: nil after an orderly
+// leave, [ErrEvicted] when peers evicted the node and Config.NoRejoin is
+// set, or the error that stopped it (a failed start). While the node
+// runs it returns nil.
+func (n *Node) Err() error {
+	select {
+	case <-n.done:
+		return n.runErr
+	default:
+		return nil
+	}
+}
 
 // Bus returns the node's bus, or nil before Run opened it.
 func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
@@ -215,15 +258,42 @@ func (n *Node) Owns(resourceUUID string) bool {
 	return err == nil && owner == n.id
 }
 
+// StartNode creates a node from cfg ([NewNode]) and starts it
+// ([Node.Start]): it returns the node once it serves. The caller closes
+// it. A node that could not start has released what it held, its
+// transport too if cfg.OwnTransport.
+func StartNode(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := NewNode(cfg)
+	if err != nil {
+		if cfg.OwnTransport && cfg.Transport != nil {
+			_ = cfg.Transport.Close()
+		}
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
 // Start runs the node in the background and returns once it is ready,
-// or with Run's error if it could not start. Close stops it.
+// or with Run's error if it could not start (ctx bounds the start only).
+// Close stops it; if it stops by itself (evicted with Config.NoRejoin),
+// Done is closed, Err says why and the error is logged.
 func (n *Node) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	started := make(chan struct{})
 	go func() {
 		defer cancel()
 		close(started)
-		_ = n.Run(runCtx)
+		err := n.Run(runCtx)
+		select {
+		case <-n.ready: // it served, so nobody else hears of this error unless they ask Err
+			if err != nil && !errors.Is(err, context.Canceled) {
+				n.log.Error("node stopped", "err", err)
+			}
+		default: // Start returns it
+		}
 	}()
 	<-started
 	select {
@@ -239,7 +309,10 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Close leaves the cluster in order (see Run) and waits until Run
-// returned. It is idempotent; it returns nil if the node never ran.
+// returned. It returns Run's error, as [Node.Err] does: nil after an
+// orderly leave, [ErrEvicted] if the node had already stopped because
+// peers evicted it. It is idempotent; it returns nil if the node never
+// ran.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	cancel := n.cancel
@@ -251,8 +324,8 @@ func (n *Node) Close() error {
 		cancel()
 	}
 	<-n.done
-	if errors.Is(n.runErr, heartbeat.ErrEvicted) || errors.Is(n.runErr, context.Canceled) {
-		return nil
+	if errors.Is(n.runErr, context.Canceled) {
+		return nil // Close itself canceled the start
 	}
 	return n.runErr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -28,71 +29,64 @@ func (n *Node) Route(service, resourceUUID string) (string, error) {
 	return bus.ServiceID(service, owner), nil
 }
 
-// Call sends msg to service on the node that owns resourceUUID and waits
-// for the reply (see bus.CloudBus.Call). Messages about one resource are
-// thereby serialized on its owner. If the receiver is not the owner on
-// its own ring, or the owner's queue is gone (both mean ring copies are
-// converging, and neither ran the message), the call is routed again
-// after a short pause, up to Config.RouteRetries times within ctx.
-func (n *Node) Call(ctx context.Context, service, resourceUUID string, msg any, opts ...bus.Option) (any, error) {
+// Call sends msg to service by the article's rule and waits for the reply
+// (see bus.CloudBus.Call):
+//
+//   - a message about a resource goes to service on the node that owns the
+//     resource on this node's ring, so messages about one resource are
+//     serialized on its owner. The resource is the one msg's type names
+//     (message.Routed) or, for a type that names none, the one
+//     bus.WithResource gives. If the receiver is not the owner on its own
+//     ring, or the owner's queue is gone (both mean ring copies are
+//     converging, and neither ran the message), the call is routed again
+//     after a short pause, up to Config.RouteRetries times within ctx.
+//   - a creation message or a message about no resource goes to service on
+//     this node, which is always reachable.
+//
+// A Routed message naming no resource, or a WithResource contradicting
+// the one it names, fails with message.ErrBadRequest before anything is
+// sent. See the package documentation for which call to use when.
+func (n *Node) Call(ctx context.Context, service string, msg any, opts ...bus.Option) (any, error) {
 	b, err := n.busForCall()
 	if err != nil {
 		return nil, err
 	}
 	var out any
-	err = n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
+	err = n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
 		var err error
-		out, err = b.Call(ctx, target, msg, append(o, opts...)...)
+		out, err = b.Call(ctx, target, msg, o...)
 		return err
 	})
 	return out, err
 }
 
-// Call is the typed form of [Node.Call].
-func Call[Resp any](ctx context.Context, n *Node, service, resourceUUID string, msg any, opts ...bus.Option) (Resp, error) {
-	b, err := n.busForCall()
-	if err != nil {
-		var zero Resp
-		return zero, err
-	}
+// Call is the typed form of [Node.Call]: it decodes the reply as Resp (a
+// registered type T or *T; see bus.Call).
+func Call[Resp any](ctx context.Context, n *Node, service string, msg any, opts ...bus.Option) (Resp, error) {
 	var out Resp
-	err = n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
+	b, err := n.busForCall()
+	if err != nil {
+		return out, err
+	}
+	err = n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
 		var err error
-		out, err = bus.Call[Resp](ctx, b, target, msg, append(o, opts...)...)
+		out, err = bus.Call[Resp](ctx, b, target, msg, o...)
 		return err
 	})
 	return out, err
 }
 
-// Send sends msg one-way to service on the owner of resourceUUID,
-// re-routing while the owner's queue is missing, like Call.
-func (n *Node) Send(ctx context.Context, service, resourceUUID string, msg any, opts ...bus.Option) error {
+// Send sends msg one-way to service by the same rule as [Node.Call]:
+// to the owner of the resource it is about (re-routed while the owner's
+// queue is missing), or to this node.
+func (n *Node) Send(ctx context.Context, service string, msg any, opts ...bus.Option) error {
 	b, err := n.busForCall()
 	if err != nil {
 		return err
 	}
-	return n.routed(ctx, service, resourceUUID, func(target string, o []bus.Option) error {
-		return b.Send(ctx, target, msg, append(o, opts...)...)
+	return n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
+		return b.Send(ctx, target, msg, o...)
 	})
-}
-
-// CallLocal calls service on this node: the rule for creation messages
-// and messages about no resource, which any node may handle.
-func (n *Node) CallLocal(ctx context.Context, service string, msg any, opts ...bus.Option) (any, error) {
-	b, err := n.busForCall()
-	if err != nil {
-		return nil, err
-	}
-	return b.Call(ctx, bus.ServiceID(service, n.id), msg, opts...)
-}
-
-// SendLocal sends msg one-way to service on this node.
-func (n *Node) SendLocal(ctx context.Context, service string, msg any, opts ...bus.Option) error {
-	b, err := n.busForCall()
-	if err != nil {
-		return err
-	}
-	return b.Send(ctx, bus.ServiceID(service, n.id), msg, opts...)
 }
 
 func (n *Node) busForCall() (*bus.CloudBus, error) {
@@ -103,13 +97,27 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 	return b, nil
 }
 
+// dispatch finds the resource msg is about and sends it to its owner, or
+// to this node if it is about none.
+func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, send func(target string, o []bus.Option) error) error {
+	res, err := bus.ResourceOf(msg, opts...)
+	if err != nil {
+		return fmt.Errorf("service: call %s: %w", service, err)
+	}
+	if res == "" {
+		return send(bus.ServiceID(service, n.id), opts)
+	}
+	return n.routed(ctx, service, res, func(target string, o []bus.Option) error {
+		// The router's options come last, so a caller's headers cannot
+		// override the owner it computed.
+		return send(target, append(slices.Clone(opts), o...))
+	})
+}
+
 // routed runs send against the owner of resourceUUID, re-routing on the
 // retry-safe routing errors.
-func (n *Node) routed(ctx context.Context, service, resourceUUID string, send func(target string, o []bus.Option) error) error {
-	res, err := message.NormalizeUUID(resourceUUID)
-	if err != nil {
-		return fmt.Errorf("service: route %s: %w", service, err)
-	}
+// res is canonical.
+func (n *Node) routed(ctx context.Context, service, res string, send func(target string, o []bus.Option) error) error {
 	pause := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		owner, err := n.ring.Locate(res)
@@ -168,10 +176,11 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", r.Envelope.Type, bus.APIPortal))
 	}
 	opts := []bus.Option{bus.WithHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id)}
-	if res := r.Envelope.ResourceUUID; res != "" {
-		return n.Call(ctx, service, res, r.Payload, opts...)
+	if res := r.Resource(); res != "" {
+		// The bus checked that a Routed payload names this resource.
+		opts = append(opts, bus.WithResource(res))
 	}
-	return n.CallLocal(ctx, service, r.Payload, opts...)
+	return n.Call(ctx, service, r.Payload, opts...)
 }
 
 // HeaderPortal is set on a message forwarded from api.portal: the node

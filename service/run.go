@@ -35,7 +35,8 @@ import (
 // set, joins again with a new epoch (same UUID) one beat interval later;
 // with NoRejoin, Run returns [ErrEvicted].
 //
-// Run may be called once.
+// Run may be called once. When it returns, it has closed the transport
+// if the node owns it (Config.OwnTransport).
 func (n *Node) Run(ctx context.Context) (err error) {
 	first := false
 	n.runOnce.Do(func() { first = true })
@@ -48,8 +49,13 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	n.mu.Unlock()
 	defer func() {
 		cancel()
+		if n.cfg.OwnTransport {
+			if cerr := n.cfg.Transport.Close(); cerr != nil {
+				n.log.Warn("close transport", "err", cerr)
+			}
+		}
 		n.runErr = err
-		n.state.Store(int32(StateStopped))
+		n.setState(StateStopped)
 		close(n.done)
 	}()
 
@@ -73,7 +79,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 
 // live is one life of the node: join, serve, and leave or be evicted.
 func (n *Node) live(ctx context.Context, life int) error {
-	n.state.Store(int32(StateStarting))
+	n.setState(StateStarting)
 	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.log)
 	if err != nil {
 		return err
@@ -83,7 +89,7 @@ func (n *Node) live(ctx context.Context, life int) error {
 		n.abort()
 		return err
 	}
-	n.state.Store(int32(StateServing))
+	n.setState(StateServing)
 	if life == 1 {
 		close(n.ready)
 		n.hooks.start()
@@ -102,13 +108,13 @@ func (n *Node) live(ctx context.Context, life int) error {
 	cancel()
 	<-reconcileDone
 	if errors.Is(runErr, heartbeat.ErrEvicted) {
-		n.state.Store(int32(StateEvicted))
+		n.setState(StateEvicted)
 		n.log.Warn("evicted by peers: stopped serving")
 		n.hooks.evicted()
 		n.stopServing(false)
 		return ErrEvicted
 	}
-	n.state.Store(int32(StateLeaving))
+	n.setState(StateLeaving)
 	n.leave()
 	return nil
 }

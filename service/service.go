@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/ring"
@@ -87,10 +88,20 @@ type RingChange struct {
 	Fingerprint ring.Fingerprint
 }
 
-// Named returns a Service named name that hands its messages to h, for
-// services that need no hooks.
-func Named(name string, h bus.Handler) Service {
-	return &simple{name: name, h: h}
+// Named returns a Service named name that hands its messages to h (often
+// a bus.Mux), for services that need no hooks. api lists prototypes of
+// the message types it also accepts through api.portal: with any, the
+// service is an [APIService].
+//
+//	mux := bus.NewMux()
+//	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Increment) (Count, error) { ... })
+//	svc := service.Named("counter", mux, Increment{})
+func Named(name string, h bus.Handler, api ...any) Service {
+	s := &simple{name: name, h: h}
+	if len(api) > 0 {
+		return &simpleAPI{simple: s, api: slices.Clone(api)}
+	}
+	return s
 }
 
 type simple struct {
@@ -101,3 +112,10 @@ type simple struct {
 func (s *simple) Name() string { return s.name }
 
 func (s *simple) Handle(ctx context.Context, r *bus.Request) (any, error) { return s.h.Handle(ctx, r) }
+
+type simpleAPI struct {
+	*simple
+	api []any
+}
+
+func (s *simpleAPI) APIMessages() []any { return slices.Clone(s.api) }

@@ -19,6 +19,10 @@ type Touch struct {
 	Block    bool   `json:"block,omitempty"` // wait until the handler's ctx ends
 }
 
+// ResourceUUID makes Touch a message.Routed type: senders route it by
+// Resource, receivers check it.
+func (m Touch) ResourceUUID() string { return m.Resource }
+
 // Touched is the reply to Touch.
 type Touched struct {
 	Node string `json:"node"`
@@ -28,6 +32,9 @@ type Touched struct {
 type APITouch struct {
 	Resource string `json:"resource"`
 }
+
+// ResourceUUID makes APITouch a message.Routed type.
+func (m APITouch) ResourceUUID() string { return m.Resource }
 
 func registry() *message.Registry {
 	reg := message.NewRegistry()

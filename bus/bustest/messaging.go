@@ -212,7 +212,7 @@ func testUnknownType(t *testing.T, c *cluster) {
 	_, err = bus.Call[Echoed](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(10*time.Second))
 	assert.NoError(t, err, "the service still works")
 	_, err = bus.Call[Ping](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(10*time.Second))
-	assert.ErrorIs(t, err, message.ErrUnknownMessage, "a reply of another type than requested")
+	assert.ErrorIs(t, err, message.ErrBadReply, "a reply of another type than requested: the handler ran")
 }
 
 func testErrorCodes(t *testing.T, c *cluster) {

@@ -1,29 +1,28 @@
-// Command counter is a third-party stateless service built on cloudbus, a
-// counter per resource UUID: go run ./examples/counter. It starts three
-// management nodes in one process (service/servicetest), increments three
-// counters through api.portal, kills the node owning the first without a
-// goodbye and increments them again: counts intact, served by new owners.
-// The service keeps no state: counts live in a store shared by the nodes
-// (a database in production); the ring says which node serves each key.
+// Command counter is a stateless service built on cloudbus, a counter per resource UUID: go run
+// ./examples/counter. Three nodes count keys through api.portal; one dies; the others take over.
 package main
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
+	"log"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
 // Increment adds one to the counter of Key, a resource UUID.
 type Increment struct{ Key string }
+
+// ResourceUUID names the resource: every sender routes Increment to the key's owner.
+func (m Increment) ResourceUUID() string { return m.Key }
 
 // Count is a counter's value after an Increment, and the node that counted.
 type Count struct {
@@ -31,69 +30,69 @@ type Count struct {
 	Node  string
 }
 
-// Counts is where the counts live, shared by every node.
-type Counts interface{ Incr(key string) int64 }
-
-type memCounts struct{ m sync.Map } // key -> *atomic.Int64
-
-func (c *memCounts) Incr(key string) int64 {
-	v, _ := c.m.LoadOrStore(key, new(atomic.Int64))
-	return v.(*atomic.Int64).Add(1)
+// Counts is where the counts live, shared by every node (a database in production).
+type Counts struct {
+	sync.Mutex
+	m map[string]int64
 }
 
-// counter is the service on every node; api.portal forwards Increment to the key's owner.
-type counter struct{ counts Counts }
+// Increment is the handler of every node's counter service; the bus runs it on the key's owner.
+func (c *Counts) Increment(_ context.Context, r *bus.Request, _ Increment) (Count, error) {
+	c.Lock()
+	defer c.Unlock()
+	c.m[r.Resource()]++
+	return Count{Value: c.m[r.Resource()], Node: r.Node()}, nil
+}
 
-func (counter) Name() string       { return "counter" }
-func (counter) APIMessages() []any { return []any{Increment{}} }
-func (c counter) Handle(_ context.Context, r *bus.Request) (any, error) {
-	if m, ok := r.Payload.(*Increment); ok {
-		return Count{Value: c.counts.Incr(m.Key), Node: r.Bus.Node()}, nil
-	}
-	return nil, message.ErrUnknownMessage
+// Service returns a node's counter service; api.portal forwards Increment to the key's owner.
+func (c *Counts) Service() service.Service {
+	mux := bus.NewMux()
+	bus.HandleRequest(mux, c.Increment)
+	return service.Named("counter", mux, Increment{})
 }
 
 func main() {
-	if err := run(os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "counter:", err)
-		os.Exit(1)
-	}
-}
-
-func run(w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	reg := message.NewRegistry()
 	message.MustRegister[Increment](reg, "counter.v1.Increment")
 	message.MustRegister[Count](reg, "counter.v1.Count")
-	counts := &memCounts{}
-	c, err := servicetest.New(ctx, servicetest.Options{Nodes: 3, Registry: reg, Prefix: "counter",
-		Services: func(int) []service.Service { return []service.Service{counter{counts}} }})
-	if err != nil {
-		return err
+	net, store, counts := membus.New(), memstore.New(memstore.Config{}), &Counts{m: map[string]int64{}}
+	var nodes []*service.Node
+	for range 3 { // in production: one node per process, on RabbitMQ and a database
+		id := message.NewUUID()
+		n, err := service.StartNode(ctx, service.Config{Node: id, Prefix: "counter", Transport: net.Transport(id), OwnTransport: true,
+			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{counts.Service()}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
 	}
-	defer c.Close()
-	cl, err := c.NewClient(ctx) // a process that is not a node
+	cl, err := service.NewClient(ctx, service.ClientConfig{Transport: net.Transport("client"), Prefix: "counter", Registry: reg, OwnTransport: true})
 	if err != nil {
-		return err
+		log.Fatal(err)
 	}
 	defer cl.Close()
 	keys := []string{message.NewUUID(), message.NewUUID(), message.NewUUID()}
 	for round := range 3 {
-		if round == 2 {
-			c.Kill(c.Owner(keys[0])) // no goodbye: the others evict it and take its keys
-			if err := c.AwaitConverged(ctx); err != nil {
-				return err
-			}
-			fmt.Fprintln(w, "killed the node owning key 1; live nodes:", len(c.Live()))
+		if round == 2 { // the owner of key 1 crashes: no goodbye, no more beats
+			dead, _ := nodes[0].Owner(keys[0])
+			net.Kill(dead)
+			store.SetUnreachable(dead, true)
+			nodes = slices.DeleteFunc(nodes, func(n *service.Node) bool { return n.UUID() == dead })
 		}
+		if err := nodes[0].AwaitConverged(ctx); err != nil { // every ring copy holds the live nodes
+			log.Fatal(err)
+		}
+		fmt.Printf("round %d, %d live nodes\n", round+1, len(nodes[0].Members()))
 		for i, k := range keys {
-			got, err := service.CallAPI[Count](ctx, cl, Increment{Key: k}, bus.WithResource(k))
+			got, err := service.CallAPI[Count](ctx, cl, Increment{Key: k})
 			if err != nil {
-				return err
+				log.Fatal(err)
 			}
-			fmt.Fprintf(w, "key %d = %d, counted by its owner: %t\n", i+1, got.Value, got.Node == c.Owner(k))
+			owner, _ := nodes[0].Owner(k)
+			fmt.Printf("key %d = %d, counted by its owner: %t\n", i+1, got.Value, got.Node == owner)
 		}
 	}
-	return nil
 }

@@ -1,16 +1,16 @@
 // Package api holds the messages of refnode's services, registered under
-// stable, versioned names ("refnode.v1.StartVm"), and [Call], which sends
-// one through api.portal and names its resource so the portal routes it
-// to the resource's owner.
+// stable, versioned names ("refnode.v1.StartVm").
 //
 // # Routing
 //
 // A message about an existing resource (StartVm, AddHost, GetImage, …)
-// implements [Routed]: it goes to its service on the node that owns the
-// resource's UUID on the ring. A creation message (CreateVm) and a
-// message about no resource (AllocateHost) go to the local node's
-// service. API messages reach either through api.portal: the portal of
-// whichever node takes one forwards it by the same rule.
+// implements message.Routed: the SDK routes it to its service on the node
+// that owns the resource's UUID on the ring (service.Node.Call,
+// service.Client.Call), and every receiver refuses it if it arrives
+// without that resource. A creation message (CreateVm) and a message
+// about no resource (AllocateHost) go to the local node's service. API
+// messages reach either through api.portal: the portal of whichever node
+// takes one forwards it by the same rule.
 //
 // Every reply embeds [Handling], which says which management node ran
 // the message and through which node's api.portal it came, so people and
@@ -21,13 +21,8 @@
 package api
 
 import (
-	"context"
-	"fmt"
-
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
-	"github.com/cloudbus-go/cloudbus/service"
 )
 
 // The service names, used in queue names and service ids.
@@ -39,13 +34,6 @@ const (
 	// VMService runs VM operations.
 	VMService = "vmInstance"
 )
-
-// Routed is implemented by a message about one existing resource: it is
-// routed by the resource's UUID to the resource's ring owner.
-type Routed interface {
-	// Resource returns the UUID of the resource the message is about.
-	Resource() string
-}
 
 // Handling says which management node handled a message.
 type Handling struct {
@@ -193,35 +181,35 @@ type VmReply struct {
 	Handling
 }
 
-// Resource returns the host's UUID.
-func (m AddHost) Resource() string { return m.UUID }
+// ResourceUUID returns the host's UUID: AddHost is message.Routed.
+func (m AddHost) ResourceUUID() string { return m.UUID }
 
-// Resource returns the host's UUID.
-func (m GetHost) Resource() string { return m.UUID }
+// ResourceUUID returns the host's UUID: GetHost is message.Routed.
+func (m GetHost) ResourceUUID() string { return m.UUID }
 
-// Resource returns the host's UUID.
-func (m ReconnectHost) Resource() string { return m.UUID }
+// ResourceUUID returns the host's UUID: ReconnectHost is message.Routed.
+func (m ReconnectHost) ResourceUUID() string { return m.UUID }
 
-// Resource returns the image's UUID.
-func (m AddImage) Resource() string { return m.UUID }
+// ResourceUUID returns the image's UUID: AddImage is message.Routed.
+func (m AddImage) ResourceUUID() string { return m.UUID }
 
-// Resource returns the image's UUID.
-func (m GetImage) Resource() string { return m.UUID }
+// ResourceUUID returns the image's UUID: GetImage is message.Routed.
+func (m GetImage) ResourceUUID() string { return m.UUID }
 
-// Resource returns the VM's UUID.
-func (m StartVm) Resource() string { return m.UUID }
+// ResourceUUID returns the VM's UUID: StartVm is message.Routed.
+func (m StartVm) ResourceUUID() string { return m.UUID }
 
-// Resource returns the VM's UUID.
-func (m StopVm) Resource() string { return m.UUID }
+// ResourceUUID returns the VM's UUID: StopVm is message.Routed.
+func (m StopVm) ResourceUUID() string { return m.UUID }
 
-// Resource returns the VM's UUID.
-func (m RebootVm) Resource() string { return m.UUID }
+// ResourceUUID returns the VM's UUID: RebootVm is message.Routed.
+func (m RebootVm) ResourceUUID() string { return m.UUID }
 
-// Resource returns the VM's UUID.
-func (m DestroyVm) Resource() string { return m.UUID }
+// ResourceUUID returns the VM's UUID: DestroyVm is message.Routed.
+func (m DestroyVm) ResourceUUID() string { return m.UUID }
 
-// Resource returns the VM's UUID.
-func (m GetVm) Resource() string { return m.UUID }
+// ResourceUUID returns the VM's UUID: GetVm is message.Routed.
+func (m GetVm) ResourceUUID() string { return m.UUID }
 
 // Register registers every message of this package in reg under its
 // "refnode.v1." name. It is idempotent.
@@ -250,31 +238,4 @@ func Register(reg *message.Registry) error {
 		}
 	}
 	return nil
-}
-
-// Call sends msg through api.portal and waits for a reply of type Resp.
-// If msg is [Routed], Call names its resource (bus.WithResource), so the
-// portal forwards it to the resource's owner; otherwise the portal's own
-// node handles it. opts are added after.
-func Call[Resp any](ctx context.Context, c *service.Client, msg any, opts ...bus.Option) (Resp, error) {
-	if r, ok := msg.(Routed); ok && r.Resource() != "" {
-		opts = append([]bus.Option{bus.WithResource(r.Resource())}, opts...)
-	}
-	return service.CallAPI[Resp](ctx, c, msg, opts...)
-}
-
-// CallFrom sends msg from node n by the node-to-node rule: a [Routed]
-// message to svc on the owner of its resource (re-routed while the ring
-// converges, see service.Node.Call), anything else to svc on n itself
-// (service.Node.CallLocal). It waits for a reply of type Resp.
-func CallFrom[Resp any](ctx context.Context, n *service.Node, svc string, msg any, opts ...bus.Option) (Resp, error) {
-	if r, ok := msg.(Routed); ok {
-		return service.Call[Resp](ctx, n, svc, r.Resource(), msg, opts...)
-	}
-	b := n.Bus()
-	if b == nil {
-		var zero Resp
-		return zero, fmt.Errorf("api: call %s on node %s: the node is not running: %w", svc, n.UUID(), message.ErrClosed)
-	}
-	return bus.Call[Resp](ctx, b, b.LocalID(svc), msg, opts...)
 }

@@ -39,8 +39,8 @@ func TestRegister(t *testing.T) {
 		name, err := reg.NameOf(tc.msg)
 		require.NoError(t, err)
 		assert.Equal(t, tc.name, name)
-		_, routed := tc.msg.(api.Routed)
+		_, routed := tc.msg.(message.Routed)
 		assert.Equal(t, tc.routed, routed, "%s routed by its resource", tc.name)
 	}
-	assert.Equal(t, "x", api.StartVm{UUID: "x"}.Resource())
+	assert.Equal(t, "x", api.StartVm{UUID: "x"}.ResourceUUID())
 }

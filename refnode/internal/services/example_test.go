@@ -39,13 +39,13 @@ func Example() {
 	defer cl.Close()
 
 	host, image := message.NewUUID(), message.NewUUID()
-	h, _ := api.Call[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.11"})
+	h, _ := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.11"})
 	fmt.Println("host", h.Host.Status, "by its owner:", h.Node == c.Owner(host))
-	_, _ = api.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: image, Name: "ubuntu"})
+	_, _ = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: image, Name: "ubuntu"})
 
-	vm, _ := api.Call[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: image})
+	vm, _ := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: image})
 	fmt.Println("vm", vm.VM.State, "on the portal's node:", vm.Node == vm.Portal)
-	r, err := api.Call[api.VmReply](ctx, cl, api.StartVm{UUID: vm.VM.UUID})
+	r, err := service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm.VM.UUID})
 	fmt.Println("vm", r.VM.State, "by its owner:", r.Node == c.Owner(vm.VM.UUID), err)
 	// Output:
 	// host connected by its owner: true

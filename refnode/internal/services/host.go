@@ -67,10 +67,10 @@ func newHostService(cfg Config) *HostService {
 		resync:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
-	on(s.mux, s.add)
-	on(s.mux, s.get)
-	on(s.mux, s.reconnectMsg)
-	on(s.mux, s.allocate)
+	bus.HandleRequest(s.mux, s.add)
+	bus.HandleRequest(s.mux, s.get)
+	bus.HandleRequest(s.mux, s.reconnectMsg)
+	bus.HandleRequest(s.mux, s.allocate)
 	return s
 }
 
@@ -176,71 +176,60 @@ func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 }
 
 // add handles AddHost on the host's owner: connect, record, track.
-func (s *HostService) add(ctx context.Context, r *bus.Request, m *api.AddHost) (any, error) {
-	id, err := routedUUID(r, "host", m.UUID)
-	if err != nil {
-		return nil, err
-	}
+func (s *HostService) add(ctx context.Context, r *bus.Request, m api.AddHost) (api.HostReply, error) {
+	id := r.Resource() // m.UUID, canonical: the bus checked
 	switch _, err := s.cfg.Store.Host(ctx, id); {
 	case err == nil:
-		return nil, cloud.Exists("host", id)
+		return api.HostReply{}, cloud.Exists("host", id)
 	case !errors.Is(err, message.ErrNotFound):
-		return nil, err
+		return api.HostReply{}, err
 	}
 	h := cloud.Host{UUID: id, Name: m.Name, Address: m.Address}
 	if err := s.cfg.Hypervisor.Connect(ctx, h); err != nil {
-		return nil, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
+		return api.HostReply{}, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
 	}
 	h.Status, h.ManagedBy, h.ConnectedAt = cloud.HostConnected, s.node.UUID(), time.Now()
 	if err := s.cfg.Store.AddHost(ctx, h); err != nil {
-		return nil, fmt.Errorf("host: add host %s: %w", id, err)
+		return api.HostReply{}, fmt.Errorf("host: add host %s: %w", id, err)
 	}
 	s.setTracked(id, cloud.HostConnected)
 	s.log.Info("host added and connected", "host", id, "address", m.Address)
-	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+	return api.HostReply{Host: h, Handling: handling(r)}, nil
 }
 
-func (s *HostService) get(ctx context.Context, r *bus.Request, m *api.GetHost) (any, error) {
-	id, err := routedUUID(r, "host", m.UUID)
+func (s *HostService) get(ctx context.Context, r *bus.Request, _ api.GetHost) (api.HostReply, error) {
+	h, err := s.cfg.Store.Host(ctx, r.Resource())
 	if err != nil {
-		return nil, err
+		return api.HostReply{}, err
 	}
-	h, err := s.cfg.Store.Host(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+	return api.HostReply{Host: h, Handling: handling(r)}, nil
 }
 
 // reconnectMsg handles ReconnectHost on the host's owner.
-func (s *HostService) reconnectMsg(ctx context.Context, r *bus.Request, m *api.ReconnectHost) (any, error) {
-	id, err := routedUUID(r, "host", m.UUID)
+func (s *HostService) reconnectMsg(ctx context.Context, r *bus.Request, _ api.ReconnectHost) (api.HostReply, error) {
+	h, err := s.cfg.Store.Host(ctx, r.Resource())
 	if err != nil {
-		return nil, err
-	}
-	h, err := s.cfg.Store.Host(ctx, id)
-	if err != nil {
-		return nil, err
+		return api.HostReply{}, err
 	}
 	h, err = s.reconnect(ctx, h, "requested")
 	if err != nil {
-		return nil, err
+		return api.HostReply{}, err
 	}
-	return api.HostReply{Host: h, Handling: handling(s.node, r)}, nil
+	return api.HostReply{Host: h, Handling: handling(r)}, nil
 }
 
 // allocate handles AllocateHost, a message about no resource, on the
 // local node: the connected host with the fewest live VMs (ties broken by
 // UUID). It reserves nothing: two nodes allocating at once may pick the
 // same host, which only makes the placement less even.
-func (s *HostService) allocate(ctx context.Context, r *bus.Request, m *api.AllocateHost) (any, error) {
+func (s *HostService) allocate(ctx context.Context, r *bus.Request, _ api.AllocateHost) (api.HostAllocated, error) {
 	hosts, err := s.cfg.Store.Hosts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("host: allocate: %w", err)
+		return api.HostAllocated{}, fmt.Errorf("host: allocate: %w", err)
 	}
 	vms, err := s.cfg.Store.VMs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("host: allocate: %w", err)
+		return api.HostAllocated{}, fmt.Errorf("host: allocate: %w", err)
 	}
 	load := make(map[string]int)
 	for _, vm := range vms {
@@ -255,9 +244,9 @@ func (s *HostService) allocate(ctx context.Context, r *bus.Request, m *api.Alloc
 		}
 	}
 	if best == "" {
-		return nil, message.ErrNotFound.WithDetails(fmt.Sprintf("no connected host among %d to place a VM on: add one with AddHost", len(hosts)))
+		return api.HostAllocated{}, message.ErrNotFound.WithDetails(fmt.Sprintf("no connected host among %d to place a VM on: add one with AddHost", len(hosts)))
 	}
-	return api.HostAllocated{HostUUID: best, Handling: handling(s.node, r)}, nil
+	return api.HostAllocated{HostUUID: best, Handling: handling(r)}, nil
 }
 
 func (s *HostService) setTracked(id string, st cloud.HostStatus) {

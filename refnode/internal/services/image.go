@@ -22,8 +22,8 @@ type ImageService struct {
 
 func newImageService(cfg Config) *ImageService {
 	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux()}
-	on(s.mux, s.add)
-	on(s.mux, s.get)
+	bus.HandleRequest(s.mux, s.add)
+	bus.HandleRequest(s.mux, s.get)
 	return s
 }
 
@@ -48,27 +48,20 @@ func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) 
 	return s.mux.Handle(ctx, r)
 }
 
-func (s *ImageService) add(ctx context.Context, r *bus.Request, m *api.AddImage) (any, error) {
-	id, err := routedUUID(r, "image", m.UUID)
-	if err != nil {
-		return nil, err
-	}
+func (s *ImageService) add(ctx context.Context, r *bus.Request, m api.AddImage) (api.ImageReply, error) {
+	id := r.Resource() // m.UUID, canonical: the bus checked
 	img := cloud.Image{UUID: id, Name: m.Name, URL: m.URL, SizeMB: m.SizeMB}
 	if err := s.store.AddImage(ctx, img); err != nil {
-		return nil, err
+		return api.ImageReply{}, err
 	}
 	s.log.Info("image added", "image", id, "name", m.Name)
-	return api.ImageReply{Image: img, Handling: handling(s.node, r)}, nil
+	return api.ImageReply{Image: img, Handling: handling(r)}, nil
 }
 
-func (s *ImageService) get(ctx context.Context, r *bus.Request, m *api.GetImage) (any, error) {
-	id, err := routedUUID(r, "image", m.UUID)
+func (s *ImageService) get(ctx context.Context, r *bus.Request, _ api.GetImage) (api.ImageReply, error) {
+	img, err := s.store.Image(ctx, r.Resource())
 	if err != nil {
-		return nil, err
+		return api.ImageReply{}, err
 	}
-	img, err := s.store.Image(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return api.ImageReply{Image: img, Handling: handling(s.node, r)}, nil
+	return api.ImageReply{Image: img, Handling: handling(r)}, nil
 }

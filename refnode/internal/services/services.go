@@ -1,7 +1,6 @@
 package services
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,37 +100,10 @@ func (s *Set) Services() []service.Service {
 	return []service.Service{s.Host, s.Image, s.VM}
 }
 
-// on registers on m a handler for payloads of type *Req that also sees
-// the request (for its routing and headers).
-func on[Req any](m *bus.Mux, fn func(ctx context.Context, r *bus.Request, req *Req) (any, error)) {
-	m.HandleType((*Req)(nil), bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
-		req, ok := r.Payload.(*Req)
-		if !ok || req == nil {
-			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %T, want %T", r.Payload, req))
-		}
-		return fn(ctx, r, req)
-	}))
-}
-
-// handling says that node n handled r.
-func handling(n *service.Node, r *bus.Request) api.Handling {
-	return api.Handling{Node: n.UUID(), Portal: r.Envelope.Headers[service.HeaderPortal]}
-}
-
-// routedUUID normalizes the UUID a message names and checks that the
-// message was routed by it: the envelope's resource is what the ring
-// routed by and what the bus serializes on.
-func routedUUID(r *bus.Request, kind, raw string) (string, error) {
-	id, err := message.NormalizeUUID(raw)
-	if err != nil {
-		return "", fmt.Errorf("%s UUID: %w", kind, err)
-	}
-	if r.Envelope.ResourceUUID != id {
-		return "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
-			"%s names %s %s but was routed by resource %q: send it with bus.WithResource(%s) (api.Call and service.Node.Call do) so it reaches the %s's owner",
-			r.Envelope.Type, kind, id, r.Envelope.ResourceUUID, id, kind))
-	}
-	return id, nil
+// handling says which node handled r, and through which node's
+// api.portal it came.
+func handling(r *bus.Request) api.Handling {
+	return api.Handling{Node: r.Node(), Portal: r.Header(service.HeaderPortal)}
 }
 
 // started returns an error if the service's Start has not run (n is

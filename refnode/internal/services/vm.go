@@ -28,20 +28,20 @@ type VMService struct {
 
 func newVMService(cfg Config) *VMService {
 	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux()}
-	on(s.mux, s.create)
-	on(s.mux, func(ctx context.Context, r *bus.Request, m *api.StartVm) (any, error) {
-		return s.operate(ctx, r, cloud.VMOpStart, m.UUID)
+	bus.HandleRequest(s.mux, s.create)
+	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
+		return s.operate(ctx, r, cloud.VMOpStart)
 	})
-	on(s.mux, func(ctx context.Context, r *bus.Request, m *api.StopVm) (any, error) {
-		return s.operate(ctx, r, cloud.VMOpStop, m.UUID)
+	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StopVm) (api.VmReply, error) {
+		return s.operate(ctx, r, cloud.VMOpStop)
 	})
-	on(s.mux, func(ctx context.Context, r *bus.Request, m *api.RebootVm) (any, error) {
-		return s.operate(ctx, r, cloud.VMOpReboot, m.UUID)
+	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.RebootVm) (api.VmReply, error) {
+		return s.operate(ctx, r, cloud.VMOpReboot)
 	})
-	on(s.mux, func(ctx context.Context, r *bus.Request, m *api.DestroyVm) (any, error) {
-		return s.operate(ctx, r, cloud.VMOpDestroy, m.UUID)
+	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.DestroyVm) (api.VmReply, error) {
+		return s.operate(ctx, r, cloud.VMOpDestroy)
 	})
-	on(s.mux, s.get)
+	bus.HandleRequest(s.mux, s.get)
 	return s
 }
 
@@ -71,27 +71,27 @@ func (s *VMService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 
 // create handles CreateVm on the local node: check the image, have the
 // local host service allocate a host, define the VM there, record it.
-func (s *VMService) create(ctx context.Context, r *bus.Request, m *api.CreateVm) (any, error) {
+func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) (api.VmCreated, error) {
 	id := m.UUID
 	if id == "" {
 		id = message.NewUUID()
 	}
 	id, err := message.NormalizeUUID(id)
 	if err != nil {
-		return nil, fmt.Errorf("vmInstance: create vm: %w", err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm: %w", err)
 	}
 	imageID, err := message.NormalizeUUID(m.ImageUUID)
 	if err != nil {
-		return nil, fmt.Errorf("vmInstance: create vm %s: image UUID: %w", id, err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: image UUID: %w", id, err)
 	}
 	if _, err := s.store.Image(ctx, imageID); err != nil {
-		return nil, fmt.Errorf("vmInstance: create vm %s: %w", id, err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: %w", id, err)
 	}
 	switch _, err := s.store.VM(ctx, id); {
 	case err == nil:
-		return nil, cloud.Exists("vm", id)
+		return api.VmCreated{}, cloud.Exists("vm", id)
 	case !errors.Is(err, message.ErrNotFound):
-		return nil, err
+		return api.VmCreated{}, err
 	}
 	vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: m.CPUs, MemoryMB: m.MemoryMB, State: cloud.VMCreated}
 	if vm.CPUs == 0 {
@@ -101,13 +101,13 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m *api.CreateVm)
 		vm.MemoryMB = 512
 	}
 	// A message about no resource: the local node's host service.
-	alloc, err := api.CallFrom[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: vm.CPUs, MemoryMB: vm.MemoryMB})
+	alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: vm.CPUs, MemoryMB: vm.MemoryMB})
 	if err != nil {
-		return nil, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
 	}
 	vm.HostUUID = alloc.HostUUID
 	if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
-		return nil, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
 	}
 	if err := s.store.AddVM(ctx, vm); err != nil {
 		if !errors.Is(err, message.ErrBadRequest) { // not a concurrent create of the same UUID: undo ours
@@ -115,32 +115,29 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m *api.CreateVm)
 				s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
 			}
 		}
-		return nil, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
 	}
 	s.log.Info("vm created", "vm", id, "host", vm.HostUUID, "allocated_by", alloc.Node)
-	return api.VmCreated{VM: vm, AllocatedBy: alloc.Node, Handling: handling(s.node, r)}, nil
+	return api.VmCreated{VM: vm, AllocatedBy: alloc.Node, Handling: handling(r)}, nil
 }
 
 // operate runs op on a VM: check the transition, record the transitional
 // state, call the hypervisor, record the outcome. No lock: the bus runs
 // the messages about one VM one at a time on its owner.
-func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp, raw string) (any, error) {
-	id, err := routedUUID(r, "vm", raw)
-	if err != nil {
-		return nil, err
-	}
+func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
+	id := r.Resource() // the VM's UUID, canonical: the bus checked
 	vm, err := s.store.VM(ctx, id)
 	if err != nil {
-		return nil, err
+		return api.VmReply{}, err
 	}
 	from := vm.State
 	during, after, err := cloud.Transition(from, op)
 	if err != nil {
-		return nil, fmt.Errorf("vmInstance: vm %s: %w", id, err)
+		return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: %w", id, err)
 	}
 	if during != "" {
 		if _, err := s.setState(ctx, id, during); err != nil {
-			return nil, err
+			return api.VmReply{}, err
 		}
 	}
 	start := time.Now()
@@ -152,14 +149,14 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp, 
 			s.log.Error("vm: could not restore the state after a failed operation", "vm", id, "op", op, "state", from, "err", rerr)
 		}
 		s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
-		return nil, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, from)
+		return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, from)
 	}
 	vm, err = s.setState(ctx, id, after)
 	if err != nil {
-		return nil, err
+		return api.VmReply{}, err
 	}
 	s.log.Info("vm "+string(op), "vm", id, "state", after, "took", time.Since(start).Round(time.Millisecond))
-	return api.VmReply{VM: vm, Handling: handling(s.node, r)}, nil
+	return api.VmReply{VM: vm, Handling: handling(r)}, nil
 }
 
 func (s *VMService) setState(ctx context.Context, id string, st cloud.VMState) (cloud.VM, error) {
@@ -187,14 +184,10 @@ func (s *VMService) callHypervisor(ctx context.Context, op cloud.VMOp, host, vm 
 	return message.ErrBadRequest.WithDetails(fmt.Sprintf("unknown VM operation %s", op))
 }
 
-func (s *VMService) get(ctx context.Context, r *bus.Request, m *api.GetVm) (any, error) {
-	id, err := routedUUID(r, "vm", m.UUID)
+func (s *VMService) get(ctx context.Context, r *bus.Request, _ api.GetVm) (api.VmReply, error) {
+	vm, err := s.store.VM(ctx, r.Resource())
 	if err != nil {
-		return nil, err
+		return api.VmReply{}, err
 	}
-	vm, err := s.store.VM(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return api.VmReply{VM: vm, Handling: handling(s.node, r)}, nil
+	return api.VmReply{VM: vm, Handling: handling(r)}, nil
 }

@@ -1,0 +1,178 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// RingQuery asks a node for its ring copy; it replies with [RingState].
+// [Node.AwaitConverged] sends it to every member. Registered as
+// "cloudbus.v1.RingQuery".
+type RingQuery struct{}
+
+// TypeRingQuery is the registered name of [RingQuery].
+const TypeRingQuery = "cloudbus.v1.RingQuery"
+
+// RingState is a node's view of the cluster: its state and ring copy.
+// Registered as "cloudbus.v1.RingState".
+type RingState struct {
+	// Node is the replying node.
+	Node string `json:"node"`
+	// State is the node's [State] name ("serving", ...).
+	State string `json:"state"`
+	// Fingerprint is the ring copy's fingerprint, in hexadecimal
+	// (ring.Fingerprint.String): equal fingerprints mean equal owners.
+	Fingerprint string `json:"fingerprint"`
+	// Members are the node UUIDs in the ring copy, sorted.
+	Members []string `json:"members"`
+}
+
+// TypeRingState is the registered name of [RingState].
+const TypeRingState = "cloudbus.v1.RingState"
+
+func (n *Node) ringState() RingState {
+	return RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
+}
+
+// ErrNotRunning is returned by the waits of a node that stopped, or
+// never ran, while they waited. Errors wrapping it carry Err's reason.
+var ErrNotRunning = errors.New("service: node is not running")
+
+// AwaitMembers waits until the node serves and its ring copy holds at
+// least count nodes (this one included), so a program can start a
+// cluster and wait for it without polling. It returns nil then; ctx's
+// error (wrapped, naming how many members the ring holds) if ctx ends
+// first; or an error matching [ErrNotRunning] if the node stops.
+//
+// Holding count members says nothing about the other nodes' copies; use
+// [Node.AwaitConverged] to wait until every copy agrees.
+func (n *Node) AwaitMembers(ctx context.Context, count int) error {
+	for {
+		changed := n.watch()
+		if n.State() == StateServing && len(n.ring.Members()) >= count {
+			return nil
+		}
+		if err := n.waitChange(ctx, changed, 0); err != nil {
+			return fmt.Errorf("service: node %s: waiting for %d members (the ring holds %d): %w", n.id, count, len(n.ring.Members()), err)
+		}
+	}
+}
+
+// AwaitConverged waits until every ring copy of the cluster agrees, as
+// far as this node can check: it serves; its ring holds exactly the live
+// nodes of its latest read of the heartbeat store; and every other node
+// in it answers, over the bus, that it serves with a ring copy of the
+// same fingerprint (a [RingQuery] to the node's internal membership
+// service, each bounded by the eviction threshold). Then every node
+// routes every resource to the same owner.
+//
+// It re-checks at every change of this node's ring and at least every
+// heartbeat interval. It returns nil once all agree; ctx's error
+// (wrapped, saying what still differed) if ctx ends first; or an error
+// matching [ErrNotRunning] if the node stops. A node that joins or
+// leaves afterwards starts a new convergence.
+func (n *Node) AwaitConverged(ctx context.Context) error {
+	for {
+		changed := n.watch()
+		why := n.disagreement(ctx)
+		if why == "" {
+			return nil
+		}
+		if err := n.waitChange(ctx, changed, n.cfg.Heartbeat.Interval); err != nil {
+			return fmt.Errorf("service: node %s: waiting until every ring copy agrees (%s): %w", n.id, why, err)
+		}
+	}
+}
+
+// waitChange waits for changed, for poll if positive, for ctx or for the
+// node to stop.
+func (n *Node) waitChange(ctx context.Context, changed <-chan struct{}, poll time.Duration) error {
+	var tick <-chan time.Time
+	if poll > 0 {
+		t := time.NewTimer(poll)
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-changed:
+	case <-tick:
+	case <-n.done:
+		if err := n.Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotRunning, err)
+		}
+		return ErrNotRunning
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// disagreement returns "" if every copy agrees, or what differs.
+func (n *Node) disagreement(ctx context.Context) string {
+	if st := n.State(); st != StateServing {
+		return "this node is " + st.String()
+	}
+	m := n.monitor.Load()
+	b := n.Bus()
+	if m == nil || b == nil {
+		return "this node is starting"
+	}
+	records, _ := m.View()
+	live := []string{n.id}
+	for _, r := range records {
+		if r.Node != n.id {
+			live = append(live, r.Node)
+		}
+	}
+	members := n.ring.Members()
+	fp := n.ring.Fingerprint()
+	if want := ring.FingerprintOf(live); want != fp {
+		slices.Sort(live)
+		return fmt.Sprintf("this node's ring holds %s, the heartbeat store's live nodes are %s", strings.Join(members, ","), strings.Join(live, ","))
+	}
+	timeout := max(n.cfg.Heartbeat.EvictAfter, 100*time.Millisecond)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		differ []string
+	)
+	for _, p := range members {
+		if p == n.id {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			st, err := bus.Call[RingState](cctx, b, bus.ServiceID(membershipService, p), RingQuery{})
+			var why string
+			switch {
+			case err != nil:
+				why = fmt.Sprintf("node %s did not answer: %v", p, message.AsError(err).Code)
+			case st.State != StateServing.String():
+				why = fmt.Sprintf("node %s is %s", p, st.State)
+			case st.Fingerprint != fp.String():
+				why = fmt.Sprintf("node %s's ring holds %s", p, strings.Join(st.Members, ","))
+			default:
+				return
+			}
+			mu.Lock()
+			differ = append(differ, why)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(differ) == 0 {
+		return ""
+	}
+	slices.Sort(differ)
+	return fmt.Sprintf("%s; this node's ring holds %s", strings.Join(differ, "; "), strings.Join(members, ","))
+}
