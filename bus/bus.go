@@ -47,7 +47,10 @@ type CloudBus struct {
 
 	lateReplies atomic.Uint64
 	rejected    atomic.Uint64
-	unwatch     func() // stops watching the transport's state, if it reports one
+	late        atomic.Uint64 // refused: the deadline passed before the start
+	released    atomic.Uint64 // given back to the queue unanswered
+	lost        atomic.Uint64 // not run: the transport no longer held them
+	unwatch     func()        // stops watching the transport's state, if it reports one
 }
 
 // service is one registered handler and its consumer.
@@ -320,8 +323,20 @@ type Stats struct {
 	Queued int
 	// LateReplies counts replies that arrived after their call ended.
 	LateReplies uint64
-	// Rejected counts deliveries refused before a handler ran.
+	// Rejected counts deliveries refused before a handler ran, Late ones
+	// included.
 	Rejected uint64
+	// Late counts deliveries not run because their sender's deadline had
+	// passed before they could start (they waited in a queue, in a
+	// prefetch buffer, in a paused process or behind other messages).
+	Late uint64
+	// Released counts deliveries given back to their queue unanswered
+	// (ErrRelease, or a reply that could not be published).
+	Released uint64
+	// Lost counts deliveries neither run nor settled because the
+	// transport no longer held them (see DeliveryChecker): the broker
+	// handed them to another consumer.
+	Lost uint64
 }
 
 // Stats returns a snapshot of the bus's counters.
@@ -341,6 +356,9 @@ func (b *CloudBus) Stats() Stats {
 		Queued:      queued,
 		LateReplies: b.lateReplies.Load(),
 		Rejected:    b.rejected.Load(),
+		Late:        b.late.Load(),
+		Released:    b.released.Load(),
+		Lost:        b.lost.Load(),
 	}
 }
 

@@ -33,6 +33,15 @@ type Config struct {
 	// Ring, optional, is used by [CloudBus.Route] to route by resource.
 	Ring ring.Ring
 
+	// Clock, optional, tells the cluster time that absolute deadlines are
+	// written in (see [Clock]). With it, a message whose sender's
+	// deadline passed while it waited anywhere is never run; without
+	// it, only the time left travels and a receiver counts it from
+	// arrival, so time spent in queues is not seen. Default: none.
+	// service.Node sets its measured clock; processes in one process or
+	// on one machine may use [LocalClock].
+	Clock Clock
+
 	// DefaultTimeout bounds a Call whose ctx has no deadline, so a sender
 	// never hangs. Default 30 s: long enough for slow control-plane
 	// operations, short enough that a lost reply surfaces.
@@ -58,8 +67,10 @@ type Config struct {
 	// answered with message.ErrBusy. Default 64.
 	MaxQueuePerResource int
 
-	// Prefetch bounds the unacknowledged deliveries per consumer, which
-	// bounds the messages held in memory. Default 256.
+	// Prefetch bounds the unacknowledged deliveries per consumer: the
+	// messages held in memory, and the most a paused or cut-off node
+	// keeps from its peers (on the shared api.portal queue) until the
+	// broker takes them back. Default 32.
 	Prefetch int
 
 	// MaxDeliveries bounds how many times a message of a service queue is
@@ -113,7 +124,7 @@ func (c *Config) setDefaults() {
 		c.MaxQueuePerResource = 64
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = 256
+		c.Prefetch = 32
 	}
 	if c.MaxDeliveries == 0 {
 		c.MaxDeliveries = 10

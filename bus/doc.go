@@ -47,10 +47,25 @@
 //     left). Timeout, cancellation, closing and node-left mean the outcome
 //     is unknown: the handler may have run. See message.Code.Retry.
 //   - A Call never hangs: ctx's deadline, WithTimeout or
-//     Config.DefaultTimeout bounds it, and the remaining time travels with
-//     the message so the handler's ctx expires with the caller's.
-//   - A message whose sender's deadline passed while it waited on the
-//     receiver is answered with message.ErrTimeout without running.
+//     Config.DefaultTimeout bounds it, and the deadline travels with the
+//     message so the handler's ctx expires with the caller's.
+//   - No message starts after its sender's deadline, wherever it waited:
+//     in a queue, in a consumer's prefetch buffer, in the socket of a
+//     paused process, behind other messages on the receiver. With a
+//     [Clock] on both ends (service.Node and service.Client have one) the
+//     deadline travels in cluster time and the receiver checks it just
+//     before the handler starts (see "Deadlines" below); without, only
+//     the time left travels, counted from the message's arrival. A late
+//     message is counted (Stats.Late, an OpReject observation whose Err
+//     matches message.ErrTimeout) and acknowledged without running; a
+//     late request is answered with message.ErrTimeout only while its
+//     caller may still listen (within a second of the deadline).
+//   - Just before a handler starts, the transport confirms that it still
+//     holds the delivery ([DeliveryChecker]): after a pause of the
+//     process, a delivery it read before runs only once the broker
+//     answered a round trip sent after the pause, since the broker hands
+//     the deliveries of a silent client to another consumer. A delivery
+//     the transport lost is neither run nor settled (Stats.Lost).
 //   - Messages about one resource (a message.Routed payload, or
 //     WithResource) to one service run one at a time, in arrival order,
 //     on the receiving node; others run in parallel, at most
@@ -62,10 +77,18 @@
 //     Config.MaxQueuePerResource messages waiting refuses more with
 //     message.ErrBusy (safe to retry).
 //   - Deliveries are acknowledged after the handler returned and its reply
-//     was published. A message taken by a node that crashes before that is
-//     redelivered by the transport to the queue's next consumer (at least
-//     once); handlers of non-idempotent operations should deduplicate by
-//     envelope id.
+//     was published. A reply that cannot be published (the broker is
+//     unreachable, the reply queue's caller aside) does not end the
+//     message: it is given back to its queue ([Releaser]), not counted
+//     towards Config.MaxDeliveries, and runs again (Stats.Released). A
+//     message taken by a node that crashes before it was acknowledged is
+//     redelivered by the transport to the queue's next consumer. So
+//     delivery is at least once; handlers of non-idempotent operations
+//     should deduplicate by envelope id.
+//   - A node holds at most Config.Prefetch (32) unacknowledged messages
+//     per queue it consumes, api.portal included; a node that stops (a
+//     pause, a cut link) hands them back when its transport's connection
+//     ends (bus/amqpbus: within about two AMQP heartbeats, 2-3 s).
 //   - Broadcast: every bus on the prefix, the sender included, receives
 //     each event once while it is connected; a bus that is down misses it.
 //     Subscribers run off the receive path, one event at a time.
@@ -73,6 +96,21 @@
 //     with message.ErrNoRoute; a crashed node's queues still exist, so
 //     messages to it wait until a node-left event ends calls towards it
 //     ([CloudBus.AbandonCalls]).
+//
+// # Deadlines
+//
+// The envelope carries the deadline twice: Timeout, the time left when
+// the message was sent, and Deadline, the same instant in cluster time
+// ([Clock]; see message.Envelope). With a clock, the sender writes
+// Deadline = cluster now + time left - its clock's error bound, and the
+// receiver takes as the message's deadline, on its own clock, the
+// earlier of (arrival + Timeout) and (Deadline - cluster now - its
+// bound), read when the message arrives. It refuses the message at
+// arrival, and again just before the handler starts, once that deadline
+// has passed; the handler's ctx ends at it. The receiver measures the
+// wait from the Deadline, not from its arrival, so time spent where
+// nobody counted (a broker queue, the socket buffer of a process that
+// was stopped) counts; clock errors only make the deadline earlier.
 //
 // # Shutdown
 //

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -80,6 +81,14 @@ type Handler interface {
 	// Handle handles one message.
 	Handle(ctx context.Context, req *Request) (any, error)
 }
+
+// ErrRelease, returned by a handler, gives the message back to its queue
+// unanswered, for another consumer (or this one, later) to take, without
+// counting it towards Config.MaxDeliveries. Return it only from a
+// handler that did nothing yet and cannot serve the message now while
+// another node could, such as an API portal whose node is fenced; the
+// caller's deadline still bounds the message.
+var ErrRelease = errors.New("bus: give the message back to its queue")
 
 // HandlerFunc adapts a function to [Handler].
 type HandlerFunc func(ctx context.Context, req *Request) (any, error)

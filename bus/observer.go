@@ -45,8 +45,13 @@ const (
 	// (timed out, canceled, abandoned); it was dropped.
 	OpLateReply
 	// OpReject: a delivery was refused before any handler ran: undecodable,
-	// unknown type, busy, or its sender's deadline had passed. Err says why.
+	// unknown type, busy, its sender's deadline had passed (Err matches
+	// message.ErrTimeout), or the transport no longer held it (a
+	// DeliveryChecker said so). Err says why.
 	OpReject
+	// OpRelease: a delivery was given back to its queue unanswered: its
+	// handler returned ErrRelease, or its reply could not be published.
+	OpRelease
 )
 
 // String returns the operation's name, or "Op(n)" for an unknown value.
@@ -68,6 +73,8 @@ func (o Op) String() string {
 		return "late-reply"
 	case OpReject:
 		return "reject"
+	case OpRelease:
+		return "release"
 	default:
 		return fmt.Sprintf("Op(%d)", uint8(o))
 	}
@@ -85,6 +92,21 @@ type Observation struct {
 	Duration time.Duration
 	// Queued is, for OpHandle, the time the message waited on this node.
 	Queued time.Duration
+	// ID is the envelope id of the message handled, refused, released or
+	// replied to (OpHandle, OpReject, OpRelease, OpReply).
+	ID string
+	// Resource is the resource the message is about, if any.
+	Resource string
+	// Headers are the message's headers (OpHandle, OpReject, OpRelease);
+	// read-only.
+	Headers map[string]string
+	// Start is when the handler started (OpHandle, OpRelease), when the
+	// message was refused (OpReject), or when the reply was published
+	// (OpReply), on this process's clock.
+	Start time.Time
+	// Deadline is the message's deadline on this process's clock (zero if
+	// it has none), for OpHandle, OpReject and OpRelease.
+	Deadline time.Time
 	// Err is the error, if the operation failed.
 	Err error
 }

@@ -19,7 +19,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	if err != nil {
 		b.rejected.Add(1)
 		b.log.Warn("dropping undecodable message", "service", s.id, "err", err)
-		b.observe(Observation{Op: OpReject, ServiceID: s.id, Err: err})
+		b.observe(Observation{Op: OpReject, ServiceID: s.id, Start: arrived, Err: err})
 		_ = d.Reject(false)
 		return
 	}
@@ -31,8 +31,13 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
 		return
 	}
+	dl := b.deadlineOf(env, arrived)
+	if dl.late(arrived) {
+		b.refuseLate(s.id, env, d, arrived, dl)
+		return
+	}
 	j := &job{
-		run:     func() { b.handle(s, env, d, arrived) },
+		run:     func() { b.handle(s, env, d, arrived, dl) },
 		requeue: func() { _ = d.Reject(true) },
 	}
 	key := ""
@@ -49,24 +54,33 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	}
 }
 
-// handle runs the handler for one message, replies and acknowledges.
-func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived time.Time) {
-	queued := time.Since(arrived)
-	var ctx context.Context
-	var cancel context.CancelFunc
-	var deadline time.Time
-	if env.Timeout > 0 {
-		left := env.Timeout - queued
-		if left <= 0 {
-			b.refuse(s.id, env, d, message.ErrTimeout.WithDetails(fmt.Sprintf("the sender's deadline passed after %s waiting on node %s; the handler did not run", queued.Round(time.Millisecond), b.node)))
+// handle runs the handler for one message, replies and acknowledges. Just
+// before the handler starts it checks again that the deadline has not
+// passed and that the transport still holds the delivery (see
+// [DeliveryChecker]): a process paused after reading the message, or cut
+// off from the broker, never runs what the broker may have handed to
+// another consumer, nor anything whose caller has given up.
+func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived time.Time, dl deadline) {
+	if dl.late(time.Now()) {
+		b.refuseLate(s.id, env, d, arrived, dl)
+		return
+	}
+	ctx, cancel := dl.context(b.base)
+	defer cancel()
+	if c, ok := d.(DeliveryChecker); ok {
+		if err := c.Check(ctx); err != nil {
+			// Neither run nor settle it: the broker requeues it, or did.
+			b.lost.Add(1)
+			b.log.Debug("not running a delivery the transport no longer holds", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
+			b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID,
+				Headers: env.Headers, Start: time.Now(), Deadline: dl.at, Err: err})
 			return
 		}
-		deadline = arrived.Add(env.Timeout)
-		ctx, cancel = context.WithDeadline(b.base, deadline)
-	} else {
-		ctx, cancel = context.WithCancel(b.base)
+		if dl.late(time.Now()) {
+			b.refuseLate(s.id, env, d, arrived, dl)
+			return
+		}
 	}
-	defer cancel()
 
 	payload, err := b.reg.Decode(env.Type, env.Body)
 	if err == nil {
@@ -77,15 +91,69 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 		return
 	}
 	start := time.Now()
-	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b, deadline: deadline})
-	b.observe(Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, Duration: time.Since(start), Queued: queued, Err: err})
+	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b, deadline: dl.at})
+	obs := Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
+		Start: start, Deadline: dl.at, Duration: time.Since(start), Queued: start.Sub(arrived), Err: err}
+	if errors.Is(err, ErrRelease) {
+		obs.Op = OpRelease
+		b.observe(obs)
+		b.release(s.id, env, d, err)
+		return
+	}
+	b.observe(obs)
 	if env.Kind == message.KindRequest {
-		b.sendReply(s.id, env, resp, err)
+		if rerr := b.sendReply(s.id, env, resp, err); rerr != nil && !errors.Is(rerr, message.ErrNoRoute) {
+			// The caller may still be waiting; the handler ran but nobody
+			// can hear it: give the message back rather than drop it.
+			b.release(s.id, env, d, rerr)
+			return
+		}
 	} else if err != nil {
 		b.log.Warn("handler failed on a one-way message", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
 	}
 	_ = d.Ack()
 }
+
+// release gives d back to its queue, unanswered, without counting it as
+// a failed delivery ([Releaser]); a transport that cannot release
+// rejects it for redelivery instead.
+func (b *CloudBus) release(serviceID string, env *message.Envelope, d Delivery, why error) {
+	b.released.Add(1)
+	b.log.Debug("message given back to its queue", "service", serviceID, "type", env.Type, "id", env.ID, "why", why)
+	if r, ok := d.(Releaser); ok {
+		if err := r.Release(); err == nil {
+			return
+		}
+	}
+	_ = d.Reject(true)
+}
+
+// refuseLate refuses a message whose deadline passed before it could
+// start: it never runs, and it is counted (Stats.Late, OpReject with
+// message.ErrTimeout). A request is answered only while its caller may
+// still be listening (within lateReplyGrace of the deadline): later, the
+// reply would only be dropped as late.
+func (b *CloudBus) refuseLate(serviceID string, env *message.Envelope, d Delivery, arrived time.Time, dl deadline) {
+	now := time.Now()
+	late := now.Sub(dl.at)
+	b.late.Add(1)
+	b.rejected.Add(1)
+	err := message.ErrTimeout.WithDetails(fmt.Sprintf(
+		"the sender's deadline passed %s before the message could start on node %s (it arrived %s before); the handler did not run",
+		late.Round(time.Millisecond), b.node, now.Sub(arrived).Round(time.Millisecond)))
+	b.log.Debug("late message not run", "service", serviceID, "type", env.Type, "id", env.ID, "late", late)
+	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
+		Headers: env.Headers, Start: now, Deadline: dl.at, Err: err})
+	if env.Kind == message.KindRequest && late < lateReplyGrace {
+		_ = b.sendReply(serviceID, env, nil, err)
+	}
+	_ = d.Ack()
+}
+
+// lateReplyGrace is how long after its deadline a late request is still
+// answered with a timeout: the caller's own clock may run behind by the
+// cluster clock's error. Later, nobody listens.
+const lateReplyGrace = time.Second
 
 // checkResource refuses a payload that names a resource (message.Routed)
 // but arrived without one in its envelope, or with another one: such a
@@ -126,9 +194,10 @@ func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp an
 // refuse answers a message that no handler ran for, and acknowledges it.
 func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, err error) {
 	b.rejected.Add(1)
-	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, Err: err})
+	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
+		Headers: env.Headers, Start: time.Now(), Err: err})
 	if env.Kind == message.KindRequest {
-		b.sendReply(serviceID, env, nil, err)
+		_ = b.sendReply(serviceID, env, nil, err)
 	} else {
 		b.log.Warn("refused a one-way message", "service", serviceID, "type", env.Type, "id", env.ID, "err", err)
 	}
@@ -136,7 +205,8 @@ func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, e
 }
 
 // sendReply publishes the reply to a request: resp, or err with its code.
-func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, err error) {
+// It returns the publish's error.
+func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, err error) error {
 	reply := req.Reply()
 	reply.Source = b.node
 	if err == nil && !isNil(resp) {
@@ -157,18 +227,19 @@ func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, 
 		data, encErr = message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 		if encErr != nil {
 			b.log.Error("cannot encode reply", "service", serviceID, "type", req.Type, "err", encErr)
-			return
+			return nil // nothing better can be sent; giving it back would fail the same way
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
 	defer cancel()
 	start := time.Now()
 	perr := b.tr.Publish(ctx, req.ReplyTo, data)
-	b.observe(Observation{Op: OpReply, Type: reply.Type, ServiceID: serviceID, Duration: time.Since(start), Err: perr})
+	b.observe(Observation{Op: OpReply, Type: reply.Type, ServiceID: serviceID, ID: req.ID, Start: start, Duration: time.Since(start), Err: perr})
 	if perr != nil {
 		// No route means the caller is gone; its call ended already.
 		b.log.Debug("reply not delivered", "service", serviceID, "reply_to", req.ReplyTo, "err", perr)
 	}
+	return perr
 }
 
 // onReply hands a reply to its pending call, or counts it as late.

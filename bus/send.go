@@ -284,14 +284,10 @@ func (o callOptions) bound(ctx context.Context, def time.Duration, always bool) 
 	return ctx, func() {}
 }
 
-// publish stamps the remaining time, encodes and publishes env.
+// publish stamps the deadline, encodes and publishes env.
 func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
-	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		if left <= 0 {
-			return ctxError(ctx)
-		}
-		env.Timeout = left
+	if err := b.stampDeadline(ctx, env); err != nil {
+		return err
 	}
 	data, err := message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 	if err != nil {

@@ -134,6 +134,37 @@ type Delivery interface {
 	Reject(requeue bool) error
 }
 
+// DeliveryChecker is implemented by a [Delivery] whose transport can
+// lose it before it is settled: the broker hands an unacknowledged
+// delivery to another consumer once its connection closes, and a
+// process paused long enough (SIGSTOP, a VM freeze) may not notice until
+// after it read the delivery. The bus calls Check just before the
+// handler would start.
+//
+// Check returns nil if the delivery is still this consumer's: its
+// connection is up and, if the process may have been paused since the
+// delivery arrived, the broker answered a round trip sent after the
+// pause. Otherwise it returns an error (bounded by ctx): then the bus
+// neither runs nor settles the delivery, since the broker has requeued
+// it for another consumer. Check may block for a round trip to the
+// broker; it is safe for concurrent use.
+type DeliveryChecker interface {
+	// Check reports whether the delivery is still held; see the type.
+	Check(ctx context.Context) error
+}
+
+// Releaser is implemented by a [Delivery] that can be given back to its
+// queue without counting as a failed delivery: unlike Reject(true), a
+// release does not count towards QueueOptions.MaxDeliveries, because the
+// consumer did not crash on the message, it could not finish it (its
+// reply could not be published, or its handler returned [ErrRelease]).
+// The message goes to any consumer of the queue, possibly at its tail.
+// Release is settling: after it, Ack and Reject are no-ops.
+type Releaser interface {
+	// Release gives the delivery back; see the type.
+	Release() error
+}
+
 // Consumer is a running consumption started by [Transport.Consume].
 type Consumer interface {
 	// Cancel stops delivery; unacknowledged deliveries go back to the

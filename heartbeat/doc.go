@@ -112,6 +112,44 @@
 // assume it was evicted and stop serving (self-fencing) before a peer
 // takes over its resources.
 //
+// # Cluster time and deadlines
+//
+// The store's clock is also the cluster's clock: the one every deadline
+// is written in (message.Envelope.Deadline), so that a message that
+// waited anywhere, for any reason, is known to be late when it is
+// finally read. A store that implements [TimeSource] tells its time; the
+// monitor reads it at Join and after every successful beat, and keeps an
+// estimate of this node's offset to it ([ClockSync],
+// [Monitor.ClusterTime]), the rules being:
+//
+//  1. A reading sent at local time s and answered at local time r lies
+//     between them: the offset is (store time) - (s+r)/2, known to within
+//     e = (r-s)/2 plus the store clock's resolution (1 µs on PostgreSQL
+//     and MySQL, 1 ms on SQLite).
+//  2. Of the readings of the last minute (at most 16) the one with the
+//     smallest bound wins, its bound grown by 200 ppm of its age
+//     ([MaxClockDrift]): a slow reading (a busy database, a pause in
+//     between) never spoils a fast one. After a minute without a reading
+//     the cluster time is unknown, and a node's messages carry only the
+//     time left.
+//  3. With the defaults (a beat every 500 ms) and a 2 ms round trip to
+//     the database, the bound is about 1 ms; [MaxClockError] (50 ms) is
+//     the bound a node should reach, and Join logs the measured offset
+//     and bound ("cluster clock measured": clock_offset, clock_error), at
+//     warning level above 50 ms.
+//  4. Node clocks may be off by any amount: only each node's measured
+//     offset matters, and only durations between readings of its own
+//     clock ([Config.Now]). A process paused between s and r gives a
+//     large bound, which rule 2 discards.
+//
+// A sender writes its deadline as (cluster time now) + (time left) -
+// (its bound); a receiver refuses a message once (cluster time now) +
+// (its bound) reaches it. So no message starts after its caller's
+// deadline, whatever the clock errors, as long as the bounds hold; the
+// price is starting at most the two bounds early (about 2 ms). The
+// receiver checks just before the handler starts, so the remaining gap
+// is the scheduling between that check and the handler's first line.
+//
 // # Events
 //
 // Run reports [Joined] (a new record, or a new epoch of a known node),

@@ -30,6 +30,7 @@ type Monitor struct {
 	cfg      Config
 	listener Listener
 	log      *slog.Logger
+	clock    *ClockSync // this node's offset to the store's clock
 
 	// initialDelay returns the delay before Run's first round; tests
 	// replace it to fix the phase.
@@ -95,6 +96,7 @@ func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.L
 		cfg:          cfg,
 		listener:     l,
 		log:          logger.With("node", node),
+		clock:        NewClockSync(cfg.Now),
 		initialDelay: func() time.Duration { return rand.N(cfg.Interval) },
 	}, nil
 }
@@ -126,6 +128,7 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 		m.mu.Unlock()
 	}()
 
+	m.sampleClock(ctx)
 	start := m.cfg.Now()
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	epoch, err = m.store.Register(opCtx, m.node)
@@ -163,8 +166,51 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 	m.lastBeat = start
 	m.seen = seen
 	m.mu.Unlock()
-	m.log.Info("heartbeat: joined", "epoch", epoch, "members", len(recs))
+	if offset, bound, ok := m.clock.Offset(); ok {
+		level := slog.LevelInfo
+		if bound > MaxClockError {
+			level = slog.LevelWarn
+		}
+		m.log.Log(ctx, level, "heartbeat: joined; cluster clock measured", "epoch", epoch, "members", len(recs),
+			"clock_offset", offset, "clock_error", bound, "max_clock_error", MaxClockError)
+	} else {
+		m.log.Info("heartbeat: joined; the store tells no time, so there is no cluster clock", "epoch", epoch, "members", len(recs))
+	}
 	return epoch, slices.Clone(recs), nil
+}
+
+// MaxClockError is the error bound of the cluster clock a node should
+// reach: a monitor whose best estimate is worse logs a warning at Join.
+// Deadlines hold to within this bound plus the receiver's scheduling
+// (see message.Envelope.Deadline); a round trip to the store under 100
+// ms reaches it.
+const MaxClockError = 50 * time.Millisecond
+
+// ClusterTime returns the cluster time, that is the store's clock as
+// this node estimates it from its round trips to the store, and the
+// bound of the estimate's error. ok is false if the store is not a
+// [TimeSource] or no round trip succeeded in the last minute. Safe for
+// concurrent use.
+func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
+	return m.clock.Now()
+}
+
+// sampleClock reads the store's time once, if the store tells it.
+func (m *Monitor) sampleClock(ctx context.Context) {
+	ts, ok := m.store.(TimeSource)
+	if !ok {
+		return
+	}
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	defer cancel()
+	sent := m.cfg.Now()
+	remote, res, err := ts.StoreTime(opCtx)
+	received := m.cfg.Now()
+	if err != nil {
+		m.log.Debug("heartbeat: read the store's time", "err", err)
+		return
+	}
+	m.clock.Sample(sent, received, remote, res)
 }
 
 // Leave says goodbye: it stops Run if it is running and waits for it to

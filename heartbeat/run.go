@@ -84,6 +84,9 @@ func (m *Monitor) round(ctx context.Context) error {
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	err := m.store.Beat(opCtx, m.node, m.epoch)
 	cancel()
+	if err == nil {
+		m.sampleClock(ctx)
+	}
 	switch {
 	case ctx.Err() != nil:
 		return nil

@@ -187,15 +187,21 @@ func (p *parser) field(key string, e *Envelope) error {
 		if p.isNull() {
 			return nil
 		}
-		start := p.pos
-		if err := p.number(); err != nil {
+		n, err := p.int64(key)
+		if err != nil {
 			return err
 		}
-		n, err := strconv.ParseInt(string(p.data[start:p.pos]), 10, 64)
-		if err != nil {
-			return errors.New("timeout_ns is not an integer")
-		}
 		e.Timeout = time.Duration(n)
+		return nil
+	case "deadline_ns":
+		if p.isNull() {
+			return nil
+		}
+		n, err := p.int64(key)
+		if err != nil {
+			return err
+		}
+		e.Deadline = n
 		return nil
 	case "headers":
 		return p.headers(e)
@@ -410,6 +416,21 @@ func (p *parser) skip(depth int) error {
 		}
 		return p.fail("unexpected character")
 	}
+}
+
+// int64 reads a JSON number at p.pos that must be an integer fitting
+// int64, as encoding/json requires of an int64 field; name is the key,
+// for the error.
+func (p *parser) int64(name string) (int64, error) {
+	start := p.pos
+	if err := p.number(); err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(string(p.data[start:p.pos]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s is not an integer", name)
+	}
+	return n, nil
 }
 
 // number checks a JSON number at p.pos and moves past it.

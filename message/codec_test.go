@@ -45,6 +45,12 @@ var codecSeeds = []string{
 	`{"kind":"send","kind":"event"}`,
 	`{"timeout_ns":5,"timeout_ns":null}`,
 	`{"timeout_ns":5,"timeout_ns":7}`,
+	`{"id":"d","kind":"request","deadline_ns":1796000000123456789,"timeout_ns":5000000000}`,
+	`{"deadline_ns":5,"deadline_ns":null}`,
+	`{"deadline_ns":5,"Deadline_NS":7}`,
+	`{"deadline_ns":1e3}`,
+	`{"deadline_ns":9223372036854775808}`,
+	`{"deadline_ns":-1}`,
 	`{"service_id":"a","Service_ID":"b","service_id":null}`,
 	// Keys that fold to a field name only under Unicode folding (U+017F
 	// LATIN SMALL LETTER LONG S folds to s, U+212A KELVIN SIGN to k), and

@@ -7,10 +7,22 @@
 // # Envelopes
 //
 // An envelope holds routing fields (target service id, optional resource
-// UUID, correlation id and reply-to), the time left until the sender's
-// deadline as a duration (never an absolute time, so clock skew between
-// nodes cannot expire or extend it), headers that pass through untouched,
-// and a JSON body. [EncodeEnvelope] and [DecodeEnvelope] enforce a size
+// UUID, correlation id and reply-to), the sender's deadline, headers that
+// pass through untouched, and a JSON body.
+//
+// The deadline travels twice. Deadline is absolute, in cluster time: the
+// clock of the heartbeat store, which every node measures its offset to
+// at each beat and every client to through a node, so that a message
+// that waited anywhere (a broker queue, a consumer's prefetch buffer, the
+// socket of a paused process) is known to be late when it is finally
+// read. An earlier version carried only a duration, so that clock skew
+// could neither expire nor extend it; but a duration restarts wherever
+// the message is next read, and a message that waited ten seconds in a
+// paused node ran with a full new deadline. Cluster time keeps the skew
+// argument (node clocks may be minutes apart; what matters is each
+// node's measured offset to one clock, whose error bound every node
+// logs) and adds the wait. Timeout, the time left when the message was
+// sent, stays for receivers that have no cluster time. [EncodeEnvelope] and [DecodeEnvelope] enforce a size
 // limit, valid UTF-8 and a single JSON value with no trailing data.
 // Envelopes are encoded with encoding/json and decoded by a hand-written
 // decoder, 3 to 4 times faster, that a differential fuzz test keeps in

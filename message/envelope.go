@@ -92,10 +92,22 @@ type Envelope struct {
 	// Source names the sender (a node UUID or client id), for tracing.
 	Source string `json:"source,omitempty"`
 	// Timeout is the time left until the sender's deadline when the
-	// message was sent; 0 means none. It is a duration, not an absolute
-	// time, so clock skew between nodes can neither expire nor extend it;
-	// the receiver starts its own timer on arrival.
+	// message was sent; 0 means none. A receiver that cannot use
+	// Deadline counts it from the message's arrival.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Deadline is the sender's deadline in cluster time (see the package
+	// documentation), in nanoseconds since the Unix epoch; 0 means the
+	// sender knows no cluster time, and only Timeout applies. A receiver
+	// with cluster time runs the message only before it.
+	//
+	// A client that is not a node measures the cluster time through any
+	// node: it sends a request of type "cloudbus.v1.ClusterTimeQuery"
+	// (empty body) to api.portal at local time s and gets, at local time
+	// r, a "cloudbus.v1.ClusterTime" reply {"now_ns", "error_ns"}; its
+	// offset is now_ns - (s+r)/2, within (r-s)/2 + error_ns. It then
+	// writes Deadline = local now + offset + time left - that error
+	// bound (service.Client does so, measuring again every 10 s).
+	Deadline int64 `json:"deadline_ns,omitempty"`
 	// Headers pass through untouched (e.g. a W3C traceparent).
 	Headers map[string]string `json:"headers,omitempty"`
 	// Body is the JSON encoding of a value of the registered Type.
@@ -165,6 +177,9 @@ func (e *Envelope) Validate() error {
 	}
 	if e.Timeout < 0 {
 		bad("negative timeout %s", e.Timeout)
+	}
+	if e.Deadline < 0 {
+		bad("negative deadline %d", e.Deadline)
 	}
 	for k := range e.Headers {
 		if k == "" {

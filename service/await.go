@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
@@ -69,7 +70,8 @@ func (n *Node) AwaitMembers(ctx context.Context, count int) error {
 
 // AwaitConverged waits until every ring copy of the cluster agrees, as
 // far as this node can check: it serves; its ring holds exactly the live
-// nodes of its latest read of the heartbeat store; and every other node
+// nodes of a read of the heartbeat store made after the call began; and
+// every other node
 // in it answers, over the bus, that it serves with a ring copy of the
 // same fingerprint (a [RingQuery] to the node's internal membership
 // service, each bounded by the eviction threshold). Then every node
@@ -81,9 +83,16 @@ func (n *Node) AwaitMembers(ctx context.Context, count int) error {
 // matching [ErrNotRunning] if the node stops. A node that joins or
 // leaves afterwards starts a new convergence.
 func (n *Node) AwaitConverged(ctx context.Context) error {
+	// Only a read of the store made after this call began counts: a
+	// node that joined just before must be seen.
+	m0 := n.monitor.Load()
+	var lists0 uint64
+	if m0 != nil {
+		_, lists0 = m0.View()
+	}
 	for {
 		changed := n.watch()
-		why := n.disagreement(ctx)
+		why := n.disagreement(ctx, m0, lists0)
 		if why == "" {
 			return nil
 		}
@@ -116,8 +125,10 @@ func (n *Node) waitChange(ctx context.Context, changed <-chan struct{}, poll tim
 	return nil
 }
 
-// disagreement returns "" if every copy agrees, or what differs.
-func (n *Node) disagreement(ctx context.Context) string {
+// disagreement returns "" if every copy agrees, or what differs. The
+// store must have been read since lists0 reads by monitor m0 (a later
+// life's monitor read it afresh).
+func (n *Node) disagreement(ctx context.Context, m0 *heartbeat.Monitor, lists0 uint64) string {
 	if st := n.State(); st != StateServing {
 		return "this node is " + st.String()
 	}
@@ -126,7 +137,10 @@ func (n *Node) disagreement(ctx context.Context) string {
 	if m == nil || b == nil {
 		return "this node is starting"
 	}
-	records, _ := m.View()
+	records, lists := m.View()
+	if m == m0 && lists <= lists0 {
+		return "waiting for a fresh read of the heartbeat store"
+	}
 	live := []string{n.id}
 	for _, r := range records {
 		if r.Node != n.id {

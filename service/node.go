@@ -130,6 +130,7 @@ func NewNode(cfg Config) (*Node, error) {
 		message.Register[LeaveNotice](cfg.Registry, TypeLeaveNotice),
 		message.Register[RingQuery](cfg.Registry, TypeRingQuery),
 		message.Register[RingState](cfg.Registry, TypeRingState),
+		registerClockTypes(cfg.Registry),
 	} {
 		if err != nil {
 			return nil, fmt.Errorf("service: %w", err)

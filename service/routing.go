@@ -170,7 +170,21 @@ func (n *Node) guard(s Service) bus.Handler {
 // to the service that accepts its type, on the resource's owner or, for a
 // message about no resource, on this node, and returns the reply to the
 // original caller.
+//
+// A portal whose node is fenced (it could not beat for longer than the
+// lease) or not serving cannot vouch for its ring: it gives the message
+// back to api.portal, after a short pause, for a healthy node's portal.
 func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
+	if st := n.State(); st != StateServing || n.Fenced() {
+		select {
+		case <-time.After(portalReleasePause):
+		case <-ctx.Done():
+		}
+		return nil, bus.ErrRelease
+	}
+	if r.Type() == TypeClusterTimeQuery {
+		return n.clusterTimeReply()
+	}
 	service, ok := n.api[r.Envelope.Type]
 	if !ok {
 		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", r.Envelope.Type, bus.APIPortal))
@@ -182,6 +196,11 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	}
 	return n.Call(ctx, service, r.Payload, opts...)
 }
+
+// portalReleasePause is how long a fenced portal waits before giving a
+// message back, so that a cluster whose every node is fenced (a database
+// outage) does not spin its messages through the broker.
+const portalReleasePause = 100 * time.Millisecond
 
 // HeaderPortal is set on a message forwarded from api.portal: the node
 // whose portal forwarded it.

@@ -142,6 +142,9 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	bc.Registry = n.cfg.Registry
 	bc.Ring = n.ring
 	bc.Logger = n.cfg.Logger
+	if bc.Clock == nil {
+		bc.Clock = bus.ClockFunc(n.ClusterTime)
+	}
 	b, err := bus.Open(ctx, bc)
 	if err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)

@@ -37,9 +37,26 @@ type Config struct {
 	// DialTimeout bounds connecting and the AMQP handshake. Default 10 s.
 	DialTimeout time.Duration
 
-	// Heartbeat is the AMQP heartbeat interval: a dead TCP connection is
-	// noticed after about two of them. Default 5 s.
+	// Heartbeat is the AMQP heartbeat interval, in whole seconds (the
+	// protocol's unit; amqp091-go would silently take the broker's 60 s
+	// for anything below a second). The broker closes the connection of a
+	// client silent for about two of them (RabbitMQ: 1.9 to 2.7 s at 1 s),
+	// which gives a paused node's unacknowledged deliveries to its peers.
+	// Default 1 s, the minimum.
 	Heartbeat time.Duration
+
+	// ProbeInterval is how often the transport checks that the broker
+	// answers, with a round trip on a channel of its own: a link that
+	// silently drops everything (a blackhole, a half-open connection) is
+	// noticed within ProbeInterval + ProbeTimeout, sooner than the AMQP
+	// heartbeat (three intervals) and within a node's lease. Default
+	// 250 ms.
+	ProbeInterval time.Duration
+
+	// ProbeTimeout is how long a probe may wait for the broker's answer
+	// before the connection is declared dead, closed and reconnected.
+	// Default 1 s.
+	ProbeTimeout time.Duration
 
 	// ReconnectMax caps the backoff between reconnection attempts after
 	// the connection dropped; attempts start 50 ms apart, double, and
@@ -61,7 +78,7 @@ type Config struct {
 	// messages. It must stay well above the eviction threshold plus the
 	// time a survivor needs to drain a dead node's queues, because
 	// RabbitMQ does not dead-letter the messages of an expiring queue.
-	// Default 30 min (the default eviction threshold is 6 s). Every node
+	// Default 30 min (the default eviction threshold is 3 s). Every node
 	// of a cluster must use the same value: the broker refuses to
 	// redeclare a queue with other arguments.
 	QueueExpires time.Duration
@@ -83,7 +100,13 @@ func (c *Config) setDefaults() {
 		c.DialTimeout = 10 * time.Second
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = 5 * time.Second
+		c.Heartbeat = time.Second
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 250 * time.Millisecond
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = time.Second
 	}
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = 2 * time.Second
@@ -114,8 +137,12 @@ func (c *Config) Validate() error {
 	} else if _, err := amqp.ParseURI(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("amqpbus: config: URL %s is not an AMQP URI (amqp:// or amqps://)", MaskURL(c.URL)))
 	}
-	if c.Publishers < 0 || c.DialTimeout < 0 || c.ReconnectMax < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 {
+	if c.Publishers < 0 || c.DialTimeout < 0 || c.ReconnectMax < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 ||
+		c.ProbeInterval < 0 || c.ProbeTimeout < 0 {
 		errs = append(errs, errors.New("amqpbus: config: counts and durations must not be negative"))
+	}
+	if c.Heartbeat > 0 && (c.Heartbeat < time.Second || c.Heartbeat%time.Second != 0) {
+		errs = append(errs, fmt.Errorf("amqpbus: config: Heartbeat %s must be whole seconds, at least 1 s: AMQP counts heartbeats in seconds, and amqp091-go would take the broker's 60 s for less", c.Heartbeat))
 	}
 	if c.QueueExpires != 0 && c.QueueExpires < time.Minute {
 		errs = append(errs, fmt.Errorf("amqpbus: config: QueueExpires %s is too short: a dead node's queue must outlive eviction and draining (use minutes)", c.QueueExpires))

@@ -2,6 +2,7 @@ package amqpbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -22,6 +23,12 @@ const headerDeliveries = "x-cloudbus-deliveries"
 
 var consumerTags atomic.Uint64
 
+// feed is the deliveries of one channel, and the session it belongs to.
+type feed struct {
+	d <-chan amqp.Delivery
+	s *session
+}
+
 // consumer consumes one queue on its own channel. When the connection
 // drops, the transport resumes it on a new channel of the next session;
 // deliveries of the old channel can no longer be acknowledged (the broker
@@ -34,7 +41,7 @@ type consumer struct {
 	limit    bus.QueueOptions
 	handle   func(bus.Delivery)
 	done     chan struct{} // closed when run returns
-	resumed  chan (<-chan amqp.Delivery)
+	resumed  chan feed
 	stopped  chan struct{}
 	stopOnce sync.Once
 
@@ -65,7 +72,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeO
 		tag:         fmt.Sprintf("%s-%d", t.cfg.ConnectionName, consumerTags.Add(1)),
 		handle:      handle,
 		done:        make(chan struct{}),
-		resumed:     make(chan (<-chan amqp.Delivery), 1),
+		resumed:     make(chan feed, 1),
 		stopped:     make(chan struct{}),
 		outstanding: make(map[*amqp.Channel]int),
 	}
@@ -79,7 +86,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeO
 	t.mu.Lock()
 	t.consumers[c] = struct{}{}
 	t.mu.Unlock()
-	go c.run(deliveries)
+	go c.run(feed{d: deliveries, s: s})
 	return c, nil
 }
 
@@ -117,22 +124,23 @@ func (c *consumer) resume(s *session) error {
 	if err != nil {
 		return err
 	}
+	f := feed{d: deliveries, s: s}
 	select {
-	case c.resumed <- deliveries:
+	case c.resumed <- f:
 	default: // a resume is already queued: keep the newer
 		select {
 		case <-c.resumed:
 		default:
 		}
-		c.resumed <- deliveries
+		c.resumed <- f
 	}
 	return nil
 }
 
-func (c *consumer) run(deliveries <-chan amqp.Delivery) {
+func (c *consumer) run(f feed) {
 	defer close(c.done)
 	for {
-		for d := range deliveries {
+		for d := range f.d {
 			if d.Redelivered && c.limit.MaxDeliveries > 0 {
 				c.recount(d)
 				continue
@@ -140,10 +148,10 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery) {
 			c.mu.Lock()
 			c.outstanding[d.Acknowledger.(*amqp.Channel)]++
 			c.mu.Unlock()
-			c.handle(&delivery{c: c, d: d})
+			c.handle(&delivery{c: c, s: f.s, d: d})
 		}
 		select { // the channel closed: stopped, or the connection dropped
-		case deliveries = <-c.resumed:
+		case f = <-c.resumed:
 		case <-c.stopped:
 			return
 		case <-c.t.closing:
@@ -253,9 +261,15 @@ func (c *consumer) Cancel() error {
 // delivery adapts amqp.Delivery to [bus.Delivery].
 type delivery struct {
 	c    *consumer
+	s    *session // the session whose channel it came on
 	d    amqp.Delivery
 	once sync.Once
 }
+
+var (
+	_ bus.DeliveryChecker = (*delivery)(nil)
+	_ bus.Releaser        = (*delivery)(nil)
+)
 
 func (d *delivery) Body() []byte      { return d.d.Body }
 func (d *delivery) Redelivered() bool { return d.d.Redelivered }
@@ -284,6 +298,30 @@ func (d *delivery) Ack() error {
 	d.once.Do(func() {
 		err = d.d.Ack(false)
 		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
+	})
+	return err
+}
+
+// Release implements [bus.Releaser]: the message is published again to
+// its queue with its delivery count unchanged, and the original
+// acknowledged, so the giveback does not count towards MaxDeliveries;
+// the copy waits at the tail of the queue. If that publish fails, the
+// delivery is rejected for redelivery instead (which may count).
+func (d *delivery) Release() error {
+	var err error
+	d.once.Do(func() {
+		defer d.c.settled(d.d.Acknowledger.(*amqp.Channel))
+		ctx, cancel := context.WithTimeout(context.Background(), d.c.t.cfg.PublishTimeout)
+		defer cancel()
+		headers := amqp.Table{}
+		if n, ok := d.d.Headers[headerDeliveries]; ok {
+			headers[headerDeliveries] = n
+		}
+		if err = d.c.t.publishTable(ctx, d.c.queue, d.d.Body, headers); err != nil {
+			err = errors.Join(fmt.Errorf("amqpbus: release a delivery of %s: %w", d.c.queue, err), d.d.Reject(true))
+			return
+		}
+		err = d.d.Ack(false)
 	})
 	return err
 }

@@ -35,7 +35,7 @@
 // service queues are durable and neither exclusive nor auto-delete, so
 // they outlive their consumer (publishing to them still succeeds, the
 // messages wait). Their x-expires (default 30 min) must stay far above the
-// eviction threshold (default 6 s) plus the time a survivor needs to
+// eviction threshold (default 3 s) plus the time a survivor needs to
 // drain them, because RabbitMQ does not dead-letter the messages of a
 // queue that expires: expiry must never come first.
 //
@@ -81,13 +81,49 @@
 // Config.ReconnectMax (2 s) and carry ±20 % jitter, so a node is back
 // within about two seconds of the broker being reachable again. On each
 // new connection it declares again every queue it had declared (the
-// exclusive reply and event queues died with the old connection) and
-// restarts every consumer on a new channel. It reports its state through
+// exclusive reply and event queues died with the old connection), makes
+// publishing available, and only then restarts every consumer on a new
+// channel: a handler that runs can always reply and forward. It reports its state through
 // [bus.StateWatcher] (connected, reconnecting, closed); the bus fails
 // calls waiting for a reply with message.ErrUnavailable the moment the
 // connection drops (their reply queue is gone, so waiting longer is
 // pointless; outcome unknown), and publishes made while reconnecting fail
 // at once with message.ErrUnavailable (nothing was sent: safe to retry).
+//
+// # Liveness and pauses
+//
+// Three mechanisms bound how long a dead link or a stopped process goes
+// unnoticed, with the defaults:
+//
+//  1. AMQP heartbeats every Config.Heartbeat (1 s, the protocol's
+//     minimum; amqp091-go counts whole seconds and would take the
+//     broker's 60 s for less, so Validate refuses it). RabbitMQ closes the
+//     connection of a client silent for about two heartbeats (1.9-2.7 s
+//     measured) and hands its unacknowledged deliveries to the other
+//     consumers: a paused node keeps its share of api.portal (at most the
+//     bus's prefetch, 32) for under 3 s, within the default eviction
+//     threshold.
+//  2. A probe: every Config.ProbeInterval (250 ms) a round trip
+//     (basic.qos) on a channel of its own; with no answer within
+//     Config.ProbeTimeout (1 s) the transport cuts the TCP connection and
+//     reconnects. A link that silently drops everything is noticed within
+//     1.25 s, inside a node's 2 s lease (amqp091's own read deadline,
+//     three heartbeats, would take 3 s).
+//  3. A watchdog ticking every 100 ms: a tick more than 500 ms late means
+//     the process was paused (SIGSTOP, a frozen VM). From then on, a
+//     delivery read before (or read from the socket's buffer right after
+//     the pause) runs only once the broker answered a probe sent after
+//     the pause, which TCP delivers after everything the broker sent
+//     before it; if the connection died meanwhile the delivery is dropped
+//     unrun, because the broker has requeued it ([bus.DeliveryChecker]).
+//
+// # Giving a delivery back
+//
+// A delivery the bus could not finish (its reply could not be published)
+// is released ([bus.Releaser]): published again to its queue with its
+// delivery count unchanged, then acknowledged, so it does not count
+// towards the poison limit. If that publish fails, it is rejected for
+// redelivery instead.
 //
 // We use our own loop rather than amqp091-go's experimental
 // Config.Recovery: that retries 5 times 5 s apart by default and then

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,7 +20,12 @@ import (
 type session struct {
 	t    *Transport
 	conn *amqp.Connection
+	raw  net.Conn // the TCP (or TLS) connection under conn, closed to kill it
 	pubs []*publisher
+
+	probeCh  *amqp.Channel // the liveness probe's own channel
+	probeNow chan struct{} // cap 1: asks the prober for a round trip at once
+	proved   atomic.Int64  // monotonic ns (since t.epoch) when the newest successful probe was sent
 
 	ctlMu sync.Mutex // serializes operations on ctl
 	ctl   *amqp.Channel
@@ -42,6 +48,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 		err error
 	}
 	done := make(chan result, 1)
+	var raw net.Conn // set by Dial below, before DialConfig returns
 	go func() {
 		c, err := amqp.DialConfig(t.cfg.URL, amqp.Config{
 			Heartbeat:       t.cfg.Heartbeat,
@@ -52,6 +59,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 				conn, err := dial(network, addr)
 				if err == nil {
 					_ = conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout)) // the handshake; amqp091 clears it after
+					raw = conn
 				}
 				return conn, err
 			},
@@ -72,7 +80,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", t.masked, scrub(r.err, t.cfg.URL), message.ErrUnavailable)
 	}
-	s := &session{t: t, conn: r.c, lost: make(chan struct{})}
+	s := &session{t: t, conn: r.c, raw: raw, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		s.close()
 		return nil, err
@@ -96,10 +104,17 @@ func (s *session) open() error {
 		}
 		s.pubs = append(s.pubs, p)
 	}
+	probe, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqpbus: open probe channel on %s: %w", t.masked, unavailable(err))
+	}
+	s.probeCh = probe
+	s.proved.Store(t.mono()) // the handshake just succeeded
 	closed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go s.watch(closed, blocked)
+	go s.probe()
 	for _, p := range s.pubs {
 		t.wg.Add(2)
 		go p.run()
@@ -158,6 +173,81 @@ func (s *session) isLost() bool {
 // close closes the connection; watch then closes lost.
 func (s *session) close() {
 	_ = s.conn.Close()
+}
+
+// kill drops the connection at once, without the AMQP close handshake
+// (which would wait for a broker that does not answer): amqp091's reader
+// fails, NotifyClose fires, and the transport reconnects.
+func (s *session) kill(why string) {
+	s.t.log.Warn("dropping the connection to the broker", "why", why)
+	if s.raw != nil {
+		_ = s.raw.Close()
+		return
+	}
+	go s.close() // no raw connection to cut: the close handshake times out by itself
+}
+
+// probe checks every ProbeInterval, and at once when asked (after a
+// pause of the process), that the broker answers a round trip on the
+// session's probe channel; a round trip that takes longer than
+// ProbeTimeout kills the connection. A success records when the probe
+// was sent: the connection was alive then, so every delivery read before
+// is still held (the broker requeues only when a connection closes).
+func (s *session) probe() {
+	t := s.t
+	defer t.wg.Done()
+	tick := time.NewTicker(t.cfg.ProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.lost:
+			return
+		case <-t.closing:
+			return
+		case <-tick.C:
+		case <-s.probeNow:
+		}
+		sent := t.mono()
+		done := make(chan error, 1)
+		t.wg.Add(1)
+		go func() { // basic.qos / qos-ok: a round trip with no effect; ends when the connection does
+			defer t.wg.Done()
+			done <- s.probeCh.Qos(0, 0, false)
+		}()
+		timer := time.NewTimer(t.cfg.ProbeTimeout)
+		select {
+		case err := <-done:
+			timer.Stop()
+			if err != nil {
+				s.kill(fmt.Sprintf("the liveness probe failed: %v", scrub(err, t.cfg.URL)))
+				return
+			}
+			for {
+				old := s.proved.Load()
+				if sent <= old || s.proved.CompareAndSwap(old, sent) {
+					break
+				}
+			}
+			t.probed()
+		case <-timer.C:
+			s.kill(fmt.Sprintf("the broker did not answer a round trip within %s (a silently dropped link?)", t.cfg.ProbeTimeout))
+			return
+		case <-s.lost:
+			timer.Stop()
+			return
+		case <-t.closing:
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// askProbe asks the prober for a round trip now.
+func (s *session) askProbe() {
+	select {
+	case s.probeNow <- struct{}{}:
+	default:
+	}
 }
 
 // control runs f on the control channel, reopening it if an earlier

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -38,7 +39,15 @@ type Transport struct {
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
-	wg        sync.WaitGroup // supervisor and session goroutines
+	wg        sync.WaitGroup // supervisor, watchdog and session goroutines
+
+	// Pauses of the process and proofs that the broker answered since
+	// (see liveness.go); times are t.mono() readings.
+	born      time.Time
+	lastTick  atomic.Int64 // the watchdog's last tick
+	pauseEnd  atomic.Int64 // when the last pause the watchdog saw ended
+	probeMu   sync.Mutex
+	probeWake chan struct{} // closed and replaced at every successful probe
 }
 
 var (
@@ -63,6 +72,8 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		queues:    make(map[string]bus.QueueOptions),
 		watchers:  make(map[int]func(bus.TransportState)),
 		closing:   make(chan struct{}),
+		born:      time.Now(),
+		probeWake: make(chan struct{}),
 	}
 	t.log = cfg.Logger.With("broker", t.masked)
 	s, err := t.connect(ctx)
@@ -70,8 +81,9 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t.sess = s
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go t.supervise(s)
+	go t.watchdog()
 	return t, nil
 }
 
@@ -142,7 +154,7 @@ func (t *Transport) supervise(s *session) {
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
 			next, err := t.connect(ctx)
 			if err == nil {
-				err = t.restore(ctx, next)
+				err = t.redeclare(ctx, next)
 				if err != nil {
 					next.close()
 				}
@@ -153,12 +165,15 @@ func (t *Transport) supervise(s *session) {
 				delay = min(2*delay, t.cfg.ReconnectMax)
 				continue
 			}
+			// Publishing works before any consumer resumes: a handler that
+			// runs must be able to reply and forward.
 			s = next
 			t.mu.Lock()
 			t.sess = s
 			t.mu.Unlock()
-			t.log.Info("reconnected to the broker", "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
 			t.setState(bus.TransportConnected)
+			t.resume(s)
+			t.log.Info("reconnected to the broker", "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
 			break
 		}
 	}
@@ -169,18 +184,14 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(d)*2/5+1))
 }
 
-// restore redeclares the queues declared on this transport (temporary
-// ones died with the connection) and restarts the consumers on s.
-func (t *Transport) restore(ctx context.Context, s *session) error {
+// redeclare declares again on s the queues declared on this transport
+// (temporary ones died with the connection).
+func (t *Transport) redeclare(ctx context.Context, s *session) error {
 	t.mu.Lock()
 	names := slices.Clone(t.order)
 	opts := make([]bus.QueueOptions, len(names))
 	for i, n := range names {
 		opts[i] = t.queues[n]
-	}
-	cs := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		cs = append(cs, c)
 	}
 	t.mu.Unlock()
 	for i, name := range names {
@@ -188,12 +199,22 @@ func (t *Transport) restore(ctx context.Context, s *session) error {
 			return fmt.Errorf("redeclare %s: %w", name, err)
 		}
 	}
+	return nil
+}
+
+// resume restarts the consumers on s, once s publishes.
+func (t *Transport) resume(s *session) {
+	t.mu.Lock()
+	cs := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
 	for _, c := range cs {
 		if err := c.resume(s); err != nil {
-			t.log.Warn("consumer not restored", "queue", c.queue, "err", err)
+			t.log.Warn("consumer not restored; the connection is failing again", "queue", c.queue, "err", err)
 		}
 	}
-	return nil
 }
 
 // current returns the connected session, or an error matching

@@ -109,6 +109,9 @@ var scenarios = []scenario{
 	{name: "a killed consumer's queue keeps its messages for the next consumer", needKill: true, run: testKilledQueueKeeps},
 	{name: "a killed consumer's unacknowledged delivery is redelivered", needKill: true, run: testRedelivery},
 	{name: "a poison message is dead-lettered after a bounded number of deliveries", run: testPoison},
+	{name: "a request that waited in its queue past its deadline is not run", run: testLateInQueue},
+	{name: "a request that waited behind others past its deadline is not run", run: testLateBehindOthers},
+	{name: "a delivery whose reply cannot be published is redelivered, not counted as poison", run: testUnrepliedRedelivered},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.
@@ -158,14 +161,17 @@ type node struct {
 }
 
 // open starts a bus as node id (a fresh UUID if empty) with cfg's
-// overrides; it is closed at cleanup.
+// overrides, on cfg.Transport if set (a transport of c.env, possibly
+// wrapped), else on a new one; it is closed at cleanup.
 func (c *cluster) open(id string, cfg bus.Config) *node {
 	c.t.Helper()
 	if id == "" {
 		id = message.NewUUID()
 	}
-	tr := c.env.Transport(c.t, id)
-	cfg.Transport = tr
+	if cfg.Transport == nil {
+		cfg.Transport = c.env.Transport(c.t, id)
+	}
+	tr := cfg.Transport
 	cfg.Node = id
 	cfg.Prefix = c.prefix
 	if cfg.Registry == nil {

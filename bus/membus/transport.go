@@ -25,7 +25,11 @@ type Transport struct {
 	wg sync.WaitGroup // consumer goroutines
 }
 
-var _ bus.Transport = (*Transport)(nil)
+var (
+	_ bus.Transport       = (*Transport)(nil)
+	_ bus.DeliveryChecker = (*delivery)(nil)
+	_ bus.Releaser        = (*delivery)(nil)
+)
 
 // Node returns the node name the transport was attached as.
 func (t *Transport) Node() string { return t.node }
@@ -333,6 +337,36 @@ func (d *delivery) Reject(requeue bool) error {
 	d.net.mu.Lock()
 	defer d.net.mu.Unlock()
 	d.settleLocked(requeue, true)
+	return nil
+}
+
+// Check implements [bus.DeliveryChecker]: the delivery is still held
+// unless its transport was killed or closed (which gave it back to its
+// queue) or it was settled already.
+func (d *delivery) Check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.net.mu.Lock()
+	defer d.net.mu.Unlock()
+	switch {
+	case d.settled:
+		return fmt.Errorf("membus: delivery of %s: already settled (given back to the queue): %w", d.q.name, message.ErrUnavailable)
+	case d.c.t.dead:
+		return unavailable(d.c.t.node, "was killed; its deliveries went back to their queues")
+	}
+	return nil
+}
+
+// Release implements [bus.Releaser]: the message goes back to its queue
+// without counting as a failed delivery.
+func (d *delivery) Release() error {
+	d.net.mu.Lock()
+	defer d.net.mu.Unlock()
+	if !d.settled && d.handed && d.m.handed > 0 {
+		d.m.handed-- // not a failed delivery
+	}
+	d.settleLocked(true, true)
 	return nil
 }
 

@@ -63,7 +63,10 @@ type fault struct {
 	latency     time.Duration
 }
 
-var _ heartbeat.Store = (*Store)(nil)
+var (
+	_ heartbeat.Store      = (*Store)(nil)
+	_ heartbeat.TimeSource = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New(cfg Config) *Store {
@@ -111,6 +114,15 @@ func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	r.seq++
 	r.stamp = s.now()
 	return nil
+}
+
+// StoreTime implements [heartbeat.TimeSource]: the store's clock
+// (Config.Now), exact.
+func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, 0, err
+	}
+	return s.now(), 0, nil
 }
 
 // List implements [heartbeat.Store.List]. An age that would be negative,

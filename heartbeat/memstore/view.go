@@ -17,7 +17,10 @@ type View struct {
 	node string
 }
 
-var _ heartbeat.Store = (*View)(nil)
+var (
+	_ heartbeat.Store      = (*View)(nil)
+	_ heartbeat.TimeSource = (*View)(nil)
+)
 
 // For returns the store as seen from node, for that node's
 // [heartbeat.Monitor]. Views of one node share its faults.
@@ -98,6 +101,15 @@ func (v *View) List(ctx context.Context) ([]heartbeat.Record, error) {
 		return nil, err
 	}
 	return v.s.List(ctx)
+}
+
+// StoreTime implements [heartbeat.TimeSource], subject to the view's
+// faults.
+func (v *View) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
+	if err := v.reach(ctx, "read the clock"); err != nil {
+		return time.Time{}, 0, err
+	}
+	return v.s.StoreTime(ctx)
 }
 
 // Evict implements [heartbeat.Store.Evict], subject to the view's faults.

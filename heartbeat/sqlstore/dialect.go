@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"strings"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
@@ -28,6 +29,9 @@ const (
 	nowMySQL = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 )
 
+// clockResolution is the resolution of each dialect's {now}.
+var clockResolution = map[Dialect]time.Duration{Postgres: time.Microsecond, SQLite: time.Millisecond, MySQL: time.Microsecond}
+
 // statements are one dialect's SQL for one table. Placeholders are $n
 // for PostgreSQL and ? for the others.
 type statements struct {
@@ -43,6 +47,7 @@ type statements struct {
 	list     string // node, epoch, seq, age in microseconds
 	evict    string // (node, epoch, seq)
 	dereg    string // (node, epoch)
+	now      string // the database's clock, microseconds since 1970
 }
 
 // newStatements returns d's statements for table (validated by Config).
@@ -111,5 +116,6 @@ func newStatements(d Dialect, table string) statements {
 	s.list = r.Replace(s.list)
 	s.evict = r.Replace(s.evict)
 	s.dereg = r.Replace(s.dereg)
+	s.now = "SELECT " + now
 	return s
 }

@@ -38,7 +38,10 @@ type Store struct {
 	closeErr  error
 }
 
-var _ heartbeat.Store = (*Store)(nil)
+var (
+	_ heartbeat.Store      = (*Store)(nil)
+	_ heartbeat.TimeSource = (*Store)(nil)
+)
 
 // Open connects to the database cfg.URL names, creates the heartbeat
 // tables if they are missing (or migrates them to this version's schema)
@@ -256,6 +259,21 @@ func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 		return fmt.Errorf("sqlstore: %s: no record with this epoch in %s: %w", op, s.table, heartbeat.ErrEvicted)
 	}
 	return nil
+}
+
+// StoreTime implements [heartbeat.TimeSource]: the database's clock,
+// the one beats are stamped with, read in one SELECT. Its resolution is a
+// microsecond on PostgreSQL and MySQL, a millisecond on SQLite.
+func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
+	const op = "read the clock"
+	if err := s.begin(ctx, op); err != nil {
+		return time.Time{}, 0, err
+	}
+	var us int64
+	if err := s.db.QueryRowContext(ctx, s.st.now).Scan(&us); err != nil {
+		return time.Time{}, 0, s.fail(ctx, op, err)
+	}
+	return time.UnixMicro(us), clockResolution[s.dialect], nil
 }
 
 // List implements [heartbeat.Store.List] with one SELECT that computes

@@ -16,8 +16,10 @@
 // sequence, so a node that beat since the List is never evicted and of
 // concurrent evictors exactly one wins; Deregister deletes only its own
 // epoch and is idempotent; ages are by the store's clock and grow; a
-// done context is honoured and changes nothing; and concurrent use is
-// race-free (run with -race).
+// done context is honoured and changes nothing; concurrent use is
+// race-free (run with -race); and a store that tells its time
+// ([heartbeat.TimeSource]) tells the clock that stamps its beats, to a
+// millisecond or better.
 //
 // Every scenario uses fresh random node UUIDs and looks only at its own
 // records, so stores sharing one table (parallel test processes against
@@ -84,6 +86,7 @@ var scenarios = []scenario{
 	{"age is by the store's clock and grows", testAge},
 	{"a done context is honoured and changes nothing", testContext},
 	{"concurrent beats, lists and evicts are consistent", testConcurrent},
+	{"the store's time is the clock that stamps beats", testStoreTime},
 }
 
 // env is one scenario's store and helpers.

@@ -1,0 +1,8 @@
+package amqpbus
+
+// SimulatePause makes the transport behave as if the process had just
+// been paused (as the watchdog would after a SIGSTOP): deliveries run
+// only once the broker has answered a round trip sent from now on.
+func (t *Transport) SimulatePause() {
+	t.pauseEnd.Store(t.mono())
+}

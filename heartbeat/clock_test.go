@@ -1,0 +1,87 @@
+package heartbeat_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+func TestClockSyncEstimate(t *testing.T) {
+	local := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	now := local
+	c := heartbeat.NewClockSync(func() time.Time { return now })
+	_, _, ok := c.Now()
+	assert.False(t, ok, "no sample: no cluster time")
+
+	// The reference runs 3 s ahead; a 10 ms round trip bounds the error
+	// by 5 ms plus the reference's own 1 ms.
+	remote := local.Add(3*time.Second + 5*time.Millisecond)
+	c.Sample(local, local.Add(10*time.Millisecond), remote, time.Millisecond)
+	now = local.Add(10 * time.Millisecond)
+	got, bound, ok := c.Now()
+	require.True(t, ok)
+	assert.Equal(t, now.Add(3*time.Second), got)
+	assert.Equal(t, 6*time.Millisecond, bound)
+
+	// A slow round trip later (a paused process, a busy database) does
+	// not replace the better estimate; a faster one does.
+	c.Sample(now, now.Add(2*time.Second), now.Add(3*time.Second+1900*time.Millisecond), 0)
+	now = now.Add(2 * time.Second)
+	_, bound, _ = c.Now()
+	assert.Less(t, bound, 10*time.Millisecond, "the fast sample still wins, its bound grown by drift")
+	assert.Greater(t, bound, 6*time.Millisecond, "an estimate's bound grows with its age")
+	c.Sample(now, now.Add(2*time.Millisecond), now.Add(3*time.Second+time.Millisecond), 0)
+	_, bound, _ = c.Now()
+	assert.Equal(t, time.Millisecond, bound)
+
+	// Samples expire.
+	now = now.Add(2 * time.Minute)
+	_, _, ok = c.Now()
+	assert.False(t, ok, "after a minute without samples the cluster time is unknown")
+	c.Sample(now.Add(time.Second), now, now, 0)
+	_, _, ok = c.Now()
+	assert.False(t, ok, "a sample received before it was sent is ignored")
+}
+
+// TestMonitorMeasuresTheStoreClock: a node whose clock is an hour off
+// measures the store's clock at Join and every round, within the round
+// trip.
+func TestMonitorMeasuresTheStoreClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.Config{})
+		cfg := heartbeat.LocalConfig()
+		cfg.Now = func() time.Time { return time.Now().Add(time.Hour) }
+		id := message.NewUUID()
+		view := store.For(id)
+		store.SetLatency(id, 4*time.Millisecond)
+		m, err := heartbeat.NewMonitor(view, id, cfg, nil, nil)
+		require.NoError(t, err)
+		_, _, ok := m.ClusterTime()
+		assert.False(t, ok)
+		_, _, err = m.Join(t.Context())
+		require.NoError(t, err)
+		now, bound, ok := m.ClusterTime()
+		require.True(t, ok)
+		assert.LessOrEqual(t, bound, 8*time.Millisecond, "half a round trip of the simulated latency")
+		assert.InDelta(t, float64(time.Now().UnixNano()), float64(now.UnixNano()), float64(bound), "the node's hour of skew is measured away")
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		time.Sleep(5 * cfg.Interval)
+		now, bound, ok = m.ClusterTime()
+		require.True(t, ok)
+		assert.InDelta(t, float64(time.Now().UnixNano()), float64(now.UnixNano()), float64(bound))
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, m.Leave(t.Context()))
+	})
+}

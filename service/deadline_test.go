@@ -1,0 +1,106 @@
+package service_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestClusterTime: nodes measure the heartbeat store's clock, a client
+// measures it through api.portal, and both write deadlines in it.
+func TestClusterTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := startCluster(t, 3, newJournal(), servicetest.Options{})
+		for _, n := range c.Live() {
+			now, bound, ok := n.ClusterTime()
+			require.True(t, ok, "node %s measured the store's clock", n.UUID())
+			assert.Equal(t, time.Now(), now, "memstore's clock is this process's")
+			assert.Less(t, bound, time.Millisecond, "no latency: only the drift allowance since the last beat")
+		}
+		client := c.Client(t)
+		now, _, ok := client.ClusterTime()
+		require.True(t, ok, "the client measured the cluster time when it opened")
+		assert.Equal(t, time.Now(), now)
+	})
+}
+
+// TestLateAPIMessagesNeverRun: API calls made while no portal could take
+// them (every node cut off from the broker) wait in api.portal; their
+// callers time out; when the nodes come back, those messages are
+// refused as late and no handler runs them, while new calls succeed.
+func TestLateAPIMessagesNeverRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{
+			Heartbeat: heartbeat.Config{EvictAfter: time.Hour}, // the broker cut must not evict anyone
+		})
+		client := c.Client(t)
+		for _, n := range c.Live() {
+			c.Partition(n.UUID(), true)
+		}
+		const calls = 10
+		errs := make(chan error, calls)
+		for range calls {
+			go func() {
+				_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
+				errs <- err
+			}()
+		}
+		for range calls {
+			assert.ErrorIs(t, <-errs, message.ErrTimeout)
+		}
+		time.Sleep(time.Second) // long after every deadline
+		for _, n := range c.Live() {
+			c.Partition(n.UUID(), false)
+		}
+		c.WaitFor(t, 5*time.Second, "every waiting API message is refused as late", func() bool {
+			var late uint64
+			for _, n := range c.Live() {
+				late += n.Bus().Stats().Late
+			}
+			return late == calls
+		})
+		assert.Empty(t, j.all(), "no handler ran a message after its caller's deadline")
+		_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
+		require.NoError(t, err, "a call in time runs")
+		assert.Len(t, j.all(), 1)
+	})
+}
+
+// TestFencedPortalGivesMessagesBack: a node cut off from the heartbeat
+// store fences itself; its portal then gives API messages back to
+// api.portal for a healthy node's portal instead of routing them with a
+// ring it cannot vouch for. Calls about resources the fenced node does
+// not own keep succeeding, none through its portal.
+func TestFencedPortalGivesMessagesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{NoRejoin: true})
+		client := c.Client(t)
+		fenced := c.Node(0)
+		c.StopHeartbeat(fenced.UUID())
+		c.WaitFor(t, time.Second, "the cut-off node fences itself", fenced.Fenced)
+		var asked int
+		for asked < 30 {
+			res := message.NewUUID()
+			if c.Owner(res) == fenced.UUID() {
+				continue
+			}
+			asked++
+			_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(5*time.Second))
+			require.NoError(t, err, "a healthy portal takes the message")
+		}
+		for _, h := range j.all() {
+			assert.NotEqual(t, fenced.UUID(), h.portal, "the fenced node's portal forwarded nothing")
+		}
+		assert.Positive(t, fenced.Bus().Stats().Released, "the fenced portal gave messages back")
+	})
+}
