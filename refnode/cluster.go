@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	hbmem "github.com/cloudbus-go/cloudbus/heartbeat/memstore"
@@ -29,6 +30,9 @@ type clusterConfig struct {
 	hypervisor   simhv.Config
 	pingInterval time.Duration
 	logger       *slog.Logger
+	// observer, optional, returns the bus observer of the node with the
+	// given UUID.
+	observer func(node string) bus.Observer
 }
 
 // cluster is N management nodes in one process, each with refnode's
@@ -94,6 +98,10 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		_ = tr.Close()
 		return err
 	}
+	var bc bus.Config
+	if cfg.observer != nil {
+		bc.Observer = cfg.observer(id)
+	}
 	n, err := service.NewNode(service.Config{
 		Node:      id,
 		Prefix:    cfg.prefix,
@@ -102,6 +110,7 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		Registry:  c.reg,
 		Services:  set.Services(),
 		Heartbeat: cfg.heartbeat,
+		Bus:       bc,
 		Logger:    cfg.logger,
 	})
 	if err != nil {

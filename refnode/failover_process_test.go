@@ -69,7 +69,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("3 nodes serving and agreeing %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
 	cl := newClient(t, ctx, broker, fc.prefix)
-	vms := createVMs(t, ctx, cl)
+	vms := createVMs(t, ctx, cl, foVMs)
 	t.Logf("%d VMs created on %d hosts %s after the test began", len(vms), foHosts, time.Since(testStart).Round(time.Millisecond))
 	l := startLoad(ctx, cl, vms)
 	t.Cleanup(func() { l.stop() }) // before the client closes (cleanups run last-in first-out)
@@ -365,9 +365,9 @@ func (fc *failoverCluster) termRound(t *testing.T, ctx context.Context, l *load,
 	return tf
 }
 
-// createVMs adds an image and foHosts hosts, then creates foVMs VMs with
-// new UUIDs, foCreateTasks at a time, and returns their UUIDs.
-func createVMs(t *testing.T, ctx context.Context, cl *service.Client) []string {
+// createVMs adds an image and foHosts hosts, then creates n VMs with new
+// UUIDs, foCreateTasks at a time, and returns their UUIDs.
+func createVMs(t *testing.T, ctx context.Context, cl *service.Client, n int) []string {
 	t.Helper()
 	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "failover"})
 	require.NoError(t, err, "add an image")
@@ -375,7 +375,7 @@ func createVMs(t *testing.T, ctx context.Context, cl *service.Client) []string {
 		_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: fmt.Sprintf("10.0.1.%d", i+1)})
 		require.NoError(t, err, "add host %d", i+1)
 	}
-	vms := make([]string, foVMs)
+	vms := make([]string, n)
 	for i := range vms {
 		vms[i] = message.NewUUID()
 	}

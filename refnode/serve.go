@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -45,6 +46,15 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
   -evict-after d     evict a node silent for this long (3s)                REFNODE_EVICT_AFTER
   -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
 
+For audits and fault tests:
+  -op-log path       append one JSON line per message this node handled,   REFNODE_OP_LOG
+                     refused or gave back (none): at, op, node, service_id,
+                     type, id, resource, op_id (the caller's x-op header),
+                     deadline, err; written out every 50ms
+  -clock-skew d      offset this node's clock as cloudbus reads it by d    REFNODE_CLOCK_SKEW
+                     (0), e.g. 1s or -1s: for fault tests only; the
+                     node still measures its offset to the cluster clock
+
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
 `
 
@@ -57,6 +67,8 @@ type serveOptions struct {
 	level                   slog.Level
 	heartbeat               heartbeat.Config
 	pingInterval            time.Duration
+	opLog                   string        // file, or "": none
+	clockSkew               time.Duration // added to time.Now for heartbeat.Config.Now
 }
 
 func parseServe(args []string, getenv func(string) string) (serveOptions, error) {
@@ -73,10 +85,12 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.heartbeat.Interval, "heartbeat", def.Interval, "")
 	fs.DurationVar(&o.heartbeat.EvictAfter, "evict-after", def.EvictAfter, "")
 	fs.DurationVar(&o.pingInterval, "ping-interval", 10*time.Second, "")
+	fs.StringVar(&o.opLog, "op-log", "", "")
+	fs.DurationVar(&o.clockSkew, "clock-skew", 0, "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
-		"ping-interval": "REFNODE_PING_INTERVAL",
+		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
 	})
 	if err != nil {
 		return o, err
@@ -141,6 +155,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	start := time.Now()
 	id := message.NewUUID()
 	ioLog := log.With("node", id) // the node and the services add their own node attribute
+	counts := newCounters()
 	var closers []closer
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -160,12 +175,31 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		}
 		return nil
 	}})
+	var obs bus.Observer = counts
+	if o.opLog != "" {
+		ol, err := openOpLog(o.opLog, id, opLogFlush, fmt.Sprintf("refnode serve, pid %d, clock skew %s", os.Getpid(), o.clockSkew))
+		if err != nil {
+			return fmt.Errorf("open the op log: %w; check -op-log", err)
+		}
+		closers = append(closers, closer{"op log", ol.Close}) // closed after the node stopped observing
+		obs = bus.Observers{counts, ol}
+	}
+	if o.clockSkew != 0 {
+		skew := o.clockSkew
+		o.heartbeat.Now = func() time.Time { return time.Now().Add(skew) }
+	}
 	tables := tableBase(o.prefix)
 	hbTable, recPrefix := tables+"_heartbeat", tables+"_refnode"
 	fmt.Fprintf(stdout, "node:    %s\n", id)
 	fmt.Fprintf(stdout, "admin:   http://%s (GET /healthz, GET /status)\n", ln.Addr())
 	fmt.Fprintf(stdout, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(o.bus), o.prefix, id)
 	fmt.Fprintf(stdout, "db:      %s (tables %s, %s_*)\n", sqlconn.MaskURL(o.db), hbTable, recPrefix)
+	if o.opLog != "" {
+		fmt.Fprintf(stdout, "op log:  %s (one JSON line per message handled, refused or given back)\n", o.opLog)
+	}
+	if o.clockSkew != 0 {
+		fmt.Fprintf(stdout, "clock:   skewed by %s (-clock-skew, for fault tests)\n", o.clockSkew)
+	}
 
 	// One pool for both stores: one set of connections, and on SQLite
 	// one pool of writers to the file; room for the heartbeats beside
@@ -203,7 +237,6 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if err := api.Register(reg); err != nil {
 		return err
 	}
-	counts := newCounters()
 	node, err := service.NewNode(service.Config{
 		Node:      id,
 		Prefix:    o.prefix,
@@ -212,7 +245,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		Registry:  reg,
 		Services:  set.Services(),
 		Heartbeat: o.heartbeat,
-		Bus:       bus.Config{Observer: counts},
+		Bus:       bus.Config{Observer: obs},
 		Logger:    log,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,12 +60,21 @@ func TestServeFlags(t *testing.T) {
 
 	code, out, _ := runCmd(t, nil, "serve", "-h")
 	assert.Equal(t, 0, code)
-	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER"} {
+	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER",
+		"REFNODE_PING_INTERVAL", "REFNODE_OP_LOG", "REFNODE_CLOCK_SKEW"} {
 		assert.Contains(t, out, v, "serve -h names every variable")
 	}
 	def := heartbeat.DefaultConfig()
 	assert.Contains(t, out, "heartbeat interval ("+def.Interval.String()+")", "serve -h shows heartbeat.DefaultConfig's interval")
 	assert.Contains(t, out, "for this long ("+def.EvictAfter.String()+")", "serve -h shows heartbeat.DefaultConfig's eviction threshold")
+	assert.Contains(t, out, "for fault tests only", "serve -h says what -clock-skew is for")
+
+	code, _, errOut = runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1/", "-clock-skew", "soon")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `invalid value "soon" for flag -clock-skew`)
+	code, _, errOut = runCmd(t, &env{vars: map[string]string{"REFNODE_CLOCK_SKEW": "1"}}, "serve", "-bus", "amqp://127.0.0.1/")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `REFNODE_CLOCK_SKEW="1"`, "a bad variable is named")
 }
 
 // TestServeEnvironment: REFNODE_* set the flags not given; defaults are
@@ -77,19 +87,26 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Equal(t, bus.DefaultPrefix, o.prefix)
 	assert.Equal(t, heartbeat.DefaultConfig().Interval, o.heartbeat.Interval)
 	assert.Equal(t, heartbeat.DefaultConfig().EvictAfter, o.heartbeat.EvictAfter)
+	assert.Empty(t, o.opLog, "no op log by default")
+	assert.Zero(t, o.clockSkew, "no clock skew by default")
+	assert.Nil(t, o.heartbeat.Now, "the heartbeat reads time.Now by default")
 
 	e := &env{vars: map[string]string{
 		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
 		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
-		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms",
+		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
+		"REFNODE_CLOCK_SKEW": "-1s",
 	}}
-	o, err = parseServe([]string{"-prefix", "green"}, e.get)
+	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
 	assert.Equal(t, serveOptions{
 		bus: "amqps://broker/", db: "postgres://db/x", listen: "127.0.0.1:9999", prefix: "green", level: -4,
 		heartbeat:    heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
-		pingInterval: 50 * time.Millisecond,
+		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
 	}, o, "variables fill the flags not given; a flag wins")
+	o, err = parseServe(nil, e.get)
+	require.NoError(t, err)
+	assert.Equal(t, -time.Second, o.clockSkew, "REFNODE_CLOCK_SKEW takes a negative duration")
 	noCloudbusVars(t, e)
 }
 
@@ -107,6 +124,43 @@ func TestServeWithoutBroker(t *testing.T) {
 	assert.Contains(t, errOut, "connect to the broker")
 	assert.Contains(t, errOut, "check -bus and that RabbitMQ runs")
 	assert.NotContains(t, out+errOut, password, "a password is never printed")
+}
+
+// TestServeOpLog: with -op-log, serve appends its start line, naming the
+// node it printed, to the file before it connects anywhere, and says
+// where the log goes; with -clock-skew it says the clock is skewed.
+func TestServeOpLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ops.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"op":"earlier"}`+"\n"), 0o644))
+	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://refnode:"+password+"@127.0.0.1:1/", "-db", "sqlite:"+filepath.Join(dir, "refnode.db"),
+		"-prefix", "serve-test", "-op-log", path, "-clock-skew", "-1s")
+	assert.Equal(t, 1, code, "stderr: %s", errOut)
+	assert.Contains(t, out, "op log:  "+path+" (")
+	assert.Contains(t, out, "clock:   skewed by -1s (")
+	m := nodeLine.FindStringSubmatch(out)
+	require.NotNil(t, m, "serve printed its node: %s", out)
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, lines, 3, "the earlier line is kept, then start and stop: %s", data)
+	assert.JSONEq(t, `{"op":"earlier"}`, lines[0], "the op log is appended to")
+	var start, stop opEntry
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &start))
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &stop))
+	assert.Equal(t, "start", start.Op)
+	assert.Equal(t, m[1], start.Node, "the start line names the node serve printed")
+	assert.Contains(t, start.Detail, "clock skew -1s")
+	assert.Equal(t, "stop", stop.Op)
+	_, err = time.Parse(time.RFC3339Nano, start.At)
+	assert.NoError(t, err, "at is RFC 3339")
+
+	code, _, errOut = runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", "sqlite:"+filepath.Join(dir, "refnode.db"),
+		"-op-log", filepath.Join(dir, "missing", "ops.jsonl"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "open the op log")
+	assert.Contains(t, errOut, "check -op-log")
 }
 
 func TestCtlUsage(t *testing.T) {
