@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -172,6 +173,35 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 	}
 	b.observe(Observation{Op: OpBroadcast, Type: typeOf(env), Duration: time.Since(start), Err: err})
 	return err
+}
+
+// Forward publishes the message r carries to target, unchanged but for
+// its service id and the given headers (added, or replacing those of the
+// same name): the same id, kind, type, resource, reply-to and deadline.
+// A request forwarded so is answered by its new handler directly to the
+// original caller. The handler that forwards should then neither reply
+// nor fail (for a one-way message, return nil). It fails with
+// message.ErrNoRoute if target's queue does not exist, and with
+// message.ErrTimeout once the message's deadline has passed.
+func (b *CloudBus) Forward(ctx context.Context, r *Request, target string, headers map[string]string) error {
+	env := *r.Envelope
+	env.ServiceID = target
+	if len(headers) > 0 {
+		h := make(map[string]string, len(env.Headers)+len(headers))
+		maps.Copy(h, env.Headers)
+		maps.Copy(h, headers)
+		env.Headers = h
+	}
+	env.Timeout, env.Deadline = 0, 0
+	if dl, ok := r.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	if err := b.publish(ctx, &env); err != nil { // stamps the deadline again
+		return fmt.Errorf("bus: forward %s to %s: %w", env.Type, target, err)
+	}
+	return nil
 }
 
 // AbandonCalls fails at once every call pending towards node with an

@@ -165,6 +165,20 @@ type Releaser interface {
 	Release() error
 }
 
+// IdleDeleter is implemented by a [Transport] that can delete a queue
+// only if it is idle: no message in it (ready or delivered and not yet
+// acknowledged) and no consumer. The bus uses it when it empties the
+// queue of a node that died or left ([CloudBus.Reroute]), so that no
+// message that arrived meanwhile is deleted with the queue, and a node
+// that came back and consumes its queue again keeps it.
+type IdleDeleter interface {
+	// DeleteQueueIfIdle deletes the queue if it is idle. A queue that
+	// holds a message or has a consumer is left alone, with an error
+	// matching message.ErrBusy; a queue that does not exist is not an
+	// error.
+	DeleteQueueIfIdle(ctx context.Context, name string) error
+}
+
 // Consumer is a running consumption started by [Transport.Consume].
 type Consumer interface {
 	// Cancel stops delivery; unacknowledged deliveries go back to the

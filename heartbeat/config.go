@@ -42,6 +42,18 @@ type Config struct {
 	EvictAfter time.Duration
 	// OpTimeout bounds each store operation. Default: Interval.
 	OpTimeout time.Duration
+	// BusDownAfter is how long a node may report, with its beats, that it
+	// cannot reach the message bus before a peer that reaches it evicts
+	// it (rule 5 of the package documentation): a node that beats but
+	// receives nothing is a zombie, its resources unreachable. Default:
+	// Lease, so that a node cut off from the bus is out of every ring
+	// about as fast as one that stopped beating would be fenced.
+	BusDownAfter time.Duration
+	// BusSettle is how long a monitor whose own bus came back waits
+	// before it evicts anyone for its bus (rule 5): after a bus outage
+	// that every node saw, the others must have had time to reconnect
+	// and beat again. Default 2×EvictAfter.
+	BusSettle time.Duration
 	// Now is the node's clock, for intervals and the lease. Default
 	// time.Now. Only durations between its readings matter: a node clock
 	// that is minutes off changes nothing (ages come from the store's
@@ -85,6 +97,13 @@ func LocalConfig() Config {
 	}
 }
 
+// WithDefaults returns c with every zero field set to its default, as
+// a [Monitor] uses it.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	d := DefaultConfig()
 	if c.Interval == 0 {
@@ -99,6 +118,12 @@ func (c *Config) setDefaults() {
 	if c.Lease == 0 {
 		c.Lease = max(c.EvictAfter-2*c.Interval, c.Interval)
 	}
+	if c.BusDownAfter == 0 {
+		c.BusDownAfter = c.Lease
+	}
+	if c.BusSettle == 0 {
+		c.BusSettle = 2 * c.EvictAfter
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -109,7 +134,7 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if c.Interval < 0 || c.EvictAfter < 0 || c.OpTimeout < 0 || c.Lease < 0 {
+	if c.Interval < 0 || c.EvictAfter < 0 || c.OpTimeout < 0 || c.Lease < 0 || c.BusDownAfter < 0 || c.BusSettle < 0 {
 		errs = append(errs, errors.New("heartbeat: config: durations must not be negative"))
 	}
 	if c.EvictAfter < 2*c.Interval {

@@ -81,18 +81,36 @@
 // A monitor evicts a record only if all of these hold:
 //
 //  1. It is not its own record: a node never evicts itself.
+//
 //  2. The record's age, by the store's clock, exceeds EvictAfter.
+//
 //  3. The monitor has itself listed the record unchanged (same epoch and
 //     sequence) for at least EvictAfter-Interval, by its own clock. A
 //     live node changes its sequence every Interval, so a jump of the
 //     store's clock, which makes every record look old at once, evicts
 //     nobody. In steady state this costs nothing: the record's age passes
 //     E first.
+//
 //  4. The monitor's own beats succeeded in this round and in the two
 //     rounds before it, with no more than 2×Interval between consecutive
 //     rounds. A node cut off from the store evicts nobody (its beats
 //     fail), and a node whose loop stalled (a long pause, a blocked
 //     listener) starts counting again.
+//
+//  5. Or, for a record that still beats: the record has reported its
+//     node's message bus down ([BusReporter], [Monitor.SetBusUp]) for
+//     longer than BusDownAfter (default: the lease, 2 s), this monitor's
+//     beats are healthy as in rule 4, and its own bus is up and has been
+//     for at least BusSettle (default 2×EvictAfter, 6 s). A node cut off
+//     from the bus while its database is fine (a zombie: it beats, but no
+//     message reaches it) is thus evicted by a peer BusDownAfter after
+//     its first beat reporting the bus down, plus up to two intervals:
+//     about 2.5-3 s after it lost the bus with the defaults, its callers'
+//     calls ending with node_left. A bus outage every node saw evicts
+//     nobody: no monitor whose bus is down evicts for the bus, and the
+//     first whose bus comes back waits BusSettle, time for the others to
+//     reconnect (a transport retries at least every 2.4 s) and beat
+//     again. A node whose bus stays down past that is evicted.
 //
 // Rule 4 gives this guarantee after an outage that every node saw (a
 // database restart or failover): once the store is back, each live node

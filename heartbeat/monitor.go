@@ -46,12 +46,15 @@ type Monitor struct {
 	members      []Record // sorted by node; replaced, never modified
 	lists        uint64   // successful lists, Join's included
 	lastBeat     time.Time
+	busDown      bool               // SetBusUp(false) was the last call
+	busUpSince   time.Time          // local time of the last SetBusUp(true) after a false; zero: up from the start
 	stopRun      context.CancelFunc // cancels Run's context; set by Run
 	runDone      chan struct{}      // closed when Run returns
 
 	// Owned by Join, then by Run's goroutine.
 	seen        map[string]seenRecord // node -> when this monitor first listed its current (epoch, seq)
 	streak      int                   // consecutive rounds whose beat succeeded
+	clockRounds int                   // rounds since Join, for sampleClock
 	lastAttempt time.Time             // local start of the previous round
 }
 
@@ -179,6 +182,31 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 	return epoch, slices.Clone(recs), nil
 }
 
+// SetBusUp tells the monitor whether this node reaches the message bus.
+// Its beats report it when the store is a [BusReporter], so that peers
+// evict a node cut off from the bus for longer than
+// Config.BusDownAfter; and a monitor whose bus is down, or came back
+// less than Config.BusSettle ago, evicts nobody for theirs (rule 5 of
+// the package documentation). A monitor starts with the bus up. Safe
+// for concurrent use.
+func (m *Monitor) SetBusUp(up bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case up && m.busDown:
+		m.busDown, m.busUpSince = false, m.cfg.Now()
+	case !up && !m.busDown:
+		m.busDown = true
+	}
+}
+
+// busState returns whether the bus is up and since when (zero: always).
+func (m *Monitor) busState() (up bool, since time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.busDown, m.busUpSince
+}
+
 // MaxClockError is the error bound of the cluster clock a node should
 // reach: a monitor whose best estimate is worse logs a warning at Join.
 // Deadlines hold to within this bound plus the receiver's scheduling
@@ -195,10 +223,22 @@ func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return m.clock.Now()
 }
 
-// sampleClock reads the store's time once, if the store tells it.
+// clockSampleEvery is how many rounds pass between two readings of the
+// store's clock once the cluster time is known: the estimate keeps the
+// best reading of the last minute, so a reading every few rounds is
+// plenty, and the store is spared a query per round.
+const clockSampleEvery = 4
+
+// sampleClock reads the store's time, if the store tells it: at Join,
+// then every clockSampleEvery rounds, and every round while the cluster
+// time is unknown.
 func (m *Monitor) sampleClock(ctx context.Context) {
 	ts, ok := m.store.(TimeSource)
 	if !ok {
+		return
+	}
+	m.clockRounds++
+	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 {
 		return
 	}
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)

@@ -82,7 +82,13 @@ func (m *Monitor) round(ctx context.Context) error {
 	m.lastAttempt = start
 
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
-	err := m.store.Beat(opCtx, m.node, m.epoch)
+	var err error
+	if br, ok := m.store.(BusReporter); ok {
+		up, _ := m.busState()
+		err = br.BeatBus(opCtx, m.node, m.epoch, up)
+	} else {
+		err = m.store.Beat(opCtx, m.node, m.epoch)
+	}
 	cancel()
 	if err == nil {
 		m.sampleClock(ctx)
@@ -156,13 +162,21 @@ func (m *Monitor) track(recs []Record, now time.Time) {
 //     healthyRounds-1 rounds before it, so a monitor cut off from the
 //     store evicts nobody, and after the store returns every live node
 //     gets to beat before anyone evicts.
+//
+// A record that beats but has reported its bus down for longer than
+// BusDownAfter is evicted too (rule 5), if this monitor's own beats are
+// healthy as above and its own bus is up and has been for BusSettle.
 func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[string]Record {
 	if m.streak < healthyRounds {
 		return nil
 	}
+	busUp, since := m.busState()
+	busSettled := busUp && (since.IsZero() || now.Sub(since) >= m.cfg.BusSettle)
 	var evicted map[string]Record
 	for _, r := range recs {
-		if r.Node == m.node || r.Age <= m.cfg.EvictAfter || now.Sub(m.seen[r.Node].at) < m.cfg.EvictAfter-m.cfg.Interval {
+		stale := r.Age > m.cfg.EvictAfter && now.Sub(m.seen[r.Node].at) >= m.cfg.EvictAfter-m.cfg.Interval
+		zombie := busSettled && r.BusDown > m.cfg.BusDownAfter
+		if r.Node == m.node || !stale && !zombie {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -176,6 +190,12 @@ func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[s
 			if ctx.Err() == nil {
 				m.log.Warn("heartbeat: evict failed; retrying next round", "peer", r.Node, "peer_epoch", r.Epoch, "err", err)
 			}
+		case ok && !stale:
+			m.log.Info("heartbeat: evicted a node cut off from the bus", "peer", r.Node, "peer_epoch", r.Epoch, "bus_down", r.BusDown)
+			if evicted == nil {
+				evicted = make(map[string]Record)
+			}
+			evicted[r.Node] = r
 		case ok:
 			m.log.Info("heartbeat: evicted a node that stopped beating", "peer", r.Node, "peer_epoch", r.Epoch, "age", r.Age)
 			if evicted == nil {

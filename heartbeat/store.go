@@ -45,6 +45,36 @@ type Store interface {
 	Deregister(ctx context.Context, node string, epoch int64) error
 }
 
+// BusReporter is implemented by a [Store] that records, with each beat,
+// whether the node reaches the message bus, so that peers can tell a
+// node cut off from the bus (a zombie: it beats, but nothing reaches it)
+// from a bus outage everyone sees. See rule 5 of the package
+// documentation.
+type BusReporter interface {
+	// BeatBus is Beat, with the same contract, that also records busUp:
+	// the first beat reporting the bus down stamps the store's clock as
+	// the start of the outage, later ones keep that stamp, a beat
+	// reporting it up clears it. List then reports [Record.BusDown].
+	BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error
+}
+
+// QueueBook is implemented by a [Store] that also keeps the names of the
+// durable queues each node declared, so that survivors can find the
+// queues of a node that died and drain them: a broker such as RabbitMQ
+// cannot list its queues to a client. Names are recorded per node, not
+// per epoch: a node that rejoins declares the same queues.
+type QueueBook interface {
+	// AddQueues records queues as node's; recording one again is a
+	// no-op.
+	AddQueues(ctx context.Context, node string, queues []string) error
+	// Queues returns every recorded queue, by node, in no particular
+	// order. The caller owns the map and its slices.
+	Queues(ctx context.Context) (map[string][]string, error)
+	// RemoveQueues forgets queues of node; forgetting one that is not
+	// recorded is a no-op.
+	RemoveQueues(ctx context.Context, node string, queues []string) error
+}
+
 // Record is one node's membership record as the store saw it.
 type Record struct {
 	// Node is the node's canonical UUID.
@@ -56,6 +86,10 @@ type Record struct {
 	// Age is the time since the last beat (or the registration), by the
 	// store's clock, when List read it.
 	Age time.Duration
+	// BusDown is how long the node has been reporting, with each beat,
+	// that it cannot reach the message bus, by the store's clock; 0 if it
+	// reaches it, or if the store is not a [BusReporter].
+	BusDown time.Duration
 }
 
 // ErrEvicted is returned by Beat when the node's record is gone or

@@ -246,7 +246,7 @@ func TestAdmin(t *testing.T) {
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
 		assert.Equal(t, m.node.UUID(), st.Node)
 		assert.Equal(t, "serving", st.State)
-		assert.Equal(t, "unreported", st.Transport, "the in-memory transport reports no connection state")
+		assert.Equal(t, "connected", st.Transport, "the in-memory transport reports its connection state too")
 		assert.Positive(t, st.Epoch)
 		assert.Len(t, st.Ring.Members, 3)
 		fingerprints = append(fingerprints, st.Ring.Fingerprint)

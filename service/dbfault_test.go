@@ -30,7 +30,10 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
 	px, proxied := proxy.NewURL(t, dsn)
 	table := fmt.Sprintf("cloudbus_test_cut_%s", message.NewUUID()[:12])
-	hb := heartbeat.Config{Interval: 100 * time.Millisecond, Lease: 400 * time.Millisecond, EvictAfter: 600 * time.Millisecond, OpTimeout: 100 * time.Millisecond}
+	// Fast, but not so fast that a database reconnect on a loaded CI
+	// machine (the race detector, parallel packages) takes more than the
+	// two intervals rule 4 of package heartbeat guarantees after an outage.
+	hb := heartbeat.Config{Interval: 200 * time.Millisecond, Lease: 800 * time.Millisecond, EvictAfter: 1200 * time.Millisecond, OpTimeout: 200 * time.Millisecond}
 	ctx := t.Context()
 
 	direct, err := sqlstore.Open(ctx, sqlstore.Config{URL: dsn, Table: table, MaxOpenConns: 1})

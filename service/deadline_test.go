@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,8 +44,8 @@ func TestLateAPIMessagesNeverRun(t *testing.T) {
 			Heartbeat: heartbeat.Config{EvictAfter: time.Hour}, // the broker cut must not evict anyone
 		})
 		client := c.Client(t)
-		for _, n := range c.Live() {
-			c.Partition(n.UUID(), true)
+		for i := range 3 {
+			c.Partition(c.Node(i).UUID(), true)
 		}
 		const calls = 10
 		errs := make(chan error, calls)
@@ -58,16 +59,26 @@ func TestLateAPIMessagesNeverRun(t *testing.T) {
 			assert.ErrorIs(t, <-errs, message.ErrTimeout)
 		}
 		time.Sleep(time.Second) // long after every deadline
-		for _, n := range c.Live() {
-			c.Partition(n.UUID(), false)
+		for i := range 3 {
+			c.Partition(c.Node(i).UUID(), false)
 		}
-		c.WaitFor(t, 5*time.Second, "every waiting API message is refused as late", func() bool {
+		wctx, wcancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer wcancel()
+		ok := c.Await(wctx, "every waiting API message is refused as late", func() bool {
 			var late uint64
 			for _, n := range c.Live() {
 				late += n.Bus().Stats().Late
 			}
 			return late == calls
 		})
+		if ok != nil {
+			for i := range 3 {
+				n := c.Node(i)
+				t.Logf("node %d %s: %+v, epoch %d", i, n.State(), n.Bus().Stats(), n.Epoch())
+			}
+			t.Logf("live %d; portal %+v", len(c.Live()), func() any { q, _ := c.Network().Queue("test.message.api.portal"); return q }())
+			t.FailNow()
+		}
 		assert.Empty(t, j.all(), "no handler ran a message after its caller's deadline")
 		_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
 		require.NoError(t, err, "a call in time runs")

@@ -144,9 +144,15 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 		n.memberJoined(r.Node, r.Epoch, "membership")
 	case heartbeat.Left:
 		n.memberLeft(r.Node, r.Epoch, "membership record gone", abandonLater)
+		n.kickSweep()
 	case heartbeat.Evicted:
-		n.log.Warn("evicted a node that stopped beating", "member", r.Node, "age", r.Age)
+		if r.BusDown > 0 && r.Age <= n.cfg.Heartbeat.WithDefaults().EvictAfter {
+			n.log.Warn("evicted a node cut off from the bus", "member", r.Node, "bus_down", r.BusDown)
+		} else {
+			n.log.Warn("evicted a node that stopped beating", "member", r.Node, "age", r.Age)
+		}
 		n.memberLeft(r.Node, r.Epoch, "evicted by this node", abandonCalls)
+		n.kickSweep()
 		if b := n.Bus(); b != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat.OpTimeout+time.Second)
 			err := b.Broadcast(ctx, message.NodeLeft{Node: r.Node, Epoch: r.Epoch, Reason: message.LeaveEvicted, By: n.id})

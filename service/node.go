@@ -91,7 +91,10 @@ type Node struct {
 	// still pending towards them
 	abandonAt map[string]time.Time
 	epoch     int64
-	changed   chan struct{}                     // closed and replaced at every change of state or ring; guarded by mu
+	changed   chan struct{} // closed and replaced at every change of state or ring; guarded by mu
+	sweepNow  chan struct{} // cap 1: asks the sweep loop for a sweep
+	drainMu   sync.Mutex    // guards drained
+	drained   DrainStats
 	monitor   atomic.Pointer[heartbeat.Monitor] // of the current life
 	hooks     *hooks
 }
@@ -149,6 +152,7 @@ func NewNode(cfg Config) (*Node, error) {
 		gone:      make(map[string]int64),
 		abandonAt: make(map[string]time.Time),
 		changed:   make(chan struct{}),
+		sweepNow:  make(chan struct{}, 1),
 	}
 	for _, s := range cfg.Services {
 		n.services[s.Name()] = s

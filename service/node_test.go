@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -252,7 +253,7 @@ func TestOrderlyLeave(t *testing.T) {
 		j := newJournal()
 		var mu sync.Mutex
 		var violations []string
-		c, recs := startCluster(t, 3, j, servicetest.Options{})
+		c, recs := startCluster(t, 3, j, servicetest.Options{Logger: failLogger(t)})
 		net := c.Network()
 		for _, r := range recs {
 			r.setOnRing(func(n *service.Node, ch service.RingChange) {
@@ -312,8 +313,8 @@ func TestOrderlyLeave(t *testing.T) {
 			assert.NoError(t, err, "a call during an orderly leave must succeed (re-routed if needed)")
 		}
 		assert.Empty(t, deletedWhileInRing, "the leaver's queue was deleted while these rings still held it")
-		_, ok := net.Queue(queue)
-		assert.False(t, ok, "the leaver's queues are deleted")
+		qi, ok := net.Queue(queue)
+		assert.False(t, ok, "the leaver's queues are deleted: %+v", qi)
 		c.WaitConverged(t, time.Second)
 		assert.NotContains(t, newcomer.Members(), leaver.UUID())
 		mu.Lock()
@@ -480,4 +481,9 @@ func TestPortalUnderSaturation(t *testing.T) {
 		}
 		assert.Len(t, j.all(), 20)
 	})
+}
+
+// failLogger logs to the test's output, shown when it fails (or with -v).
+func failLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -139,31 +140,84 @@ func (n *Node) routed(ctx context.Context, service, res string, send func(target
 }
 
 // guard wraps a service's handler: it refuses every message once the node
-// was evicted, and a message routed by ring to an owner that this node's
-// ring does not agree is itself.
+// was evicted, while it is fenced, and a message routed by ring to an
+// owner that this node's ring does not agree is itself.
+//
+// A request refused so is answered message.ErrNotOwner, which its caller
+// may retry (service.Node.Call and the portal do). A one-way message has
+// nobody to retry it, so it is never dropped for these reasons: if this
+// node's ring names another owner, the message is forwarded there as is
+// (at most maxForwardHops times, while rings converge); otherwise it is
+// given back to its queue after a short pause (bus.ErrRelease), for this
+// node once it can serve it, or for the survivors that drain its queues
+// once it has been evicted.
 func (n *Node) guard(s Service) bus.Handler {
 	return bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		oneWay := r.Envelope.Kind == message.KindSend
+		notNow := func(err error) (any, error) {
+			if !oneWay {
+				return nil, err
+			}
+			select {
+			case <-time.After(portalReleasePause):
+			case <-ctx.Done():
+			}
+			return nil, bus.ErrRelease
+		}
 		switch st := n.State(); st {
 		case StateServing, StateLeaving:
 		case StateEvicted:
-			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s was evicted and no longer serves", n.id))
+			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s was evicted and no longer serves", n.id)))
 		default:
-			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st))
+			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st)))
 		}
 		if r.Envelope.ResourceUUID != "" && n.Fenced() {
-			return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf(
-				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id))
+			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
+				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id)))
 		}
 		if claimed := r.Envelope.Headers[HeaderOwner]; claimed != "" && r.Envelope.ResourceUUID != "" {
 			owner, err := n.ring.Locate(r.Envelope.ResourceUUID)
 			if err != nil || owner != n.id {
-				return nil, message.ErrNotOwner.WithDetails(fmt.Sprintf(
+				if oneWay && err == nil && forwardHops(r) < maxForwardHops {
+					if ferr := n.forward(ctx, r, owner); ferr == nil {
+						return nil, nil
+					}
+				}
+				return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
 					"resource %s: the sender's ring names %s, this node's ring (%s) names %q",
-					r.Envelope.ResourceUUID, claimed, n.ring.Fingerprint(), owner))
+					r.Envelope.ResourceUUID, claimed, n.ring.Fingerprint(), owner)))
 			}
 		}
 		return s.Handle(ctx, r)
 	})
+}
+
+// HeaderHops counts how many times a one-way message was forwarded
+// between nodes whose rings disagreed about its owner.
+const HeaderHops = "cloudbus-hops"
+
+// maxForwardHops bounds the forwards of one message.
+const maxForwardHops = 3
+
+func forwardHops(r *bus.Request) int {
+	n, _ := strconv.Atoi(r.Header(HeaderHops))
+	return n
+}
+
+// forward sends r's message on to its service on owner, unchanged but
+// for the owner header and the hop count.
+func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error {
+	svc, _, ok := bus.SplitServiceID(r.Envelope.ServiceID)
+	if !ok {
+		return fmt.Errorf("service: forward %s: not a service id", r.Envelope.ServiceID)
+	}
+	err := r.Bus.Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
+		HeaderOwner: owner, HeaderHops: strconv.Itoa(forwardHops(r) + 1),
+	})
+	if err != nil {
+		n.log.Debug("forward a one-way message to its owner", "to", owner, "id", r.ID(), "err", err)
+	}
+	return err
 }
 
 // portal serves the shared api.portal queue: it forwards each API message

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -59,23 +61,53 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		close(n.done)
 	}()
 
+	if w, ok := n.cfg.Transport.(bus.StateWatcher); ok {
+		stop := w.WatchState(func(s bus.TransportState) {
+			if m := n.monitor.Load(); m != nil {
+				m.SetBusUp(s == bus.TransportConnected)
+			}
+		})
+		defer stop()
+	}
+
+	rejoins := 0
 	for life := 1; ; life++ {
 		err := n.live(ctx, life)
-		if !errors.Is(err, ErrEvicted) || n.cfg.NoRejoin || ctx.Err() != nil {
+		rejoinFailed := errors.Is(err, errRejoin)
+		if rejoinFailed {
+			rejoins++
+		} else {
+			rejoins = 0
+		}
+		if !errors.Is(err, ErrEvicted) && !rejoinFailed || n.cfg.NoRejoin || ctx.Err() != nil {
 			n.hooks.close()
 			n.stopServices()
-			if ctx.Err() != nil && errors.Is(err, ErrEvicted) {
+			if ctx.Err() != nil && (errors.Is(err, ErrEvicted) || rejoinFailed) {
 				return nil // closed while evicted
 			}
 			return err
 		}
-		n.log.Warn("rejoining with a new epoch after eviction", "life", life+1)
+		if rejoinFailed {
+			// Typically the bus is still down (a zombie that was evicted):
+			// try again until it heals.
+			level := slog.LevelDebug
+			if rejoins == 1 || rejoins%20 == 0 {
+				level = slog.LevelWarn
+			}
+			n.log.Log(ctx, level, "rejoin failed; retrying", "attempts", rejoins, "err", err)
+		} else {
+			n.log.Warn("rejoining with a new epoch after eviction", "life", life+1)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(n.cfg.Heartbeat.Interval):
 		}
 	}
 }
+
+// errRejoin marks a failed join of a later life (after an eviction):
+// Run retries it instead of stopping.
+var errRejoin = errors.New("service: rejoin failed")
 
 // live is one life of the node: join, serve, and leave or be evicted.
 func (n *Node) live(ctx context.Context, life int) error {
@@ -84,9 +116,13 @@ func (n *Node) live(ctx context.Context, life int) error {
 	if err != nil {
 		return err
 	}
+	mon.SetBusUp(n.transportUp())
 	n.monitor.Store(mon)
 	if err := n.join(ctx, life == 1); err != nil {
 		n.abort()
+		if life > 1 && ctx.Err() == nil {
+			return fmt.Errorf("%w: %w", errRejoin, err)
+		}
 		return err
 	}
 	n.setState(StateServing)
@@ -98,18 +134,16 @@ func (n *Node) live(ctx context.Context, life int) error {
 
 	lifeCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reconcileDone := make(chan struct{})
-	go func() {
-		defer close(reconcileDone)
-		n.reconcileLoop(lifeCtx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { n.reconcileLoop(lifeCtx) })
+	loops.Go(func() { n.sweepLoop(lifeCtx) })
 
 	runErr := mon.Run(lifeCtx)
 	cancel()
-	<-reconcileDone
+	loops.Wait()
 	if errors.Is(runErr, heartbeat.ErrEvicted) {
 		n.setState(StateEvicted)
-		n.log.Warn("evicted by peers: stopped serving")
+		n.log.Warn("evicted by peers: stopped serving; this node's queues stay for the survivors to drain")
 		n.hooks.evicted()
 		n.stopServing(false)
 		return ErrEvicted
@@ -191,6 +225,10 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	if err != nil {
 		return fmt.Errorf("service: node %s: join the membership: %w", n.id, err)
 	}
+	// Survivors find the queues in the store if this node dies. Recorded
+	// after the registration: a sweeper that reads them then finds the
+	// record too, and does not drain a node that is starting.
+	n.recordQueues(ctx)
 	n.mu.Lock()
 	n.epoch = epoch
 	n.mu.Unlock()
@@ -219,28 +257,34 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	return nil
 }
 
-// abort undoes a failed start: nothing joined the ring, so the queues
-// can go at once.
+// abort undoes a failed start: nothing routed to this node by ring yet,
+// so its queues go at once if they are empty (a queue that holds
+// messages, from an earlier life, stays for the next life or the
+// survivors).
 func (n *Node) abort() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
 	defer cancel()
 	if n.Epoch() != 0 {
 		_ = n.monitor.Load().Leave(ctx)
 	}
-	n.stopServing(false)
+	n.stopServing(true)
 }
 
-// leave is the orderly goodbye; see Run.
+// leave is the orderly goodbye; see Run. It leaves its own ring,
+// broadcasts NodeLeft and asks only the peers whose heartbeat record is
+// fresh to confirm they dropped it (a dead peer not yet evicted would
+// never answer), drains its queues with markers, moves whatever arrived
+// after the markers to the resources' new owners, deletes each queue
+// once it is empty, and only then deletes its heartbeat record. A queue
+// it could not empty in time stays, recorded in the store, for the
+// survivors to drain.
 func (n *Node) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
 	defer cancel()
 	start := time.Now()
 	epoch := n.Epoch()
 	n.memberLeft(n.id, epoch, "leaving", keepCalls)
-	peers := n.ring.Members()
-	if err := n.monitor.Load().Leave(ctx); err != nil {
-		n.log.Warn("leave: delete heartbeat record", "err", err)
-	}
+	peers := n.freshPeers()
 	b := n.Bus()
 	if err := b.Broadcast(ctx, message.NodeLeft{Node: n.id, Epoch: epoch, Reason: message.LeaveGoodbye}); err != nil {
 		n.log.Warn("leave: broadcast NodeLeft", "err", err)
@@ -249,41 +293,74 @@ func (n *Node) leave() {
 	if err := b.Drain(ctx); err != nil {
 		n.log.Warn("leave: drain queues", "err", err)
 	}
-	n.stopServing(true)
-	n.log.Info("node left", "peers", len(peers), "confirmed", confirmed, "took", time.Since(start).Round(time.Millisecond))
+	moved, kept := n.emptyOwnQueues(ctx)
+	// The record goes last: while it is there, no survivor drains this
+	// node's queues alongside it (peers dropped it from their rings when
+	// they confirmed, and do not add it back for a life seen leaving).
+	if err := n.monitor.Load().Leave(ctx); err != nil {
+		n.log.Warn("leave: delete heartbeat record", "err", err)
+	}
+	n.stopServing(false)
+	n.log.Info("node left", "peers", len(peers), "confirmed", confirmed, "moved", moved, "queues_kept", kept,
+		"took", time.Since(start).Round(time.Millisecond))
 }
 
-// stopServing stops the services' consumers, deletes the node's queues
-// and closes the bus. After an orderly leave (drained)
-// the handlers have finished already; otherwise (eviction, failed start)
-// their contexts are canceled at once: this node no longer owns anything.
-func (n *Node) stopServing(drained bool) {
+// transportUp reports whether the node's transport is connected (true
+// for a transport that does not report its state).
+func (n *Node) transportUp() bool {
+	if w, ok := n.cfg.Transport.(bus.StateWatcher); ok {
+		return w.TransportState() == bus.TransportConnected
+	}
+	return true
+}
+
+// freshPeers returns the other ring members, but those whose heartbeat
+// record the last read of the store shows stale (older than the lease:
+// they are fenced, or dead and about to be evicted, and would not
+// answer). A member the read does not show, having joined since, counts
+// as fresh.
+func (n *Node) freshPeers() []string {
+	records, _ := n.monitor.Load().View()
+	lease := n.cfg.Heartbeat.WithDefaults().Lease
+	stale := make(map[string]bool)
+	for _, r := range records {
+		if r.Age > lease {
+			stale[r.Node] = true
+		}
+	}
+	var out []string
+	for _, p := range n.ring.Members() {
+		if p != n.id && !stale[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// stopServing closes the bus; with deleteIdle it first deletes the
+// node's queues that are empty and unused (after a failed start). An
+// evicted node keeps its queues: survivors drain them, or the node's
+// next life consumes them again.
+func (n *Node) stopServing(deleteIdle bool) {
 	b := n.Bus()
 	if b == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
-	defer cancel()
-	if !drained {
-		if err := b.Close(); err != nil {
-			n.log.Warn("close bus", "err", err)
-		}
-	}
-	for _, name := range append([]string{membershipService}, n.serviceNames()...) {
-		q := b.QueueName(bus.ServiceID(name, n.id))
-		if err := n.cfg.Transport.DeleteQueue(ctx, q); err != nil {
-			n.log.Warn("delete queue", "queue", q, "err", err)
-		}
-	}
 	if err := b.Close(); err != nil {
 		n.log.Warn("close bus", "err", err)
 	}
-}
-
-func (n *Node) serviceNames() []string {
-	out := make([]string, 0, len(n.cfg.Services))
-	for _, s := range n.cfg.Services {
-		out = append(out, s.Name())
+	if !deleteIdle {
+		return
 	}
-	return out
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
+	defer cancel()
+	var gone []string
+	for _, q := range n.ownQueues(b) {
+		if err := deleteIfIdle(ctx, n.cfg.Transport, q); err != nil {
+			n.log.Debug("queue kept", "queue", q, "err", err)
+			continue
+		}
+		gone = append(gone, q)
+	}
+	n.forgetQueues(ctx, n.id, gone)
 }

@@ -3,6 +3,7 @@ package amqpbus_test
 import (
 	"errors"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 	"go.uber.org/goleak"
 )
 
@@ -25,6 +27,11 @@ type env struct {
 	url   string
 	mu    sync.Mutex
 	links map[string][]*link // by node
+
+	// viaProxy, when set, sends each node's connections through a proxy
+	// of its own, so that Cut and Heal act on one node.
+	viaProxy bool
+	proxies  map[string]*proxy.Proxy
 }
 
 // link is one transport's connections and whether it was killed.
@@ -42,6 +49,16 @@ func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Trans
 	t.Helper()
 	if cfg.URL == "" {
 		cfg.URL = e.url
+		if e.viaProxy {
+			e.mu.Lock()
+			p := e.proxies[node]
+			if p == nil {
+				p, _ = proxy.NewURL(t, e.url)
+				e.proxies[node] = p
+			}
+			e.mu.Unlock()
+			cfg.URL = proxiedURL(t, e.url, p)
+		}
 	}
 	if cfg.ConnectionName == "" {
 		cfg.ConnectionName = "cloudbus-test-" + node[:min(8, len(node))]
@@ -89,11 +106,41 @@ func (e *env) Kill(t *testing.T, node string) {
 	}
 }
 
+// Cut cuts node's connections off the broker at its proxy.
+func (e *env) Cut(t *testing.T, node string) { e.proxyOf(t, node).Cut() }
+
+// Heal undoes Cut.
+func (e *env) Heal(t *testing.T, node string) { e.proxyOf(t, node).Heal() }
+
+func (e *env) proxyOf(t *testing.T, node string) *proxy.Proxy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.proxies[node]
+	if p == nil {
+		t.Fatalf("node %s has no proxy: it never dialed", node)
+	}
+	return p
+}
+
+// proxiedURL returns rawURL with its host replaced by p's address.
+func proxiedURL(t testing.TB, rawURL string, p *proxy.Proxy) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("parse the broker URL: %v", err)
+	}
+	u.Host = p.Addr()
+	return u.String()
+}
+
 func TestConformance(t *testing.T) {
 	testenv.AMQPURL(t)
 	bustest.Run(t, bustest.Harness{
-		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true, NoRouteWithin: time.Second},
-		New:      func(t *testing.T) bustest.Env { return newEnv(t) },
+		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true, NoRouteWithin: time.Second, CanCut: true},
+		New: func(t *testing.T) bustest.Env {
+			e := newEnv(t)
+			e.viaProxy, e.proxies = true, map[string]*proxy.Proxy{}
+			return e
+		},
 	})
 }
 

@@ -53,6 +53,7 @@ type Transport struct {
 var (
 	_ bus.Transport    = (*Transport)(nil)
 	_ bus.StateWatcher = (*Transport)(nil)
+	_ bus.IdleDeleter  = (*Transport)(nil)
 )
 
 // Dial connects to the broker and returns a connected transport. On
@@ -304,6 +305,37 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	if err != nil && !isCode(err, amqp.NotFound) {
 		return t.opError(s, op, err)
 	}
+	return nil
+}
+
+// DeleteQueueIfIdle implements [bus.IdleDeleter] with queue.delete
+// if-unused and if-empty: the broker refuses (406) a queue with a consumer
+// or a message, which is reported as message.ErrBusy; a missing queue is
+// not an error.
+func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
+	op := "delete idle queue " + name
+	s, err := t.current(op)
+	if err != nil {
+		return err
+	}
+	err = s.control(ctx, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(name, true, true, false)
+		return err
+	})
+	switch {
+	case err == nil:
+	case isCode(err, amqp.NotFound):
+	case isCode(err, amqp.PreconditionFailed):
+		return fmt.Errorf("amqpbus: %s: it has a consumer or messages: %w", op, message.ErrBusy)
+	default:
+		return t.opError(s, op, err)
+	}
+	t.mu.Lock()
+	delete(t.queues, name)
+	if i := slices.Index(t.order, name); i >= 0 {
+		t.order = slices.Delete(t.order, i, i+1)
+	}
+	t.mu.Unlock()
 	return nil
 }
 

@@ -41,6 +41,9 @@ type Features struct {
 	// NoRouteWithin bounds how fast publishing to a missing queue must
 	// fail. Default 1 s.
 	NoRouteWithin time.Duration
+	// CanCut: the Env implements [Cutter], cutting a node off from the
+	// broker and healing it. Scenarios about cuts run only when it is set.
+	CanCut bool
 }
 
 // Harness tells the suite how to build the transport under test.
@@ -77,6 +80,9 @@ func Run(t *testing.T, h Harness) {
 			if s.needKill && !h.Features.CanKill {
 				t.Skipf("bustest: %s needs Features.CanKill, which this transport does not declare", s.name)
 			}
+			if s.needCut && !h.Features.CanCut {
+				t.Skipf("bustest: %s needs Features.CanCut, which this transport does not declare", s.name)
+			}
 			s.run(t, newCluster(t, h))
 		})
 	}
@@ -85,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 type scenario struct {
 	name     string
 	needKill bool
+	needCut  bool
 	run      func(t *testing.T, c *cluster)
 }
 
@@ -112,6 +119,9 @@ var scenarios = []scenario{
 	{name: "a request that waited in its queue past its deadline is not run", run: testLateInQueue},
 	{name: "a request that waited behind others past its deadline is not run", run: testLateBehindOthers},
 	{name: "a delivery whose reply cannot be published is redelivered, not counted as poison", run: testUnrepliedRedelivered},
+	{name: "a killed node's queued messages are rerouted to the new owner, none lost", needKill: true, run: testRerouteKilledQueue},
+	{name: "a queue is deleted only when idle", run: testIdleDelete},
+	{name: "a transport cut off from the broker reports it and recovers", needCut: true, run: testCutReported},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.

@@ -23,9 +23,13 @@ func (e env) Transport(t *testing.T, node string) bus.Transport {
 
 func (e env) Kill(t *testing.T, node string) { e.net.Kill(node) }
 
+func (e env) Cut(t *testing.T, node string) { e.net.Partition(node, true) }
+
+func (e env) Heal(t *testing.T, node string) { e.net.Partition(node, false) }
+
 func TestConformance(t *testing.T) {
 	bustest.Run(t, bustest.Harness{
-		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true},
+		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true, CanCut: true},
 		New:      func(t *testing.T) bustest.Env { return env{net: membus.New()} },
 	})
 }

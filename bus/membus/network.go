@@ -42,6 +42,7 @@ type queue struct {
 	maxDeliv  int    // deliveries before dead-lettering; 0: unbounded
 	deadQueue string // where poison messages go
 	msgs      []*msg // ready messages, sorted by seq
+	unacked   int    // messages delivered, not yet settled
 	consumers []*consumer
 	next      int // round-robin position
 	deleted   bool
@@ -110,6 +111,9 @@ func (n *Network) Kill(node string) {
 		t.killLocked()
 	}
 	n.mu.Unlock()
+	for _, t := range ts {
+		t.notify()
+	}
 }
 
 // Drop silently loses the traffic of node while on: what it publishes or
@@ -128,12 +132,27 @@ func (n *Network) Drop(node string, on bool) {
 // Partition cuts node off from the broker while on: its publishes and
 // declarations fail with message.ErrUnavailable and its consumers receive
 // nothing; messages for it wait. Partition(node, false) heals.
+//
+// The node's transports report the cut through [bus.StateWatcher]
+// (reconnecting while on, connected after), as a RabbitMQ transport
+// reports a lost connection.
 func (n *Network) Partition(node string, on bool) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.nodeState(node).partition = on
+	s := n.nodeState(node)
+	changed := s.partition != on
+	s.partition = on
 	if !on {
 		n.dispatchAllLocked()
+	}
+	var ts []*Transport
+	if changed {
+		for t := range s.transports {
+			ts = append(ts, t)
+		}
+	}
+	n.mu.Unlock()
+	for _, t := range ts {
+		t.notify()
 	}
 }
 
@@ -216,6 +235,7 @@ func (n *Network) dispatchLocked(q *queue) {
 		}
 		d := &delivery{net: n, c: c, q: q, m: m, redelivered: m.redelivered}
 		c.unacked++
+		q.unacked++
 		c.t.outstanding[d] = struct{}{}
 		c.inbox = append(c.inbox, d)
 		c.wakeUp()

@@ -23,13 +23,102 @@ type Transport struct {
 	outstanding map[*delivery]struct{} // handed out, not yet settled
 
 	wg sync.WaitGroup // consumer goroutines
+
+	watchMu   sync.Mutex // guards watchers, nextWatch, lastState; never held with net.mu
+	watchers  map[int]func(bus.TransportState)
+	nextWatch int
+	lastState bus.TransportState
 }
 
 var (
 	_ bus.Transport       = (*Transport)(nil)
+	_ bus.StateWatcher    = (*Transport)(nil)
+	_ bus.IdleDeleter     = (*Transport)(nil)
 	_ bus.DeliveryChecker = (*delivery)(nil)
 	_ bus.Releaser        = (*delivery)(nil)
 )
+
+// TransportState implements [bus.StateWatcher]: closed after Close or a
+// kill, reconnecting while the node is partitioned, else connected.
+func (t *Transport) TransportState() bus.TransportState {
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return t.stateLocked()
+}
+
+func (t *Transport) stateLocked() bus.TransportState {
+	switch {
+	case t.closed || t.dead:
+		return bus.TransportClosed
+	case t.net.nodes[t.node] != nil && t.net.nodes[t.node].partition:
+		return bus.TransportReconnecting
+	}
+	return bus.TransportConnected
+}
+
+// WatchState implements [bus.StateWatcher]: f is called with every
+// later change (a partition, its healing, Close or a kill), in order.
+func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
+	st := t.TransportState()
+	t.watchMu.Lock()
+	if t.watchers == nil {
+		t.watchers = make(map[int]func(bus.TransportState))
+		t.lastState = st
+	}
+	id := t.nextWatch
+	t.nextWatch++
+	t.watchers[id] = f
+	t.watchMu.Unlock()
+	return func() {
+		t.watchMu.Lock()
+		delete(t.watchers, id)
+		t.watchMu.Unlock()
+	}
+}
+
+// notify tells the watchers the current state if it changed. Called
+// without net.mu held.
+func (t *Transport) notify() {
+	st := t.TransportState()
+	t.watchMu.Lock()
+	if st == t.lastState || t.watchers == nil {
+		t.watchMu.Unlock()
+		return
+	}
+	t.lastState = st
+	fs := make([]func(bus.TransportState), 0, len(t.watchers))
+	for _, f := range t.watchers {
+		fs = append(fs, f)
+	}
+	t.watchMu.Unlock()
+	for _, f := range fs {
+		f(st)
+	}
+}
+
+// DeleteQueueIfIdle implements [bus.IdleDeleter].
+func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("delete " + name); err != nil {
+		return err
+	}
+	q, ok := n.queues[name]
+	if !ok {
+		return nil
+	}
+	if len(q.msgs) > 0 || q.unacked > 0 || len(q.consumers) > 0 {
+		return fmt.Errorf("membus: delete %s: %d ready, %d unacknowledged, %d consumers: %w",
+			name, len(q.msgs), q.unacked, len(q.consumers), message.ErrBusy)
+	}
+	n.deleteQueueLocked(q)
+	return nil
+}
 
 // Node returns the node name the transport was attached as.
 func (t *Transport) Node() string { return t.node }
@@ -204,6 +293,7 @@ func (t *Transport) Close() error {
 		}
 	}
 	n.mu.Unlock()
+	t.notify()
 	t.wg.Wait()
 	return nil
 }
@@ -378,6 +468,7 @@ func (d *delivery) settleLocked(requeue, redeliver bool) {
 	}
 	d.settled = true
 	d.c.unacked--
+	d.q.unacked--
 	delete(d.c.t.outstanding, d)
 	if !requeue {
 		d.m.handed = 0 // settled for good

@@ -49,6 +49,7 @@ type Store struct {
 
 	mu        sync.Mutex
 	records   map[string]*record
+	queues    map[string]map[string]bool // node -> recorded queue names
 	lastEpoch int64
 	faults    map[string]*fault // by node, for views
 }
@@ -56,6 +57,7 @@ type Store struct {
 type record struct {
 	epoch, seq int64
 	stamp      time.Time // last beat or registration, by the store's clock
+	busDown    time.Time // when the node first reported its bus down; zero while up
 }
 
 type fault struct {
@@ -64,8 +66,10 @@ type fault struct {
 }
 
 var (
-	_ heartbeat.Store      = (*Store)(nil)
-	_ heartbeat.TimeSource = (*Store)(nil)
+	_ heartbeat.Store       = (*Store)(nil)
+	_ heartbeat.TimeSource  = (*Store)(nil)
+	_ heartbeat.BusReporter = (*Store)(nil)
+	_ heartbeat.QueueBook   = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -76,6 +80,7 @@ func New(cfg Config) *Store {
 	return &Store{
 		now:     cfg.Now,
 		records: make(map[string]*record),
+		queues:  make(map[string]map[string]bool),
 		faults:  make(map[string]*fault),
 	}
 }
@@ -97,8 +102,18 @@ func (s *Store) Register(ctx context.Context, node string) (int64, error) {
 	return epoch, nil
 }
 
-// Beat implements [heartbeat.Store.Beat].
+// Beat implements [heartbeat.Store.Beat]. It leaves the bus status as
+// it was.
 func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
+	return s.beat(ctx, node, epoch, nil)
+}
+
+// BeatBus implements [heartbeat.BusReporter].
+func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
+	return s.beat(ctx, node, epoch, &busUp)
+}
+
+func (s *Store) beat(ctx context.Context, node string, epoch int64, busUp *bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: beat %s: %w", node, err)
 	}
@@ -111,8 +126,64 @@ func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	case r.epoch != epoch:
 		return fmt.Errorf("memstore: beat %s epoch %d: the record has epoch %d: %w", node, epoch, r.epoch, heartbeat.ErrEvicted)
 	}
+	now := s.now()
 	r.seq++
-	r.stamp = s.now()
+	r.stamp = now
+	switch {
+	case busUp == nil:
+	case *busUp:
+		r.busDown = time.Time{}
+	case r.busDown.IsZero():
+		r.busDown = now
+	}
+	return nil
+}
+
+// AddQueues implements [heartbeat.QueueBook].
+func (s *Store) AddQueues(ctx context.Context, node string, queues []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: add queues of %s: %w", node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queues[node] == nil {
+		s.queues[node] = make(map[string]bool)
+	}
+	for _, q := range queues {
+		s.queues[node][q] = true
+	}
+	return nil
+}
+
+// Queues implements [heartbeat.QueueBook].
+func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: list queues: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]string, len(s.queues))
+	for node, qs := range s.queues {
+		for q := range qs {
+			out[node] = append(out[node], q)
+		}
+	}
+	return out, nil
+}
+
+// RemoveQueues implements [heartbeat.QueueBook].
+func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: remove queues of %s: %w", node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range queues {
+		delete(s.queues[node], q)
+	}
+	if len(s.queues[node]) == 0 {
+		delete(s.queues, node)
+	}
 	return nil
 }
 
@@ -136,7 +207,11 @@ func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 	now := s.now()
 	out := make([]heartbeat.Record, 0, len(s.records))
 	for node, r := range s.records {
-		out = append(out, heartbeat.Record{Node: node, Epoch: r.epoch, Seq: r.seq, Age: max(now.Sub(r.stamp), 0)})
+		rec := heartbeat.Record{Node: node, Epoch: r.epoch, Seq: r.seq, Age: max(now.Sub(r.stamp), 0)}
+		if !r.busDown.IsZero() {
+			rec.BusDown = max(now.Sub(r.busDown), time.Nanosecond)
+		}
+		out = append(out, rec)
 	}
 	return out, nil
 }

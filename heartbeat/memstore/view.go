@@ -18,8 +18,10 @@ type View struct {
 }
 
 var (
-	_ heartbeat.Store      = (*View)(nil)
-	_ heartbeat.TimeSource = (*View)(nil)
+	_ heartbeat.Store       = (*View)(nil)
+	_ heartbeat.TimeSource  = (*View)(nil)
+	_ heartbeat.BusReporter = (*View)(nil)
+	_ heartbeat.QueueBook   = (*View)(nil)
 )
 
 // For returns the store as seen from node, for that node's
@@ -110,6 +112,41 @@ func (v *View) StoreTime(ctx context.Context) (time.Time, time.Duration, error) 
 		return time.Time{}, 0, err
 	}
 	return v.s.StoreTime(ctx)
+}
+
+// BeatBus implements [heartbeat.BusReporter], subject to the view's
+// faults.
+func (v *View) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
+	if err := v.reach(ctx, "beat"); err != nil {
+		return err
+	}
+	return v.s.BeatBus(ctx, node, epoch, busUp)
+}
+
+// AddQueues implements [heartbeat.QueueBook], subject to the view's
+// faults.
+func (v *View) AddQueues(ctx context.Context, node string, queues []string) error {
+	if err := v.reach(ctx, "add queues"); err != nil {
+		return err
+	}
+	return v.s.AddQueues(ctx, node, queues)
+}
+
+// Queues implements [heartbeat.QueueBook], subject to the view's faults.
+func (v *View) Queues(ctx context.Context) (map[string][]string, error) {
+	if err := v.reach(ctx, "list queues"); err != nil {
+		return nil, err
+	}
+	return v.s.Queues(ctx)
+}
+
+// RemoveQueues implements [heartbeat.QueueBook], subject to the view's
+// faults.
+func (v *View) RemoveQueues(ctx context.Context, node string, queues []string) error {
+	if err := v.reach(ctx, "remove queues"); err != nil {
+		return err
+	}
+	return v.s.RemoveQueues(ctx, node, queues)
 }
 
 // Evict implements [heartbeat.Store.Evict], subject to the view's faults.

@@ -70,9 +70,11 @@ type Config struct {
 	Dialect Dialect
 
 	// Table is the heartbeat table's name: lower-case letters, digits and
-	// underscores, at most 58 characters, optionally qualified by a
+	// underscores, at most 56 characters, optionally qualified by a
 	// schema (PostgreSQL), database (MySQL) or attached database (SQLite)
-	// as "schema.table". The store also creates Table+"_meta" beside it.
+	// as "schema.table". The store also creates Table+"_meta" and
+	// Table+"_queues" beside it (PostgreSQL names have at most 63
+	// characters, MySQL's 64).
 	// Every node of one cluster must use the same table; clusters sharing
 	// a database use different ones. Default [DefaultTable].
 	Table string
@@ -113,7 +115,9 @@ func (c Config) conn() sqlconn.Config {
 }
 
 // tableName is an optional qualifier and a table name, lower case.
-var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,57}$`)
+// The name has room for the suffix "_queues" within PostgreSQL's 63
+// characters.
+var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,55}$`)
 
 // Validate reports every problem with the configuration at once. Zero
 // fields are valid (they take defaults), except URL, which [Open]
@@ -134,7 +138,7 @@ func (c Config) problems() []error {
 		errs = append(errs, fmt.Errorf("sqlstore: config: %w", err))
 	}
 	if c.Table != "" && !tableName.MatchString(c.Table) {
-		errs = append(errs, fmt.Errorf("sqlstore: config: Table %q is not a valid name: use lower-case letters, digits and underscores, at most 58 characters, optionally as schema.table", c.Table))
+		errs = append(errs, fmt.Errorf("sqlstore: config: Table %q is not a valid name: use lower-case letters, digits and underscores, at most 56 characters, optionally as schema.table", c.Table))
 	}
 	return errs
 }

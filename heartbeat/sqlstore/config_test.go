@@ -52,6 +52,9 @@ func TestValidate(t *testing.T) {
 	}
 	assert.NoError(t, sqlstore.Config{URL: "host=h password=p", Dialect: sqlstore.Postgres}.Validate())
 	assert.NoError(t, sqlstore.Config{URL: "sqlite:/tmp/x.db", Table: "myschema.hb_2"}.Validate())
+	assert.NoError(t, sqlstore.Config{URL: "sqlite:/tmp/x.db", Table: strings.Repeat("t", 56)}.Validate(),
+		"56 characters leave room for the suffix _queues within PostgreSQL's 63")
+	assert.ErrorContains(t, sqlstore.Config{URL: "sqlite:/tmp/x.db", Table: strings.Repeat("t", 57)}.Validate(), "at most 56 characters")
 	assert.Equal(t, "postgres", sqlstore.Postgres.String())
 	assert.Equal(t, "Dialect(42)", sqlstore.Dialect(42).String())
 }

@@ -1,7 +1,10 @@
 // Package sqlstore is a [heartbeat.Store] in a SQL table, for SQLite
 // (the embedded default: the processes of one machine share heartbeats
 // through one database file), PostgreSQL and MySQL/MariaDB, over
-// database/sql.
+// database/sql. It is also a [heartbeat.BusReporter] (each beat may say
+// whether the node reaches the message bus, and List tells for how long
+// it has not) and a [heartbeat.QueueBook] (the names of the durable
+// queues each node declared, for survivors to drain).
 //
 //	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: "sqlite:/var/lib/cloudbus/heartbeat.db"})
 //	// or URL: "postgres://cloudbus:secret@db:5432/cloudbus?sslmode=require"
@@ -36,33 +39,68 @@
 // # Tables
 //
 // The heartbeat table (default "cloudbus_heartbeat") holds one row per
-// live node; the meta table beside it (Table+"_meta") holds one row with
+// live node; the queues table beside it (Table+"_queues") one row per
+// recorded queue of a node; the meta table (Table+"_meta") one row with
 // the schema version and the last epoch issued:
 //
-//	cloudbus_heartbeat      (node PRIMARY KEY, epoch BIGINT, seq BIGINT, beat_us BIGINT)
-//	cloudbus_heartbeat_meta (id = 1 PRIMARY KEY, version INT, last_epoch BIGINT)
+//	cloudbus_heartbeat        (node PRIMARY KEY, epoch BIGINT, seq BIGINT, beat_us BIGINT, bus_down_us BIGINT)
+//	cloudbus_heartbeat_queues (node, queue, PRIMARY KEY (node, queue))
+//	cloudbus_heartbeat_meta   (id = 1 PRIMARY KEY, version INT, last_epoch BIGINT)
 //
 // beat_us is the database's clock at the last beat (or registration), in
-// microseconds since 1970. Open takes a lock (PostgreSQL
-// pg_advisory_xact_lock, SQLite BEGIN IMMEDIATE, MySQL GET_LOCK), creates
-// what is missing and runs the migrations from the stored version up,
-// so nodes starting together do it once. It refuses tables of a newer
-// version than it knows.
+// microseconds since 1970; bus_down_us is the database's clock at the
+// first of the beats that have reported, without interruption, the
+// message bus down, or 0 if the last one that told reported it up (or if
+// none told since the registration). The queues table is keyed by node,
+// not by epoch: a node's queues outlive its record, so that survivors
+// can drain them after evicting it, and a node that rejoins finds them.
+// Node and queue names are 1 to 255 bytes (RabbitMQ's limit for a queue)
+// and compare byte for byte: TEXT on PostgreSQL and SQLite, VARBINARY(255)
+// on MySQL, whose VARCHAR collations, utf8mb4_bin included, ignore
+// trailing spaces.
+//
+// Open takes a lock (PostgreSQL pg_advisory_xact_lock, SQLite BEGIN
+// IMMEDIATE, MySQL GET_LOCK), creates what is missing and runs the
+// migrations from the stored version up, so nodes starting together do
+// it once. It refuses tables of a newer version than it knows. The
+// versions:
+//
+//	1  CREATE TABLE IF NOT EXISTS t (node, epoch, seq, beat_us)
+//	2  ALTER TABLE t ADD COLUMN bus_down_us BIGINT NOT NULL DEFAULT 0
+//	   CREATE TABLE IF NOT EXISTS t_queues (node, queue, PRIMARY KEY (node, queue))
+//
+// so tables of version 1 are migrated in place and keep their records,
+// every one reporting the bus up. PostgreSQL and SQLite run a migration
+// in one transaction; MySQL cannot roll DDL back. Every step can run
+// twice, as it does after a failure on MySQL, or if the meta row was
+// lost (the migrations then run again from version 0): PostgreSQL adds
+// the column IF NOT EXISTS; MySQL, which lacks that, adds it through a
+// prepared statement only if information_schema.COLUMNS lacks it; SQLite,
+// which lacks it too, rebuilds the table instead (CREATE TABLE t_v2 with
+// the column, INSERT the version 1 columns from t, DROP t, RENAME t_v2 TO
+// t), so a table rebuilt again forgets its bus status (outages restart at
+// the next down beat). A node of version 1 refuses to open migrated
+// tables: upgrade every node of a cluster together.
 //
 // # Time comes from the database
 //
 // No statement takes a time from the client. Register and Beat stamp
 // beat_us with the database's clock, and List computes every age on the
 // database, as now minus beat_us, so nodes with skewed clocks agree on
-// which records are stale. The clock, NOW below, in microseconds:
+// which records are stale; BeatBus stamps bus_down_us with the same
+// clock, and List computes [heartbeat.Record.BusDown] as now minus
+// bus_down_us, at least a microsecond, in the same SELECT. The clock,
+// NOW below, in microseconds:
 //
 //	PostgreSQL  (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
 //	SQLite      (CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
 //	MySQL       TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
 //
 // PostgreSQL's now() is the start of the transaction, so clock_timestamp()
-// is used, once per statement through the scalar subquery. SQLite's
-// CURRENT_TIMESTAMP has one-second resolution; unixepoch('subsec')
+// is used, once per statement through the scalar subquery; a statement
+// that needs it twice reads it once, in a FROM item, so that both uses
+// see one instant (SQLite's and MySQL's NOW are fixed per statement).
+// SQLite's CURRENT_TIMESTAMP has one-second resolution; unixepoch('subsec')
 // (SQLite 3.42 and later; modernc.org/sqlite v1.62.0 embeds 3.54) has
 // milliseconds, so SQLite ages have millisecond resolution, the others
 // microsecond. MySQL's UTC_TIMESTAMP(6) is the statement's start;
@@ -71,17 +109,26 @@
 //
 // # The statements
 //
-// Every write is one conditional statement, so concurrent nodes cannot
-// undo each other's decisions; there are no client-side transactions.
-// In PostgreSQL's syntax ($n are the arguments):
+// Every write to the heartbeat table is one conditional statement, so
+// concurrent nodes cannot undo each other's decisions; there are no
+// client-side transactions (but for a queue book write of more than 500
+// names, below). In PostgreSQL's syntax ($n are the arguments):
 //
 //	Register    WITH e AS (UPDATE meta SET last_epoch = GREATEST(last_epoch + 1, NOW) WHERE id = 1 RETURNING last_epoch)
-//	            INSERT INTO t (node, epoch, seq, beat_us) SELECT $1, e.last_epoch, 0, NOW FROM e
-//	            ON CONFLICT (node) DO UPDATE SET epoch = EXCLUDED.epoch, seq = 0, beat_us = EXCLUDED.beat_us
+//	            INSERT INTO t (node, epoch, seq, beat_us, bus_down_us) SELECT $1, e.last_epoch, 0, NOW, 0 FROM e
+//	            ON CONFLICT (node) DO UPDATE SET epoch = EXCLUDED.epoch, seq = 0, beat_us = EXCLUDED.beat_us, bus_down_us = 0
 //	            RETURNING epoch
 //	Beat        UPDATE t SET beat_us = NOW, seq = seq + 1 WHERE node = $1 AND epoch = $2
 //	            -- no row updated: heartbeat.ErrEvicted
-//	List        SELECT node, epoch, seq, GREATEST(NOW - beat_us, 0) FROM t ORDER BY node
+//	BeatBus     UPDATE t SET beat_us = NOW, seq = seq + 1, bus_down_us = 0 WHERE node = $1 AND epoch = $2
+//	  bus up    -- no row updated: heartbeat.ErrEvicted
+//	BeatBus     UPDATE t SET beat_us = c.now, seq = seq + 1,
+//	  bus down      bus_down_us = CASE WHEN bus_down_us = 0 THEN c.now ELSE bus_down_us END
+//	            FROM (SELECT NOW AS now) AS c WHERE node = $1 AND epoch = $2
+//	            -- no row updated: heartbeat.ErrEvicted
+//	List        SELECT node, epoch, seq, GREATEST(c.now - beat_us, 0),
+//	                CASE WHEN bus_down_us = 0 THEN 0 ELSE GREATEST(c.now - bus_down_us, 1) END
+//	            FROM t CROSS JOIN (SELECT NOW AS now) AS c ORDER BY node
 //	Evict       DELETE FROM t WHERE node = $1 AND epoch = $2 AND seq = $3
 //	            -- true if this statement deleted the row
 //	Deregister  DELETE FROM t WHERE node = $1 AND epoch = $2
@@ -92,18 +139,20 @@
 // simply never used:
 //
 //	SQLite  UPDATE meta SET last_epoch = max(last_epoch + 1, NOW) WHERE id = 1 RETURNING last_epoch
-//	        INSERT INTO t (node, epoch, seq, beat_us) VALUES (?, ?, 0, NOW)
-//	        ON CONFLICT (node) DO UPDATE SET epoch = excluded.epoch, seq = 0, beat_us = excluded.beat_us
+//	        INSERT INTO t (node, epoch, seq, beat_us, bus_down_us) VALUES (?, ?, 0, NOW, 0)
+//	        ON CONFLICT (node) DO UPDATE SET epoch = excluded.epoch, seq = 0, beat_us = excluded.beat_us, bus_down_us = 0
 //	MySQL   UPDATE meta SET last_epoch = LAST_INSERT_ID(GREATEST(last_epoch + 1, NOW)) WHERE id = 1
 //	        -- the driver's Result.LastInsertId is the new epoch
-//	        INSERT INTO t (node, epoch, seq, beat_us) VALUES (?, ?, 0, NOW)
-//	        ON DUPLICATE KEY UPDATE epoch = ?, seq = 0, beat_us = NOW
+//	        INSERT INTO t (node, epoch, seq, beat_us, bus_down_us) VALUES (?, ?, 0, NOW, 0)
+//	        ON DUPLICATE KEY UPDATE epoch = ?, seq = 0, beat_us = NOW, bus_down_us = 0
 //
 // The other statements are PostgreSQL's with ? for $n (and max for
-// GREATEST in SQLite). An epoch is max(the table's last epoch + 1, the
-// database's clock in microseconds): it differs from every epoch issued
-// before through this table, to any node, even if the database's clock
-// goes back, and is unlikely to repeat if the tables are recreated.
+// GREATEST in SQLite); SQLite's and MySQL's bus-down BeatBus and List
+// write NOW twice instead of the FROM item. An epoch is max(the table's
+// last epoch + 1, the database's clock in microseconds): it differs from
+// every epoch issued before through this table, to any node, even if the
+// database's clock goes back, and is unlikely to repeat if the tables
+// are recreated.
 //
 // Why the conditions suffice: Beat and Evict on one row are serialized by
 // the database's row lock (PostgreSQL and InnoDB re-check the WHERE
@@ -112,7 +161,31 @@
 // after the evictor's List is never evicted; of two evictors with the
 // same sequence, the second finds the row gone. A Beat after an Evict,
 // a Deregister or a newer Register finds no row with its epoch and
-// returns [heartbeat.ErrEvicted], and never recreates the row.
+// returns [heartbeat.ErrEvicted], and never recreates the row. BeatBus
+// is a Beat: the same WHERE, the same row lock. Its bus-down form reads
+// bus_down_us in the row it updates, so of two down beats the second
+// keeps the first one's stamp.
+//
+// # The queue book
+//
+// Each call is one statement of every name, or, past 500 names, one
+// transaction of such statements (q is t_queues):
+//
+//	AddQueues     INSERT INTO q (node, queue) VALUES ($1, $2), ($3, $4), ... ON CONFLICT (node, queue) DO NOTHING
+//	              -- MySQL: ON DUPLICATE KEY UPDATE queue = queue
+//	Queues        SELECT node, queue FROM q ORDER BY node, queue
+//	RemoveQueues  WITH doomed AS (SELECT node, queue FROM q WHERE node = $1 AND queue IN ($2, $3, ...)
+//	                  ORDER BY queue FOR UPDATE)
+//	              DELETE FROM q USING doomed WHERE q.node = doomed.node AND q.queue = doomed.queue
+//	              -- SQLite, MySQL: DELETE FROM q WHERE node = ? AND queue IN (?, ?, ...)
+//
+// Names already recorded are skipped, names not recorded are ignored, so
+// both writes are idempotent. Concurrent writers lock rows in one order:
+// AddQueues sends its names sorted, and PostgreSQL's RemoveQueues locks
+// its rows sorted before deleting them (a plain DELETE locks in its
+// plan's order, which differs between a short list and a long one). A
+// write the database aborts anyway to break a deadlock (PostgreSQL
+// 40P01, MySQL 1213) is tried again, a few times.
 //
 // # SQLite
 //
@@ -123,9 +196,10 @@
 // the last beats may be lost, which costs a node nothing: it beats
 // again), and opens transactions with BEGIN IMMEDIATE (_txlock=immediate),
 // because the busy timeout does not retry a read transaction that finds
-// it must write on a stale snapshot. The only transaction is Open's
-// migration; every other statement is its own. In modernc.org/sqlite's
-// DSN syntax the URL sqlite:/path/hb.db becomes
+// it must write on a stale snapshot. The only transactions are Open's
+// migration and queue book writes of more than 500 names; every other
+// statement is its own. In modernc.org/sqlite's DSN syntax the URL
+// sqlite:/path/hb.db becomes
 //
 //	file:/path/hb.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate
 //
@@ -142,14 +216,16 @@
 //	sqlstore: beat node 3694776a... epoch 1764480000123456 on postgres://cloudbus:xxxxx@db:5432/cloudbus: ...
 //
 // If ctx ended, the error also matches ctx's error. An error leaves the
-// outcome unknown: retrying Register, Beat and Deregister is safe; a
-// retried Evict may report false for a record the first try deleted.
+// outcome unknown: retrying Register, Beat, BeatBus, Deregister,
+// AddQueues and RemoveQueues is safe; a retried Evict may report false
+// for a record the first try deleted.
 // The logs (open, migration) name the database masked too.
 //
 // # Testing
 //
-// The tests run the heartbeat/storetest conformance suite on each
-// dialect. SQLite always runs, in a temporary directory; PostgreSQL runs
+// The tests run the heartbeat/storetest conformance suite, with its bus
+// status and queue book scenarios, on each dialect, and migrate tables of
+// version 1 on each. SQLite always runs, in a temporary directory; PostgreSQL runs
 // when CLOUDBUS_POSTGRES_DSN is set (for example
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and MySQL when
 // CLOUDBUS_MYSQL_DSN is set (for example

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
@@ -97,4 +98,61 @@ func ExampleOpenDB() {
 	// dialect: sqlite records: 1
 	// named as given: true
 	// the pool is still open: true
+}
+
+// A node that cannot reach the message bus says so with each beat; its
+// peers see in List for how long, by the database's clock.
+func ExampleStore_BeatBus() {
+	dir, _ := os.MkdirTemp("", "sqlstore-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: "sqlite:" + filepath.Join(dir, "heartbeat.db")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	const id = "3694776ab31a45709259254a018913ca"
+	epoch, _ := s.Register(ctx, id)
+	_ = s.BeatBus(ctx, id, epoch, false) // the outage starts now
+	time.Sleep(20 * time.Millisecond)
+	_ = s.BeatBus(ctx, id, epoch, false) // keeps the outage's start
+	recs, _ := s.List(ctx)
+	fmt.Println("bus down for 20 ms or more:", recs[0].BusDown >= 20*time.Millisecond, "seq", recs[0].Seq)
+
+	_ = s.BeatBus(ctx, id, epoch, true)
+	recs, _ = s.List(ctx)
+	fmt.Println("after a beat with the bus up:", recs[0].BusDown)
+	// Output:
+	// bus down for 20 ms or more: true seq 2
+	// after a beat with the bus up: 0s
+}
+
+// A node records the durable queues it declares, so that if it dies the
+// survivors find them, in the store, and drain them.
+func ExampleStore_AddQueues() {
+	dir, _ := os.MkdirTemp("", "sqlstore-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: "sqlite:" + filepath.Join(dir, "heartbeat.db")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	const id = "3694776ab31a45709259254a018913ca"
+	_ = s.AddQueues(ctx, id, []string{"cloudbus.vm.inbox", "cloudbus.vm.events"})
+	_ = s.AddQueues(ctx, id, []string{"cloudbus.vm.inbox"}) // already recorded: a no-op
+	queues, _ := s.Queues(ctx)
+	fmt.Println(queues[id])
+
+	// A survivor drained one of them.
+	_ = s.RemoveQueues(ctx, id, []string{"cloudbus.vm.events", "never.recorded"})
+	queues, _ = s.Queues(ctx)
+	fmt.Println(queues[id])
+	// Output:
+	// [cloudbus.vm.events cloudbus.vm.inbox]
+	// [cloudbus.vm.inbox]
 }

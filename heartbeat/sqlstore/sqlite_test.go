@@ -374,6 +374,11 @@ func TestClosed(t *testing.T) {
 	_, err = s.Evict(t.Context(), "a", e, 0)
 	assert.ErrorIs(t, err, heartbeat.ErrClosed)
 	assert.ErrorIs(t, s.Deregister(t.Context(), "a", e), heartbeat.ErrClosed)
+	assert.ErrorIs(t, s.BeatBus(t.Context(), "a", e, false), heartbeat.ErrClosed)
+	assert.ErrorIs(t, s.AddQueues(t.Context(), "a", []string{"q"}), heartbeat.ErrClosed)
+	_, err = s.Queues(t.Context())
+	assert.ErrorIs(t, err, heartbeat.ErrClosed)
+	assert.ErrorIs(t, s.RemoveQueues(t.Context(), "a", []string{"q"}), heartbeat.ErrClosed)
 }
 
 // TestCancelWhileWaiting: a write that waits for SQLite's write lock

@@ -17,11 +17,13 @@ import (
 // maxNodeLen bounds a node name (MySQL's key column is VARCHAR(255)).
 const maxNodeLen = 255
 
-// Store is a [heartbeat.Store] in a SQL table. It is safe for concurrent
-// use by any number of goroutines, and any number of Stores, in any
-// number of processes, may share one table: every write is one
-// conditional statement. Every method honours ctx and returns the
-// driver's error wrapped with what failed and the masked URL.
+// Store is a [heartbeat.Store] in a SQL table, and a
+// [heartbeat.BusReporter] and [heartbeat.QueueBook] too. It is safe for
+// concurrent use by any number of goroutines, and any number of Stores,
+// in any number of processes, may share one table: every write is one
+// conditional statement (or, for a long list of queues, one
+// transaction). Every method honours ctx and returns the driver's error
+// wrapped with what failed and the masked URL.
 //
 // A Store made by [Open] owns its connection pool and [Store.Close]
 // closes it; one made by [OpenDB] does not close the caller's pool.
@@ -39,8 +41,10 @@ type Store struct {
 }
 
 var (
-	_ heartbeat.Store      = (*Store)(nil)
-	_ heartbeat.TimeSource = (*Store)(nil)
+	_ heartbeat.Store       = (*Store)(nil)
+	_ heartbeat.TimeSource  = (*Store)(nil)
+	_ heartbeat.BusReporter = (*Store)(nil)
+	_ heartbeat.QueueBook   = (*Store)(nil)
 )
 
 // Open connects to the database cfg.URL names, creates the heartbeat
@@ -241,13 +245,33 @@ func reserved(res sql.Result) (int64, error) {
 
 // Beat implements [heartbeat.Store.Beat] with one UPDATE whose WHERE
 // names the node and epoch; no row updated means [heartbeat.ErrEvicted].
-// Another error leaves the beat done or not; retrying is safe.
+// It leaves the bus status ([Store.BeatBus]) as it was. Another error
+// leaves the beat done or not; retrying is safe.
 func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
-	op := fmt.Sprintf("beat node %s epoch %d", node, epoch)
+	return s.beat(ctx, fmt.Sprintf("beat node %s epoch %d", node, epoch), s.st.beat, node, epoch)
+}
+
+// BeatBus implements [heartbeat.BusReporter]: it is [Store.Beat], in one
+// UPDATE with the same WHERE and the same errors, that also sets the
+// column bus_down_us, the database's clock when the node first reported
+// the bus down: 0 if busUp, else the beat's own stamp if it was 0, else
+// unchanged. [Store.List] reports the time since as
+// [heartbeat.Record.BusDown]. Retrying after an error is safe: a retried
+// down beat keeps the first stamp.
+func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
+	stmt, state := s.st.beatBusDown, "down"
+	if busUp {
+		stmt, state = s.st.beatBusUp, "up"
+	}
+	return s.beat(ctx, fmt.Sprintf("beat node %s epoch %d (bus %s)", node, epoch, state), stmt, node, epoch)
+}
+
+// beat runs stmt, one of the beat statements, on (node, epoch).
+func (s *Store) beat(ctx context.Context, op, stmt, node string, epoch int64) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, s.st.beat, node, epoch)
+	res, err := s.db.ExecContext(ctx, stmt, node, epoch)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -277,9 +301,11 @@ func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error)
 }
 
 // List implements [heartbeat.Store.List] with one SELECT that computes
-// every age on the database's clock, in microseconds; an age that would
-// be negative (the database's clock went back) is 0. The records are
-// sorted by node.
+// every age, and every [heartbeat.Record.BusDown], on the database's
+// clock, in microseconds: an age that would be negative (the database's
+// clock went back) is 0, and a BusDown is at least a microsecond while
+// the node reports the bus down, 0 otherwise. The records are sorted by
+// node.
 func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 	const op = "list"
 	if err := s.begin(ctx, op); err != nil {
@@ -293,11 +319,12 @@ func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 	var out []heartbeat.Record
 	for rows.Next() {
 		var r heartbeat.Record
-		var ageUS int64
-		if err := rows.Scan(&r.Node, &r.Epoch, &r.Seq, &ageUS); err != nil {
+		var ageUS, busDownUS int64
+		if err := rows.Scan(&r.Node, &r.Epoch, &r.Seq, &ageUS, &busDownUS); err != nil {
 			return nil, s.fail(ctx, op, err)
 		}
 		r.Age = time.Duration(ageUS) * time.Microsecond
+		r.BusDown = time.Duration(busDownUS) * time.Microsecond
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -341,10 +368,10 @@ func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error 
 	return nil
 }
 
-// Drop deletes the store's tables (the records and the schema metadata),
-// for tests that clean up after themselves and for uninstalling. Every
-// node using the table loses its membership record: use it only when no
-// node runs.
+// Drop deletes the store's tables (the records, the queues and the
+// schema metadata), for tests that clean up after themselves and for
+// uninstalling. Every node using the table loses its membership record
+// and its queues: use it only when no node runs.
 func (s *Store) Drop(ctx context.Context) error {
 	for _, stmt := range s.st.drop {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {

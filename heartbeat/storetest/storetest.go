@@ -21,10 +21,25 @@
 // ([heartbeat.TimeSource]) tells the clock that stamps its beats, to a
 // millisecond or better.
 //
+// Two more abilities are checked if the store has them, and their
+// scenarios skip, saying so, if it has not. A [heartbeat.BusReporter]:
+// BeatBus is a Beat (same sequence, same [heartbeat.ErrEvicted], same
+// done context) that also records the node's bus status; the first
+// down beat stamps the outage on the store's clock, later down beats and
+// plain Beats keep the stamp, an up beat and Register clear it, and List
+// reports the time since as [heartbeat.Record.BusDown], growing with the
+// store's clock. A [heartbeat.QueueBook]: AddQueues is idempotent,
+// Queues returns each node's names once, byte for byte (case and
+// trailing spaces count; names of 255 bytes fit), RemoveQueues removes
+// only the named queues of that node and ignores unknown names, queues
+// outlive the node's record (survivors drain them after an eviction),
+// long lists and concurrent writers work, and a done context changes
+// nothing.
+//
 // Every scenario uses fresh random node UUIDs and looks only at its own
-// records, so stores sharing one table (parallel test processes against
-// one database) may run the suite at the same time: the suite never
-// assumes the store is empty.
+// records (and queues), so stores sharing one table (parallel test
+// processes against one database) may run the suite at the same time:
+// the suite never assumes the store is empty.
 //
 // Time: a store whose clock the test controls passes [Harness.Advance];
 // for a real database it is nil, and the suite waits for real time
@@ -87,6 +102,9 @@ var scenarios = []scenario{
 	{"a done context is honoured and changes nothing", testContext},
 	{"concurrent beats, lists and evicts are consistent", testConcurrent},
 	{"the store's time is the clock that stamps beats", testStoreTime},
+	{"bus status is recorded with beats", testBusStatus},
+	{"queues are recorded per node", testQueues},
+	{"concurrent queue writes are consistent", testQueuesConcurrent},
 }
 
 // env is one scenario's store and helpers.

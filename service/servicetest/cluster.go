@@ -33,6 +33,7 @@ type member struct {
 	tr     *membus.Transport
 	killed bool // by Kill, for good
 	cut    bool // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
+	parted bool // off the bus, from Partition(true) to Partition(false)
 }
 
 // Start starts a cluster with [New], fails t if it cannot, and closes it
@@ -175,7 +176,7 @@ func (c *Cluster) Live() []*service.Node {
 
 // liveLocked reports whether m is live; c.mu is held.
 func (m *member) liveLocked() bool {
-	return !m.killed && !m.cut && m.node.State() == service.StateServing && !m.node.Fenced()
+	return !m.killed && !m.cut && !m.parted && m.node.State() == service.StateServing && !m.node.Fenced()
 }
 
 // LiveUUIDs returns the UUIDs of the live nodes (see [Cluster.Live]),
@@ -262,10 +263,22 @@ func (c *Cluster) ResumeHeartbeat(id string) {
 // so it stays live and in every ring.
 func (c *Cluster) Drop(id string, on bool) { c.net.Drop(id, on) }
 
-// Partition cuts the node off from the bus while on: its sends fail with
-// message.ErrUnavailable and messages for it wait in its queues. It goes
-// on beating, so it stays live and in every ring.
-func (c *Cluster) Partition(id string, on bool) { c.net.Partition(id, on) }
+// Partition cuts the node off from the bus while on, its database link
+// untouched: its sends fail with message.ErrUnavailable, messages for it
+// wait in its queues, and its transport reports the cut. It is not live
+// from this call on; it goes on beating, reporting its bus down, so a
+// peer evicts it (a zombie) heartbeat.Config.BusDownAfter after that,
+// plus up to two intervals, and the survivors drain its queues. After
+// Partition(id, false) it rejoins with a new epoch (unless
+// Options.NoRejoin) and is live again once it serves. It panics if the
+// cluster has no node id.
+func (c *Cluster) Partition(id string, on bool) {
+	m := c.mustMember(id)
+	c.mu.Lock()
+	m.parted = on
+	c.mu.Unlock()
+	c.net.Partition(id, on)
+}
 
 // Stop closes the node in order (goodbye) and waits until it left: it is
 // not live once it starts leaving, and every peer that answers has
@@ -293,9 +306,9 @@ func (c *Cluster) Owner(resourceUUID string) string {
 // Converged reports whether every live node's ring holds exactly the
 // live nodes (see [Cluster.Live]): no live node misses another, and none
 // still holds a node that was killed, cut off, fenced, stopped or
-// evicted. It is false from StopHeartbeat or Kill until peers evict the
-// node, and true again afterwards (the faulty node's own stale ring does
-// not count: it is not live). Drop and Partition leave it true.
+// evicted. It is false from StopHeartbeat, Kill or Partition until peers
+// evict the node, and true again afterwards (the faulty node's own stale
+// ring does not count: it is not live). Drop leaves it true.
 func (c *Cluster) Converged() bool {
 	live := c.Live()
 	ids := make([]string, 0, len(live))
@@ -324,6 +337,9 @@ func (c *Cluster) rings() string {
 		}
 		if m.cut {
 			faults += ", heartbeat stopped"
+		}
+		if m.parted {
+			faults += ", partitioned"
 		}
 		if m.node.Fenced() {
 			faults += ", fenced"

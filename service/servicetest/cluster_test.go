@@ -98,20 +98,39 @@ func TestLive(t *testing.T) {
 		})
 	})
 
-	t.Run("dropped and partitioned nodes stay live and in every ring", func(t *testing.T) {
+	t.Run("a dropped node stays live and in every ring", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := start(t, 3, servicetest.Options{})
-			dropped, partitioned := c.Node(0).UUID(), c.Node(1).UUID()
+			dropped := c.Node(0).UUID()
 			c.Drop(dropped, true)
-			c.Partition(partitioned, true)
-			time.Sleep(3 * hb.EvictAfter) // they go on beating: nobody is evicted
+			time.Sleep(3 * hb.EvictAfter) // it goes on beating: nobody is evicted
 			assert.Len(t, c.Live(), 3)
 			assert.True(t, inEveryLiveRing(c, dropped))
-			assert.True(t, inEveryLiveRing(c, partitioned))
 			assert.True(t, c.Converged())
 			assert.False(t, c.Gone(dropped))
 			c.Drop(dropped, false)
-			c.Partition(partitioned, false)
+		})
+	})
+
+	t.Run("a partitioned node is evicted as a zombie and rejoins once healed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := start(t, 3, servicetest.Options{})
+			victim := c.Node(1)
+			epoch := victim.Epoch()
+			cut := time.Now()
+			c.Partition(victim.UUID(), true)
+			assert.NotContains(t, c.LiveUUIDs(), victim.UUID(), "not live from the cut")
+			c.WaitGone(t, victim.UUID(), 2*hb.EvictAfter)
+			took := time.Since(cut)
+			t.Logf("a node cut off from the bus left every ring %v after the cut (lease %v)", took, hb.Lease)
+			assert.LessOrEqual(t, took, hb.Lease+3*hb.Interval)
+			c.WaitConverged(t, time.Second)
+			c.Partition(victim.UUID(), false)
+			c.WaitFor(t, 2*hb.EvictAfter, "the healed node rejoins with a new epoch", func() bool {
+				return victim.State() == service.StateServing && victim.Epoch() != epoch
+			})
+			c.WaitConverged(t, time.Second)
+			assert.True(t, inEveryLiveRing(c, victim.UUID()))
 		})
 	})
 }

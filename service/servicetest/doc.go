@@ -41,11 +41,17 @@
 //     at once if it was not evicted; if it was, it notices at its next
 //     beat and rejoins with a new epoch (same UUID) one interval later,
 //     unless Options.NoRejoin is set, in which case it stops for good.
-//   - Drop and Partition cut the node off from the bus, not from the
-//     store: it goes on beating, so it stays live, stays in the
+//   - Partition cuts the node off from the bus, not from the store, and
+//     its transport reports it (as a RabbitMQ transport reports a lost
+//     connection): it is not live at once; it goes on beating, reporting
+//     its bus down, and a peer evicts it as a zombie BusDownAfter (the
+//     lease) later, plus up to two intervals; the survivors then drain
+//     its queues. Once healed it rejoins with a new epoch.
+//   - Drop silently loses the node's bus traffic, a fault its transport
+//     does not see: it goes on beating, so it stays live, stays in the
 //     membership and in every ring copy, and keeps owning its resources.
-//     Messages for it wait in its queues (and, with Drop, what it sends
-//     vanishes) until the fault is healed.
+//     Messages for it wait in its queues and what it sends vanishes
+//     until the fault is healed.
 //   - Stop: the node leaves in order; it is not live once it starts
 //     leaving, and every peer that answers has dropped it from its ring
 //     before Stop returns.

@@ -1,0 +1,209 @@
+package service_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestZombieStepsAside: a node cut off from the bus while its database
+// works keeps beating, reporting its bus down; a peer evicts it after
+// the lease, so calls about its resources end with node_left and then
+// succeed on the survivors, well within their deadline; once its bus
+// heals it rejoins with a new epoch.
+func TestZombieStepsAside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.LocalConfig()
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{})
+		zombie, caller := c.Node(0), c.Node(1)
+		var res string
+		for res == "" || c.Owner(res) != zombie.UUID() {
+			res = message.NewUUID()
+		}
+		epoch := zombie.Epoch()
+		cut := time.Now()
+		c.Partition(zombie.UUID(), true)
+		_, err := caller.Call(t.Context(), "recorder", Touch{Resource: res}, bus.WithTimeout(5*time.Second))
+		require.ErrorIs(t, err, message.ErrNodeLeft, "the caller learns the owner is gone, not a timeout")
+		failedAfter := time.Since(cut)
+		got, err := service.Call[Touched](t.Context(), caller, "recorder", Touch{Resource: res}, bus.WithTimeout(5*time.Second))
+		require.NoError(t, err, "the survivors own the zombie's resources")
+		answeredAfter := time.Since(cut)
+		assert.NotEqual(t, zombie.UUID(), got.Node)
+		t.Logf("zombie (bus cut, database fine): caller told node_left after %v, its resource answered by a survivor after %v (lease %v, eviction threshold %v)",
+			failedAfter, answeredAfter, hb.Lease, hb.EvictAfter)
+		assert.LessOrEqual(t, answeredAfter, hb.EvictAfter+time.Second, "within the eviction threshold + 1 s")
+
+		c.Partition(zombie.UUID(), false)
+		c.WaitFor(t, 2*time.Second, "the zombie rejoins with a new epoch once its bus heals", func() bool {
+			return zombie.State() == service.StateServing && zombie.Epoch() != epoch
+		})
+		c.WaitConverged(t, time.Second)
+	})
+}
+
+// TestBusOutageEvictsNobody: every node loses the bus for ten eviction
+// thresholds and gets it back, one after the other: nobody is evicted,
+// nobody rejoins.
+func TestBusOutageEvictsNobody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.LocalConfig()
+		c, _ := startCluster(t, 3, newJournal(), servicetest.Options{})
+		epochs := map[string]int64{}
+		for _, n := range c.Live() {
+			epochs[n.UUID()] = n.Epoch()
+			c.Network().Partition(n.UUID(), true)
+		}
+		time.Sleep(10 * hb.EvictAfter)
+		for id := range epochs {
+			c.Network().Partition(id, false)
+			time.Sleep(hb.EvictAfter / 2) // reconnects spread over time
+		}
+		time.Sleep(3 * hb.EvictAfter)
+		for i := range 3 {
+			n := c.Node(i)
+			assert.Equal(t, service.StateServing, n.State())
+			assert.Equal(t, epochs[n.UUID()], n.Epoch(), "node %d was neither evicted nor rejoined", i)
+			assert.Len(t, n.Members(), 3)
+		}
+	})
+}
+
+// TestDeadNodesQueuesAreDrained: one-way messages queued for a node
+// that died are moved to the new owners once it is evicted: each is
+// handled, none lost, and the dead node's queues are deleted.
+func TestDeadNodesQueuesAreDrained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{Logger: failLogger(t)})
+		dead := c.Node(2)
+		queue := dead.Bus().QueueName(bus.ServiceID("recorder", dead.UUID()))
+		c.Kill(dead.UUID())
+		sender := c.Node(0).Bus()
+		const n = 50
+		var sent []string
+		for range n {
+			res := message.NewUUID()
+			sent = append(sent, res)
+			require.NoError(t, sender.Send(t.Context(), bus.ServiceID("recorder", dead.UUID()), Touch{Resource: res}))
+		}
+		c.WaitGone(t, dead.UUID(), time.Second)
+		c.WaitFor(t, 2*time.Second, "every queued message is handled by the new owners", func() bool { return len(j.all()) == n })
+		handled := map[string]string{}
+		for _, h := range j.all() {
+			handled[h.resource] = h.node
+		}
+		for _, res := range sent {
+			require.Contains(t, handled, res)
+			assert.Equal(t, c.Owner(res), handled[res], "handled by the resource's new owner")
+		}
+		c.WaitFor(t, time.Second, "the dead node's queue is deleted", func() bool {
+			_, ok := c.Network().Queue(queue)
+			return !ok
+		})
+		var moved int
+		for _, n := range c.Live() {
+			moved += n.DrainStats().Moved
+		}
+		assert.GreaterOrEqual(t, moved, n, "every message was moved (some twice, if they reached a node whose ring had not dropped the dead node yet)")
+	})
+}
+
+// TestRestartedClusterDrainsTheDead: every node dies with messages
+// queued for it; new nodes started on the same store find the dead
+// nodes' queues recorded there and drain them.
+func TestRestartedClusterDrainsTheDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{Logger: failLogger(t)})
+		client := c.Client(t)
+		var queues []string
+		var dead []string
+		for i := range 3 {
+			n := c.Node(i)
+			dead = append(dead, n.UUID())
+			queues = append(queues, n.Bus().QueueName(bus.ServiceID("recorder", n.UUID())))
+		}
+		var sent int
+		for _, id := range dead {
+			c.Kill(id)
+		}
+		for _, id := range dead {
+			for range 10 {
+				require.NoError(t, client.Bus().Send(t.Context(), bus.ServiceID("recorder", id), Touch{Resource: message.NewUUID()},
+					bus.WithTimeout(time.Minute)))
+				sent++
+			}
+		}
+		for range 3 {
+			c.AddNode(t)
+		}
+		handled := func() map[string]int {
+			m := map[string]int{}
+			for _, h := range j.all() {
+				m[h.resource]++
+			}
+			return m
+		}
+		wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if err := c.Await(wctx, "every message handled", func() bool { return len(handled()) == sent }); err != nil {
+			var st []service.DrainStats
+			for _, n := range c.Live() {
+				st = append(st, n.DrainStats())
+			}
+			var stats []bus.Stats
+			for _, n := range c.Live() {
+				stats = append(stats, n.Bus().Stats())
+			}
+			t.Fatalf("%d of %d messages handled, %d handlings; drains %+v; bus stats %+v; queues %+v", len(handled()), sent, len(j.all()), st, stats, c.Network().Queues())
+		}
+		c.WaitFor(t, time.Second, "the dead nodes' queues are deleted", func() bool {
+			for _, q := range queues {
+				if _, ok := c.Network().Queue(q); ok {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+// TestLeaveWithADeadPeer: a node leaving while a peer is dead but not yet
+// evicted does not wait for the dead peer: it drains and deletes its
+// queues in well under the leave timeout.
+func TestLeaveWithADeadPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{})
+		leaver, deadPeer := c.Node(0), c.Node(1)
+		queue := leaver.Bus().QueueName(bus.ServiceID("recorder", leaver.UUID()))
+		c.Kill(deadPeer.UUID())
+		time.Sleep(heartbeat.LocalConfig().Lease) // its record is stale, not yet evicted
+		var wg sync.WaitGroup
+		for range 20 { // messages in flight to the leaver
+			wg.Go(func() {
+				_, _ = c.Node(2).Call(context.WithoutCancel(t.Context()), "recorder", Touch{Resource: message.NewUUID()}, bus.WithTimeout(2*time.Second))
+			})
+		}
+		start := time.Now()
+		require.NoError(t, c.Stop(leaver.UUID()))
+		took := time.Since(start)
+		t.Logf("a leave with a dead peer took %v", took)
+		assert.Less(t, took, 2*time.Second)
+		_, ok := c.Network().Queue(queue)
+		assert.False(t, ok, "the leaver drained and deleted its queue")
+		wg.Wait()
+	})
+}
