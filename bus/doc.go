@@ -95,7 +95,8 @@
 //   - Publishing to a service id whose queue does not exist fails at once
 //     with message.ErrNoRoute; a crashed node's queues still exist, so
 //     messages to it wait until a node-left event ends calls towards it
-//     ([CloudBus.AbandonCalls]).
+//     ([CloudBus.AbandonCalls]) and a survivor moves them to their new
+//     destinations ([CloudBus.Reroute]; service.Node does so).
 //
 // # Deadlines
 //

@@ -27,6 +27,17 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		_ = d.Ack()
 		return
 	}
+	if env.Headers[headerDrain] != "" {
+		// Another bus's marker (it drains this queue too, or drained it
+		// before): never handle it; give it back for its owner unless it
+		// is stale.
+		if now := time.Now(); b.deadlineOf(env, arrived).late(now) {
+			_ = d.Ack()
+		} else {
+			giveBack(d)
+		}
+		return
+	}
 	if env.Kind != message.KindSend && env.Kind != message.KindRequest {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
 		return

@@ -16,6 +16,7 @@ const (
 	rerouteRounds     = 20
 	rerouteRoundPause = 50 * time.Millisecond
 	markerTTL         = 30 * time.Second // a marker outlives its drain by this at most
+	markerWait        = 2 * time.Second  // a round waits this long for its marker
 )
 
 // ErrDropMessage, returned by a [CloudBus.Reroute] route function, drops
@@ -179,6 +180,11 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 		select {
 		case <-back:
 		case <-ctx.Done():
+		case <-time.After(markerWait):
+			// The marker did not come back (another consumer kept it, or
+			// it is still behind messages another consumer holds): end the
+			// round, and the next one puts a new marker.
+			end(nil)
 		}
 		_ = c.Cancel()
 		select {

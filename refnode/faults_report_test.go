@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"maps"
 	"slices"
@@ -322,21 +321,11 @@ func (fc *faultCluster) logAround(label string, at time.Time, before, after time
 	if c == nil {
 		return nil
 	}
-	_, errOut := c.output()
 	var out []string
-	sc := bufio.NewScanner(strings.NewReader(errOut))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		v, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if !ok || !strings.HasPrefix(line, "time=") {
-			continue
+	for _, l := range c.logLines() {
+		if !l.At.Before(at.Add(-before)) && !l.At.After(at.Add(after)) {
+			out = append(out, tail(l.Text, 400))
 		}
-		ts, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil || ts.Before(at.Add(-before)) || ts.After(at.Add(after)) {
-			continue
-		}
-		out = append(out, tail(line, 400))
 	}
 	if len(out) > n { // the last lines: those leading up to the time, and just after
 		out = out[len(out)-n:]

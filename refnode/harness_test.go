@@ -43,6 +43,9 @@ import (
 //	d.stop()
 //	fc.Terminate(t, 20*time.Second)   // op logs complete
 //	ops, err := collectOps(fc.OpLogs(), fc.Labels()) // op id -> runs on owners and portals
+//	jan := newJanitor(t, broker)      // harness_broker_test.go: does a queue exist, how full is it
+//	jan.inspectAll(nodeQueues(fc.Prefix(), fc.Node(2).ID()))
+//	fc.Node(0).Proc().logLines("evicted a node", id) // a node's stderr lines, with their times
 //
 // Only the test's goroutine uses a faultCluster and its nodes; the
 // proxies are safe for concurrent use.

@@ -60,8 +60,12 @@
 // queues exist": the queues are declared before the heartbeat record is
 // written and NodeJoined is broadcast. Leaving keeps the mirror property
 // "a leaving node leaves every ring before its queues are deleted": the
-// node deletes its record, broadcasts NodeLeft, has every peer confirm
-// it dropped the node, drains its queues and only then deletes them.
+// node broadcasts NodeLeft and has every peer whose record is fresh
+// confirm it dropped the node (a dead peer not yet evicted is not waited
+// for), drains its queues with markers, moves what arrived after them to
+// the resources' owners, deletes each queue once it is empty, and only
+// then deletes its heartbeat record. A queue it could not empty stays,
+// recorded, for the survivors to drain.
 //
 // Ring copies follow the lifecycle events and the heartbeat monitor's
 // view of the store, and are reconciled from the store when they differ
@@ -75,6 +79,34 @@
 // there or on the new owner. A node that finds its own record gone stops
 // handling messages and rejoins with a new epoch, or, with
 // Config.NoRejoin, [Node.Run] returns [ErrEvicted].
+//
+// A node cut off from the bus while its database works (a zombie: it
+// beats, but no message reaches it) reports the cut with its beats, from
+// its transport's state; a peer whose bus is up evicts it once it has
+// reported the bus down for longer than the lease, so its callers get
+// node_left and the survivors own its resources about as fast as if it
+// had died. It keeps trying to rejoin and does once its bus heals. A bus
+// outage every node sees evicts nobody (rule 5 of package heartbeat).
+//
+// # Nothing stranded
+//
+// Each node records its queues in the heartbeat store
+// (heartbeat.QueueBook), since a broker such as RabbitMQ cannot list
+// them. Every node sweeps when it starts, when a node leaves or is
+// evicted, and every EvictAfter: the queues of a node absent from the
+// store are drained by one survivor, the owner of that node's UUID on the
+// ring, with bus.CloudBus.Reroute: each message goes to its resource's
+// current owner (a message about no resource to a member chosen by its
+// id), a message whose deadline has passed is dropped and counted
+// ([Node.DrainStats]), and the queue is deleted once it is empty and
+// unused. Draining stops if the node comes back. An evicted node keeps
+// its queues (for the survivors, or for its own next life); a leaving
+// node empties and deletes its own. So a one-way message sent to a node
+// that died is handled at least once by the new owner, and nothing waits
+// in a dead node's queue for the broker to expire it. A receiver that
+// does not own a one-way message's resource on its ring forwards it to
+// the owner (at most three hops while rings converge) or gives it back
+// to its queue; it never drops it.
 //
 // While ring copies converge, a receiver checks that its own ring agrees
 // it owns the resource ([HeaderOwner]) and otherwise answers

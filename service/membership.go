@@ -241,10 +241,16 @@ func (n *Node) membershipHandler() bus.Handler {
 }
 
 // confirmLeave asks every peer to drop this node and waits for their
-// replies (bounded by ctx); it returns how many confirmed. A peer that
-// does not answer drops the node when it sees the NodeLeft broadcast or
-// the record gone.
+// replies, at most two beat intervals; it returns how many confirmed. A
+// peer that does not answer drops the node when it sees the NodeLeft
+// broadcast or the record gone.
 func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) int {
+	// A live peer answers within a round trip; one that does not (it
+	// died a moment ago, its record still fresh) drops this node from the
+	// NodeLeft broadcast or the store instead. Two beat intervals bound
+	// the wait.
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Heartbeat.WithDefaults().Interval)
+	defer cancel()
 	b := n.Bus()
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -199,6 +199,9 @@ func (n *Node) join(ctx context.Context, first bool) error {
 				calls = keepCalls // it drains and answers what it took
 			}
 			n.memberLeft(ev.Node, ev.Epoch, "broadcast: "+string(ev.Reason), calls)
+			if ev.Reason != message.LeaveGoodbye {
+				n.kickSweep() // its record is gone: drain its queues now
+			}
 		}
 	}); err != nil {
 		return err
