@@ -193,6 +193,7 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 				c, _ := startCluster(t, 3, j, servicetest.Options{})
 				leaver, deadPeer := c.Node(0), c.Node(1)
 				queue := leaver.Bus().QueueName(bus.ServiceID("recorder", leaver.UUID()))
+				client := c.Client(t)
 				c.Kill(deadPeer.UUID())
 				time.Sleep(after)
 				var wg sync.WaitGroup
@@ -201,6 +202,16 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 						_, _ = c.Node(2).Call(context.WithoutCancel(t.Context()), "recorder", Touch{Resource: message.NewUUID()}, bus.WithTimeout(2*time.Second))
 					})
 				}
+				for range 10 { // API calls about the dead peer's resources: some portal handlers of the leaver wait on it
+					var res string
+					for res == "" || c.Owner(res) != deadPeer.UUID() {
+						res = message.NewUUID()
+					}
+					wg.Go(func() {
+						_, _ = service.CallAPI[Touched](context.WithoutCancel(t.Context()), client, APITouch{Resource: res}, bus.WithTimeout(2*time.Second))
+					})
+				}
+				time.Sleep(time.Millisecond)
 				start := time.Now()
 				require.NoError(t, c.Stop(leaver.UUID()))
 				took := time.Since(start)

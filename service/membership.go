@@ -241,10 +241,10 @@ func (n *Node) membershipHandler() bus.Handler {
 }
 
 // confirmLeave asks every peer to drop this node and waits for their
-// replies, at most two beat intervals; it returns how many confirmed. A
-// peer that does not answer drops the node when it sees the NodeLeft
-// broadcast or the record gone.
-func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) int {
+// replies, at most two beat intervals; it returns the peers that did not
+// confirm. A peer that does not answer drops the node when it sees the
+// NodeLeft broadcast or the record gone.
+func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (silent []string) {
 	// A live peer answers within a round trip; one that does not (it
 	// died a moment ago, its record still fresh) drops this node from the
 	// NodeLeft broadcast or the store instead. Two beat intervals bound
@@ -254,7 +254,6 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) in
 	b := n.Bus()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	confirmed := 0
 	for _, p := range peers {
 		if p == n.id {
 			continue
@@ -263,13 +262,12 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) in
 			_, err := b.Call(ctx, bus.ServiceID(membershipService, p), LeaveNotice{Node: n.id, Epoch: epoch})
 			if err != nil {
 				n.log.Warn("leave: peer did not confirm", "peer", p, "err", err)
-				return
+				mu.Lock()
+				silent = append(silent, p)
+				mu.Unlock()
 			}
-			mu.Lock()
-			confirmed++
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return confirmed
+	return silent
 }

@@ -292,7 +292,15 @@ func (n *Node) leave() {
 	if err := b.Broadcast(ctx, message.NodeLeft{Node: n.id, Epoch: epoch, Reason: message.LeaveGoodbye}); err != nil {
 		n.log.Warn("leave: broadcast NodeLeft", "err", err)
 	}
-	confirmed := n.confirmLeave(ctx, peers, epoch)
+	silent := n.confirmLeave(ctx, peers, epoch)
+	for _, p := range silent {
+		// A peer that cannot answer a round trip will not answer the
+		// calls this node's handlers (its portal, say) wait on either:
+		// end them now, outcome unknown, rather than hold the drain
+		// until the peer is evicted.
+		n.abandon(p, "it did not confirm this node's leave")
+	}
+	confirmed := len(peers) - len(silent)
 	if err := b.Drain(ctx); err != nil {
 		n.log.Warn("leave: drain queues", "err", err)
 	}
