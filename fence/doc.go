@@ -1,0 +1,94 @@
+// Package fence makes ownership authorize writes, and makes messages
+// idempotent, in the user's own database transactions.
+//
+// The ring routes a message to the node that owns its resource; it does
+// not stop a node that lost ownership from writing. A handler already
+// running when peers evicted its node, or a process paused between its
+// check and its write, could otherwise write after a new owner took the
+// resource over. A fence stops that write in the database itself.
+//
+// # Claims and tokens
+//
+// A [Claim] is a node's claim to write one resource: the resource, the
+// node's UUID and the epoch of the node's current life (its membership
+// record in the heartbeat store). service.Node puts its claim on the
+// message's resource in every handler's ctx; [ClaimFrom] or [For] takes
+// it out.
+//
+// A claim holds while the node's record is live: present, with that
+// epoch, and beating (younger than the fence's MaxAge by the database's
+// clock). Peers evict a node only after its record stopped beating, so
+// once a resource can have a new owner, every claim of the old one fails.
+//
+// Each resource has a [Token] in the database: it moves to a claimant
+// when the claimant's check succeeds, and increases by one each time the
+// claimant changes. The check (sqlfence.Fence.Check) is one conditional
+// UPDATE in the user's transaction: it moves the token only if the
+// claimant's record is live, and it holds the token row's lock until the
+// transaction ends, so no other claimant can take the resource between
+// the check and the commit. A claim that does not hold fails with a
+// [*StaleError], which matches [ErrStale] and message.ErrNotOwner (retry
+// on the current owner: service.Node.Call re-routes it) and means nothing
+// was written.
+//
+// Claims are lazy: a node taking over a third of the key space does no
+// store work at takeover; the first write of each resource moves its
+// token in the statement that checks it (a first-ever write inserts the
+// row). Every fenced transaction costs one extra statement (two on
+// PostgreSQL) and holds the resource's token row until it ends.
+//
+// # Isolation
+//
+// A plain SELECT of a token fences nothing: under PostgreSQL's READ
+// COMMITTED and MariaDB's REPEATABLE READ it reads a snapshot that may be
+// older than the eviction. The conditional UPDATE is the check:
+//
+//   - PostgreSQL: the token row is locked first (SELECT … FOR UPDATE),
+//     then the UPDATE reads the claimant's record in a statement that
+//     starts after the lock was granted, so a claimant evicted while it
+//     waited for the lock is refused. Use READ COMMITTED (the default),
+//     or make Check the first statement of the transaction.
+//   - MySQL and MariaDB: the record is read in the UPDATE with a shared
+//     lock, that is its latest committed version, whatever the
+//     isolation level.
+//   - SQLite: transactions must begin with BEGIN IMMEDIATE (_txlock=immediate,
+//     as sqlstore.Open sets), so the check runs under the write lock.
+//
+// A process paused inside a fenced transaction keeps the token row locked,
+// and the new owner's first write of that resource waits for it. Bound
+// that wait at the database: set PostgreSQL's
+// idle_in_transaction_session_timeout, or MariaDB's
+// idle_transaction_timeout, to the heartbeat lease or less; the database
+// then ends the paused transaction, and when the process resumes its
+// next statement fails and the fence reports a [*StaleError]. refnode
+// sets both.
+//
+// # Creations
+//
+// A creation message runs on the node that received it (the article's
+// rule), not on the new resource's owner, so it is not fenced: its insert
+// of a new row cannot overwrite another owner's state (a second insert of
+// the same key fails), and its [Key] stops a redelivery from creating
+// twice. Every later write of the resource goes to its owner and is
+// fenced there.
+//
+// # Idempotent messages
+//
+// A [Key] is a message's id, type and body hash. The fence records it in
+// the handler's transaction before any side effect, with the first
+// reply: a later delivery of the same message (a broker redelivery, a
+// drained queue, a retry with bus.WithRetry) gets the first reply without
+// running; a delivery running at the same time, on another node, waits
+// for the first and then gets its reply; an id reused for a different
+// message fails with [ErrKeyReused] (a bad_request). If the handler fails,
+// nothing is recorded and the next delivery runs again. Records are kept
+// for a retention window (default a day) and bounded in size (default 1
+// MiB per reply); both are configurable.
+//
+// # Implementations
+//
+// Package fence/sqlfence works in SQL transactions on SQLite, PostgreSQL
+// and MySQL/MariaDB, in the heartbeat store's database; package
+// fence/memfence is its in-memory twin for tests. Both pass the
+// conformance suite in fence/fencetest.
+package fence

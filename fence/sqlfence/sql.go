@@ -1,0 +1,127 @@
+package sqlfence
+
+import (
+	"strings"
+
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+)
+
+// schemaVersion history:
+//
+//	1  the tokens table and the once table
+//
+// statements are one dialect's SQL for one set of tables.
+type statements struct {
+	migrations [][]string
+	drop       []string
+
+	// check moves the claim to (node, epoch) if that record is live,
+	// bumping the token if the holder changes, and yields the token (a
+	// row with RETURNING, or MySQL's LAST_INSERT_ID). first inserts the
+	// resource's row with token 1 under the same condition, or nothing
+	// if the row exists.
+	check, first string
+	// lock (PostgreSQL only) takes the token row's lock before check:
+	// a statement that waits for a row lock re-checks only that row
+	// afterwards, and would judge the claimant's record by the snapshot
+	// taken before it waited; check, run once the lock is held, reads
+	// the record as it is then.
+	lock string
+	// record reads a node's record for the error message: epoch, age.
+	record string
+	// holder reads who holds a resource: node, epoch, token.
+	holder string
+
+	onceInsert string // (id, type, hash): inserts a pending record, or nothing
+	onceGet    string // (id): type, hash, done, reply; a locking read on MySQL
+	onceFinish string // (reply, id)
+	sweep      string // (age_us): deletes records older than that
+}
+
+func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
+	r := strings.NewReplacer(
+		"{tok}", sqlconn.QuoteIdent(d, prefix+"_tokens"),
+		"{once}", sqlconn.QuoteIdent(d, prefix+"_once"),
+		"{once_at}", sqlconn.QuoteIdent(d, strings.ReplaceAll(prefix, ".", "_")+"_once_at"), // an index: unqualified
+		"{hb}", sqlconn.QuoteIdent(d, heartbeat),
+		"{now}", sqlconn.NowMicros(d),
+	)
+	// The claimant's record is live: it exists with this epoch and beat
+	// less than MaxAge ago by the database's clock. It is read in the
+	// statement that moves the token, never from an earlier snapshot:
+	// PostgreSQL (READ COMMITTED) reads it as of the statement, MySQL
+	// and MariaDB read it with a shared lock (the latest committed
+	// version, whatever the isolation level), SQLite under the write
+	// lock of BEGIN IMMEDIATE.
+	live := `EXISTS (SELECT 1 FROM {hb} WHERE node = ? AND epoch = ? AND beat_us > {now} - ?)`
+	var s statements
+	switch d {
+	case Postgres:
+		s = statements{
+			migrations: [][]string{{
+				`CREATE TABLE IF NOT EXISTS {tok} (resource TEXT PRIMARY KEY, token BIGINT NOT NULL, node TEXT NOT NULL, epoch BIGINT NOT NULL, uses BIGINT NOT NULL)`,
+				`CREATE TABLE IF NOT EXISTS {once} (id TEXT PRIMARY KEY, type TEXT NOT NULL, hash TEXT NOT NULL, done SMALLINT NOT NULL, reply BYTEA, at_us BIGINT NOT NULL)`,
+				`CREATE INDEX IF NOT EXISTS {once_at} ON {once} (at_us)`,
+			}},
+			check: `UPDATE {tok} SET token = token + CASE WHEN node = ? AND epoch = ? THEN 0 ELSE 1 END, node = ?, epoch = ?, uses = uses + 1 ` +
+				`WHERE resource = ? AND ` + live + ` RETURNING token`,
+			lock: `SELECT 1 FROM {tok} WHERE resource = ? FOR UPDATE`,
+			// Parameters in a SELECT list have no type: cast them.
+			first: `INSERT INTO {tok} (resource, token, node, epoch, uses) SELECT CAST(? AS TEXT), 1, CAST(? AS TEXT), CAST(? AS BIGINT), 1 WHERE ` + live +
+				` ON CONFLICT (resource) DO NOTHING RETURNING token`,
+			onceInsert: `INSERT INTO {once} (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, 0, NULL, {now}) ON CONFLICT (id) DO NOTHING`,
+			onceGet:    `SELECT type, hash, done, reply FROM {once} WHERE id = ?`,
+		}
+	case SQLite:
+		s = statements{
+			migrations: [][]string{{
+				`CREATE TABLE IF NOT EXISTS {tok} (resource TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL, node TEXT NOT NULL, epoch INTEGER NOT NULL, uses INTEGER NOT NULL) WITHOUT ROWID`,
+				`CREATE TABLE IF NOT EXISTS {once} (id TEXT PRIMARY KEY NOT NULL, type TEXT NOT NULL, hash TEXT NOT NULL, done INTEGER NOT NULL, reply BLOB, at_us INTEGER NOT NULL)`,
+				`CREATE INDEX IF NOT EXISTS {once_at} ON {once} (at_us)`,
+			}},
+			check: `UPDATE {tok} SET token = token + CASE WHEN node = ? AND epoch = ? THEN 0 ELSE 1 END, node = ?, epoch = ?, uses = uses + 1 ` +
+				`WHERE resource = ? AND ` + live + ` RETURNING token`,
+			first:      `INSERT INTO {tok} (resource, token, node, epoch, uses) SELECT ?, 1, ?, ?, 1 WHERE ` + live + ` ON CONFLICT (resource) DO NOTHING RETURNING token`,
+			onceInsert: `INSERT INTO {once} (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, 0, NULL, {now}) ON CONFLICT (id) DO NOTHING`,
+			onceGet:    `SELECT type, hash, done, reply FROM {once} WHERE id = ?`,
+		}
+	case MySQL:
+		s = statements{
+			migrations: [][]string{{
+				"CREATE TABLE IF NOT EXISTS {tok} (resource VARBINARY(64) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, node VARBINARY(255) NOT NULL, epoch BIGINT NOT NULL, uses BIGINT NOT NULL) ENGINE=InnoDB",
+				"CREATE TABLE IF NOT EXISTS {once} (id VARBINARY(64) NOT NULL PRIMARY KEY, type VARBINARY(255) NOT NULL, hash VARBINARY(64) NOT NULL, done TINYINT NOT NULL, reply LONGBLOB, at_us BIGINT NOT NULL, INDEX (at_us)) ENGINE=InnoDB",
+			}},
+			// Assignments run left to right: token reads the old holder.
+			// uses changes on every check, so the row always counts as
+			// affected (MySQL counts only changed rows), and
+			// LAST_INSERT_ID(x) hands the token back in the result.
+			check: "UPDATE {tok} SET token = LAST_INSERT_ID(token + IF(node = ? AND epoch = ?, 0, 1)), node = ?, epoch = ?, uses = uses + 1 " +
+				"WHERE resource = ? AND " + live,
+			first: "INSERT INTO {tok} (resource, token, node, epoch, uses) SELECT ?, 1, ?, ?, 1 FROM DUAL WHERE " + live +
+				" ON DUPLICATE KEY UPDATE resource = resource",
+			onceInsert: "INSERT INTO {once} (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, 0, NULL, {now}) ON DUPLICATE KEY UPDATE id = id",
+			// A locking read: the latest committed record, not the
+			// snapshot of REPEATABLE READ.
+			onceGet: "SELECT type, hash, done, reply FROM {once} WHERE id = ? LOCK IN SHARE MODE",
+		}
+	}
+	s.drop = []string{`DROP TABLE IF EXISTS {once}`, `DROP TABLE IF EXISTS {tok}`}
+	s.record = `SELECT epoch, {now} - beat_us FROM {hb} WHERE node = ?`
+	s.holder = `SELECT node, epoch, token FROM {tok} WHERE resource = ?`
+	s.onceFinish = `UPDATE {once} SET done = 1, reply = ? WHERE id = ?`
+	s.sweep = `DELETE FROM {once} WHERE at_us < {now} - ?`
+
+	bind := func(q string) string { return sqlconn.Rebind(d, r.Replace(q)) }
+	for i, step := range s.migrations {
+		for j, q := range step {
+			s.migrations[i][j] = r.Replace(q)
+		}
+	}
+	for i, q := range s.drop {
+		s.drop[i] = r.Replace(q)
+	}
+	for _, q := range []*string{&s.check, &s.lock, &s.first, &s.record, &s.holder, &s.onceInsert, &s.onceGet, &s.onceFinish, &s.sweep} {
+		*q = bind(*q)
+	}
+	return s
+}

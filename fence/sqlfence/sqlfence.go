@@ -1,0 +1,475 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// The dialects, as package sqlstore names them.
+const (
+	SQLite   = sqlstore.SQLite
+	Postgres = sqlstore.Postgres
+	MySQL    = sqlstore.MySQL
+)
+
+// Defaults of [Config].
+const (
+	// DefaultTable is the default prefix of the fence's tables.
+	DefaultTable = "cloudbus_fence"
+	// DefaultRetention is how long a message's recorded reply is kept by
+	// default: a day, far longer than any redelivery or retry.
+	DefaultRetention = 24 * time.Hour
+	// DefaultMaxReply is the default bound on a recorded reply: 1 MiB.
+	DefaultMaxReply = 1 << 20
+)
+
+// Config configures [Open]. Dialect and HeartbeatTable are required;
+// every other zero field takes a default.
+type Config struct {
+	// Dialect is the database's dialect: SQLite, Postgres or MySQL
+	// (MariaDB included). Use the heartbeat store's: sqlstore.Store.Dialect.
+	Dialect sqlstore.Dialect
+	// HeartbeatTable is the heartbeat store's table (sqlstore.Store.Table),
+	// in the same database: a claim holds only while its node's record
+	// there is live.
+	HeartbeatTable string
+	// Table prefixes the fence's tables: <Table>_tokens, <Table>_once and
+	// <Table>_meta. Lower-case letters, digits and underscores, at most 56
+	// characters, optionally schema.table. Default [DefaultTable].
+	Table string
+	// MaxAge is how old the claimant's last beat, by the database's
+	// clock, may be for its claim to hold. Default: heartbeat's default
+	// EvictAfter (3 s), the age from which peers may evict the node and
+	// take its resources over; set it to your heartbeat.Config.EvictAfter.
+	// A node fences itself earlier, at its lease.
+	MaxAge time.Duration
+	// Retention is how long a message's recorded reply is kept ([Fence.Sweep]
+	// deletes older ones): a delivery of the same message after that runs
+	// again. Default [DefaultRetention].
+	Retention time.Duration
+	// MaxReply bounds a recorded reply in bytes: a transaction whose
+	// reply is larger fails with message.ErrTooLarge and is rolled back.
+	// Default [DefaultMaxReply].
+	MaxReply int
+	// Logger receives the fence's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,55}$`)
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = heartbeat.DefaultConfig().EvictAfter
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.MaxReply == 0 {
+		c.MaxReply = DefaultMaxReply
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Dialect {
+	case SQLite, Postgres, MySQL:
+	default:
+		errs = append(errs, fmt.Errorf("sqlfence: config: Dialect %s: use sqlfence.SQLite, Postgres or MySQL (the heartbeat store's Dialect())", c.Dialect))
+	}
+	if !tableName.MatchString(c.HeartbeatTable) {
+		errs = append(errs, fmt.Errorf("sqlfence: config: HeartbeatTable %q is not a table name: give the heartbeat store's Table()", c.HeartbeatTable))
+	}
+	if c.Table != "" && !tableName.MatchString(c.Table) {
+		errs = append(errs, fmt.Errorf("sqlfence: config: Table %q is not a valid name: use lower-case letters, digits and underscores, at most 56 characters, optionally as schema.table", c.Table))
+	}
+	if c.MaxAge < 0 || c.Retention < 0 || c.MaxReply < 0 {
+		errs = append(errs, fmt.Errorf("sqlfence: config: MaxAge %s, Retention %s and MaxReply %d must not be negative", c.MaxAge, c.Retention, c.MaxReply))
+	}
+	return errors.Join(errs...)
+}
+
+// Fence fences writes and makes messages idempotent in one SQL database,
+// the heartbeat store's. It is safe for concurrent use; it holds no
+// goroutine and no connection of its own.
+type Fence struct {
+	db     *sql.DB
+	cfg    Config
+	st     statements
+	schema sqlconn.Schema
+}
+
+// Open returns a fence on db after creating its tables if they are
+// missing (under a lock shared by every process, so nodes starting
+// together create them once). db is the caller's: close it after the
+// last use of the fence. On SQLite, db must begin transactions with
+// BEGIN IMMEDIATE (_txlock=immediate in the URL, as sqlstore.Open does).
+func Open(ctx context.Context, db *sql.DB, cfg Config) (*Fence, error) {
+	if db == nil {
+		return nil, errors.New("sqlfence: Open: db is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	f := &Fence{db: db, cfg: cfg, st: newStatements(cfg.Dialect, cfg.Table, cfg.HeartbeatTable)}
+	f.schema = sqlconn.Schema{
+		Dialect: cfg.Dialect, Meta: cfg.Table + "_meta", Migrations: f.st.migrations,
+		Lock: "cloudbus.fence." + cfg.Table, Owner: "cloudbus fence", Elsewhere: "use another Table",
+	}
+	if _, err := f.schema.Migrate(ctx, db); err != nil {
+		return nil, fmt.Errorf("sqlfence: open tables %s_*: %w", cfg.Table, err)
+	}
+	return f, nil
+}
+
+// Tables returns the fence's tables.
+func (f *Fence) Tables() []string {
+	return []string{f.cfg.Table + "_tokens", f.cfg.Table + "_once", f.cfg.Table + "_meta"}
+}
+
+// Config returns the configuration, defaults filled in.
+func (f *Fence) Config() Config { return f.cfg }
+
+// Check makes tx conditional on c: it moves the resource's token to c's
+// claimant (a new token if the claimant changes) only if the claimant's
+// heartbeat record is live, and holds the token's row lock until tx ends,
+// so no other claimant can take the resource over before tx commits or
+// rolls back. It returns the token, or a [*fence.StaleError] if the
+// claim does not hold (then roll tx back).
+//
+// Call it as the first statement of tx: the check is the conditional
+// UPDATE itself, which reads the heartbeat record as it is now, not as an
+// earlier statement's snapshot saw it (a plain SELECT of the token would
+// fence nothing). A resource's first check inserts its row; later ones
+// are one UPDATE each: one round trip (two on PostgreSQL, which takes
+// the row's lock first; see the package documentation).
+func (f *Fence) Check(ctx context.Context, tx *sql.Tx, c fence.Claim) (fence.Token, error) {
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	maxAge := f.cfg.MaxAge.Microseconds()
+	for attempt := 0; attempt < 2; attempt++ {
+		tok, ok, err := f.move(ctx, tx, c, maxAge)
+		if err != nil || ok {
+			return tok, err
+		}
+		// No row moved: the resource has no row yet, or the claim does
+		// not hold. A first touch inserts the row; if another claimant
+		// inserted it meanwhile, the UPDATE runs once more.
+		tok, ok, err = f.insertFirst(ctx, tx, c, maxAge)
+		if err != nil || ok {
+			return tok, err
+		}
+	}
+	return 0, f.stale(ctx, c, nil)
+}
+
+func (f *Fence) move(ctx context.Context, tx *sql.Tx, c fence.Claim, maxAge int64) (fence.Token, bool, error) {
+	args := []any{c.Node, c.Epoch, c.Node, c.Epoch, c.Resource, c.Node, c.Epoch, maxAge}
+	if f.st.lock != "" {
+		rows, err := tx.QueryContext(ctx, f.st.lock, c.Resource)
+		if err == nil {
+			err = rows.Close()
+		}
+		if err != nil {
+			return 0, false, f.fail(ctx, c, "lock the token", err)
+		}
+	}
+	if f.cfg.Dialect == MySQL {
+		res, err := tx.ExecContext(ctx, f.st.check, args...)
+		if err != nil {
+			return 0, false, f.fail(ctx, c, "check the claim", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 {
+			return 0, false, err
+		}
+		tok, err := res.LastInsertId()
+		return fence.Token(tok), err == nil, err
+	}
+	var tok int64
+	switch err := tx.QueryRowContext(ctx, f.st.check, args...).Scan(&tok); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, f.fail(ctx, c, "check the claim", err)
+	}
+	return fence.Token(tok), true, nil
+}
+
+func (f *Fence) insertFirst(ctx context.Context, tx *sql.Tx, c fence.Claim, maxAge int64) (fence.Token, bool, error) {
+	args := []any{c.Resource, c.Node, c.Epoch, c.Node, c.Epoch, maxAge}
+	if f.cfg.Dialect == MySQL {
+		res, err := tx.ExecContext(ctx, f.st.first, args...)
+		if err != nil {
+			return 0, false, f.fail(ctx, c, "claim the resource", err)
+		}
+		n, err := res.RowsAffected()
+		return 1, err == nil && n == 1, err
+	}
+	var tok int64
+	switch err := tx.QueryRowContext(ctx, f.st.first, args...).Scan(&tok); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, f.fail(ctx, c, "claim the resource", err)
+	}
+	return fence.Token(tok), true, nil
+}
+
+// fail wraps a database error of a fenced statement: a [*fence.StaleError]
+// with the error as its cause if the claim no longer holds (the database
+// ended the transaction of a claimant that stalled past its eviction),
+// the error as is otherwise.
+func (f *Fence) fail(ctx context.Context, c fence.Claim, op string, err error) error {
+	if ctx.Err() == nil {
+		if reason := f.why(ctx, c); reason != "" {
+			return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
+		}
+	}
+	return fmt.Errorf("sqlfence: %s %s: %w", op, c, err)
+}
+
+// stale returns the StaleError for c, with the reason read from the
+// store.
+func (f *Fence) stale(ctx context.Context, c fence.Claim, cause error) error {
+	reason := f.why(ctx, c)
+	if reason == "" {
+		reason = "the claim did not hold when it was checked"
+	}
+	return &fence.StaleError{Claim: c, Reason: reason, Cause: cause}
+}
+
+// why says why c does not hold now, reading the store outside any
+// transaction, or "" if it holds (or the store cannot say).
+func (f *Fence) why(ctx context.Context, c fence.Claim) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var epoch, ageUS int64
+	switch err := f.db.QueryRowContext(ctx, f.st.record, c.Node).Scan(&epoch, &ageUS); {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Sprintf("the heartbeat record of node %s is gone: peers evicted it", c.Node)
+	case err != nil:
+		return ""
+	case epoch != c.Epoch:
+		return fmt.Sprintf("node %s has another life now (epoch %d, the claim's is %d): it was evicted and rejoined", c.Node, epoch, c.Epoch)
+	case time.Duration(ageUS)*time.Microsecond >= f.cfg.MaxAge:
+		return fmt.Sprintf("node %s last beat %s ago, longer than the fence's MaxAge %s: peers may have evicted it",
+			c.Node, (time.Duration(ageUS) * time.Microsecond).Round(time.Millisecond), f.cfg.MaxAge)
+	}
+	return ""
+}
+
+// Begin claims k's message in tx before any side effect. If the message
+// was handled before (a committed record), it returns that first reply
+// and done; then roll tx back and return the reply. Otherwise the record
+// is inserted, pending, and a concurrent delivery of the same message
+// (another node, another connection) waits at its own Begin until tx
+// ends: it then gets the reply recorded by tx's [Fence.Finish], or, if tx
+// rolled back, runs itself. A message id recorded with another type or
+// body fails with an error matching fence.ErrKeyReused and
+// message.ErrBadRequest.
+func (f *Fence) Begin(ctx context.Context, tx *sql.Tx, k fence.Key) (reply []byte, done bool, err error) {
+	if err := k.Validate(); err != nil {
+		return nil, false, err
+	}
+	res, err := tx.ExecContext(ctx, f.st.onceInsert, k.ID, k.Type, k.Hash)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, err)
+	} else if n == 1 {
+		return nil, false, nil
+	}
+	var typ, hash string
+	var isDone int64
+	if err := tx.QueryRowContext(ctx, f.st.onceGet, k.ID).Scan(&typ, &hash, &isDone, &reply); err != nil {
+		return nil, false, fmt.Errorf("sqlfence: read the record of message %s: %w", k.ID, err)
+	}
+	if typ != k.Type || hash != k.Hash {
+		return nil, false, fence.Reused(k, typ, hash)
+	}
+	if isDone == 0 {
+		// Only a transaction that skipped Finish commits this.
+		return nil, false, fmt.Errorf("sqlfence: message %s was recorded without its reply (a transaction called Begin but not Finish): %w", k.ID, message.ErrInternal)
+	}
+	return reply, true, nil
+}
+
+// Finish records reply as k's first reply, in the transaction that
+// called [Fence.Begin]; it commits with tx.
+func (f *Fence) Finish(ctx context.Context, tx *sql.Tx, k fence.Key, reply []byte) error {
+	if len(reply) > f.cfg.MaxReply {
+		return message.ErrTooLarge.WithDetails(fmt.Sprintf("sqlfence: the reply to message %s is %d bytes, over MaxReply %d; nothing was recorded", k.ID, len(reply), f.cfg.MaxReply))
+	}
+	if reply == nil {
+		reply = []byte{}
+	}
+	if _, err := tx.ExecContext(ctx, f.st.onceFinish, reply, k.ID); err != nil {
+		return fmt.Errorf("sqlfence: record the reply to message %s: %w", k.ID, err)
+	}
+	return nil
+}
+
+// Do runs fn in one transaction guarded by w: it checks w.Claim first
+// ([Fence.Check]; the token is fn's), then claims w.Key ([Fence.Begin]);
+// if the message was handled before, fn does not run and Do returns the
+// first reply. Otherwise fn runs, its reply is recorded ([Fence.Finish])
+// and the transaction commits. If fn fails, everything rolls back
+// (nothing is recorded: a later delivery runs again) and its error is
+// returned; a database error of a claim that stopped holding meanwhile
+// is returned as a [*fence.StaleError]. A failed commit's outcome is
+// unknown, and said so.
+func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) ([]byte, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		reply, ran, err := f.do(ctx, w, fn)
+		// Claimants touching a resource for the first time together can
+		// deadlock in the database (MySQL's duplicate-key locks); the
+		// database rolled the loser back before fn ran, so run it again.
+		if err == nil || ran || attempt == 3 || !deadlock(err) || ctx.Err() != nil {
+			return reply, err
+		}
+		f.cfg.Logger.Debug("sqlfence: deadlock before the transaction ran; again", "claim", w.Claim, "attempt", attempt, "err", err)
+	}
+}
+
+// deadlock reports whether err is a database deadlock or serialization
+// failure: MySQL 1213, PostgreSQL 40P01 or 40001.
+func deadlock(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40P01" || pe.Code == "40001"
+	}
+	return false
+}
+
+// do is one attempt of Do; ran says whether fn was called.
+func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) (_ []byte, ran bool, _ error) {
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		if !w.Claim.IsZero() {
+			return nil, false, f.fail(ctx, w.Claim, "begin", err)
+		}
+		return nil, false, fmt.Errorf("sqlfence: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	var tok fence.Token
+	if !w.Claim.IsZero() {
+		if tok, err = f.Check(ctx, tx, w.Claim); err != nil {
+			return nil, false, err
+		}
+	}
+	if !w.Key.IsZero() {
+		reply, done, err := f.Begin(ctx, tx, w.Key)
+		if err != nil {
+			return nil, false, f.explain(ctx, w.Claim, err)
+		}
+		if done {
+			return reply, false, nil
+		}
+	}
+	reply, err := fn(ctx, tx, tok)
+	if err != nil {
+		return nil, true, f.explain(ctx, w.Claim, err)
+	}
+	if !w.Key.IsZero() {
+		if err := f.Finish(ctx, tx, w.Key, reply); err != nil {
+			return nil, true, f.explain(ctx, w.Claim, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, true, fmt.Errorf("sqlfence: commit (outcome unknown: it may have committed): %w", err)
+	}
+	committed = true
+	return reply, true, nil
+}
+
+// explain turns err, a failure inside a fenced transaction, into a
+// StaleError if the claim stopped holding (the database may have ended
+// the transaction for that reason), and leaves the handler's own errors
+// (*message.Error) alone.
+func (f *Fence) explain(ctx context.Context, c fence.Claim, err error) error {
+	var me *message.Error
+	if c.IsZero() || errors.As(err, &me) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
+		return err
+	}
+	if reason := f.why(ctx, c); reason != "" {
+		return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
+	}
+	return err
+}
+
+// Sweep deletes the records of messages older than Config.Retention and
+// returns how many. Run it periodically (refnode does every minute); a
+// delivery of a swept message runs again.
+func (f *Fence) Sweep(ctx context.Context) (int64, error) {
+	res, err := f.db.ExecContext(ctx, f.st.sweep, f.cfg.Retention.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", err)
+	}
+	if n > 0 {
+		f.cfg.Logger.Debug("sqlfence: swept message records", "deleted", n, "retention", f.cfg.Retention)
+	}
+	return n, nil
+}
+
+// Holder returns who holds resource's token now: the claimant's node
+// and epoch, and the token; ok is false if nobody ever claimed it.
+func (f *Fence) Holder(ctx context.Context, resource string) (c fence.Claim, tok fence.Token, ok bool, err error) {
+	c.Resource = resource
+	switch err = f.db.QueryRowContext(ctx, f.st.holder, resource).Scan(&c.Node, &c.Epoch, &tok); {
+	case errors.Is(err, sql.ErrNoRows):
+		return c, 0, false, nil
+	case err != nil:
+		return c, 0, false, fmt.Errorf("sqlfence: read the holder of %s: %w", resource, err)
+	}
+	return c, tok, true, nil
+}
+
+// Drop deletes the fence's tables; tests use it to clean up.
+func (f *Fence) Drop(ctx context.Context) error {
+	for _, q := range append(f.st.drop, f.schema.DropMeta()) {
+		if _, err := f.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlfence: drop tables %s_*: %w", f.cfg.Table, err)
+		}
+	}
+	return nil
+}
