@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	hbmem "github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -67,6 +68,7 @@ func startCluster(ctx context.Context, cfg clusterConfig) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{net: membus.New(), hb: hbmem.New(hbmem.Config{}), db: memdb.New(), hv: hv, reg: message.NewRegistry()}
+	c.db.UseFence(c.hb, memfence.Config{MaxAge: cfg.heartbeat.EvictAfter})
 	if err := api.Register(c.reg); err != nil {
 		return nil, err
 	}

@@ -11,9 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -54,6 +57,9 @@ For audits and fault tests:
   -clock-skew d      offset this node's clock as cloudbus reads it by d    REFNODE_CLOCK_SKEW
                      (0), e.g. 1s or -1s: for fault tests only; the
                      node still measures its offset to the cluster clock
+  -test-stall-vm-write d  stall the first VM operation for d after its   REFNODE_TEST_STALL_VM_WRITE
+                     fence check, before its write (0: none); logs
+                     "test stall" at WARN: for fault tests only
 
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
 `
@@ -69,6 +75,7 @@ type serveOptions struct {
 	pingInterval            time.Duration
 	opLog                   string        // file, or "": none
 	clockSkew               time.Duration // added to time.Now for heartbeat.Config.Now
+	stallVMWrite            time.Duration // -test-stall-vm-write
 }
 
 func parseServe(args []string, getenv func(string) string) (serveOptions, error) {
@@ -87,10 +94,12 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.pingInterval, "ping-interval", 10*time.Second, "")
 	fs.StringVar(&o.opLog, "op-log", "", "")
 	fs.DurationVar(&o.clockSkew, "clock-skew", 0, "")
+	fs.DurationVar(&o.stallVMWrite, "test-stall-vm-write", 0, "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
 		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
+		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE",
 	})
 	if err != nil {
 		return o, err
@@ -204,7 +213,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	// One pool for both stores: one set of connections, and on SQLite
 	// one pool of writers to the file; room for the heartbeats beside
 	// the records' transactions.
-	pool, err := sqlconn.Open(sqlconn.Config{URL: o.db, MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
+	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
 	if err != nil {
 		return fmt.Errorf("open the database: %w; check -db", err)
 	}
@@ -214,7 +223,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		return fmt.Errorf("open the heartbeat store: %w; check -db", err)
 	}
 	closers = append(closers, closer{"heartbeat store", hb.Close})
-	records, err := sqldb.Open(ctx, pool, sqldb.Config{Prefix: recPrefix, Logger: ioLog})
+	records, err := sqldb.Open(ctx, pool, sqldb.Config{Prefix: recPrefix, HeartbeatTable: hb.Table(), MaxAge: o.heartbeat.EvictAfter, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("open the record store: %w; check -db", err)
 	}
@@ -229,7 +238,21 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	set, err := services.New(services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, Logger: log})
+	scfg := services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, Logger: log}
+	if d := o.stallVMWrite; d > 0 {
+		var once sync.Once
+		scfg.StallVMWrite = func(ctx context.Context, vm string) {
+			once.Do(func() {
+				log.Warn("test stall: holding a VM write after its fence check", "vm", vm, "for", d)
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				}
+				log.Warn("test stall: over", "vm", vm)
+			})
+		}
+	}
+	set, err := services.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -330,4 +353,26 @@ func tableBase(prefix string) string {
 		s = s[:15] + "_" + hex.EncodeToString(sum[:4])
 	}
 	return s
+}
+
+// idleTxTimeout bounds, on PostgreSQL, how long a transaction may stay
+// open between two statements (idle_in_transaction_session_timeout), to
+// d, unless the URL sets it: a process paused inside a fenced
+// transaction holds its resources' token rows, and the new owners wait
+// for the database to end it (see package fence). Other dialects are
+// left alone: set MariaDB's idle_transaction_timeout in the URL
+// (MySQL has none).
+func idleTxTimeout(dbURL string, d time.Duration) string {
+	u, err := sqlconn.ParseURL(dbURL, sqlconn.Auto)
+	if err != nil || u.Dialect != sqlconn.Postgres || strings.Contains(dbURL, "idle_in_transaction_session_timeout") {
+		return dbURL
+	}
+	pu, err := url.Parse(dbURL)
+	if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+		return dbURL
+	}
+	q := pu.Query()
+	q.Set("idle_in_transaction_session_timeout", strconv.FormatInt(max(d.Milliseconds(), 1000), 10))
+	pu.RawQuery = q.Encode()
+	return pu.String()
 }

@@ -2,8 +2,10 @@ package cloud
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -17,6 +19,9 @@ import (
 // an error matching message.ErrInvalidUUID. Records are values: what a
 // method returns is the caller's, and changing it changes nothing in the
 // store. Lists are sorted by UUID.
+//
+// Writes of the services go through [Store.Do], fenced and idempotent;
+// the other write methods are for tools and tests.
 //
 // Store does not serialize operations on one resource: the bus does, by
 // running them one at a time on the resource's ring owner. The Update
@@ -59,6 +64,35 @@ type Store interface {
 	VMs(ctx context.Context) ([]VM, error)
 	// UpdateVM applies update to the VM atomically, like UpdateHost.
 	UpdateVM(ctx context.Context, uuid string, update func(*VM) error) (VM, error)
+
+	// Do runs fn in one transaction guarded by w (package fence): it
+	// commits only while w.Claim holds, and runs once per w.Key: a later
+	// Do with the same key returns the first reply without running fn.
+	// fn reads and writes through tx, the store bound to the transaction
+	// (tx.Do fails). If fn fails, nothing is recorded for w.Key and its
+	// error is returned; a claim that does not hold fails with a
+	// *fence.StaleError (message.ErrNotOwner).
+	Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx Store) ([]byte, error)) ([]byte, error)
+}
+
+// Run is [Store.Do] with a typed reply, recorded as JSON: a repeated
+// message gets the first reply decoded.
+func Run[T any](ctx context.Context, s Store, w fence.Write, fn func(ctx context.Context, tx Store) (T, error)) (T, error) {
+	var out T
+	raw, err := s.Do(ctx, w, func(ctx context.Context, tx Store) ([]byte, error) {
+		v, err := fn(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, fmt.Errorf("cloud: decode the recorded reply: %w", err)
+	}
+	return out, nil
 }
 
 // NotFound returns the error a [Store] answers for an unknown UUID: it

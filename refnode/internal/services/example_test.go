@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
@@ -34,6 +35,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	db.UseFence(c.Store(), memfence.Config{}) // writes are fenced by the nodes' heartbeat records
 	defer c.Close()
 	cl, _ := c.NewClient(ctx)
 	defer cl.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -175,26 +176,37 @@ func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 	return s.mux.Handle(ctx, r)
 }
 
-// add handles AddHost on the host's owner: connect, record, track.
+// add handles AddHost on the host's owner: connect, record, track. The
+// record is written in one transaction fenced by this node's claim on the
+// host and recorded under the message's key, so a redelivery gets the
+// first reply.
 func (s *HostService) add(ctx context.Context, r *bus.Request, m api.AddHost) (api.HostReply, error) {
 	id := r.Resource() // m.UUID, canonical: the bus checked
-	switch _, err := s.cfg.Store.Host(ctx, id); {
-	case err == nil:
-		return api.HostReply{}, cloud.Exists("host", id)
-	case !errors.Is(err, message.ErrNotFound):
-		return api.HostReply{}, err
+	reply, err := cloud.Run(ctx, s.cfg.Store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.HostReply, error) {
+		switch _, err := tx.Host(ctx, id); {
+		case err == nil:
+			return api.HostReply{}, cloud.Exists("host", id)
+		case !errors.Is(err, message.ErrNotFound):
+			return api.HostReply{}, err
+		}
+		h := cloud.Host{UUID: id, Name: m.Name, Address: m.Address}
+		if err := s.cfg.Hypervisor.Connect(ctx, h); err != nil {
+			return api.HostReply{}, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
+		}
+		h.Status, h.ManagedBy, h.ConnectedAt = cloud.HostConnected, s.node.UUID(), time.Now()
+		if err := tx.AddHost(ctx, h); err != nil {
+			return api.HostReply{}, fmt.Errorf("host: add host %s: %w", id, err)
+		}
+		return api.HostReply{Host: h, Handling: handling(r)}, nil
+	})
+	if err != nil {
+		return api.HostReply{}, stale(s.log, err)
 	}
-	h := cloud.Host{UUID: id, Name: m.Name, Address: m.Address}
-	if err := s.cfg.Hypervisor.Connect(ctx, h); err != nil {
-		return api.HostReply{}, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
+	if reply.Host.ManagedBy == s.node.UUID() {
+		s.setTracked(id, reply.Host.Status)
 	}
-	h.Status, h.ManagedBy, h.ConnectedAt = cloud.HostConnected, s.node.UUID(), time.Now()
-	if err := s.cfg.Store.AddHost(ctx, h); err != nil {
-		return api.HostReply{}, fmt.Errorf("host: add host %s: %w", id, err)
-	}
-	s.setTracked(id, cloud.HostConnected)
 	s.log.Info("host added and connected", "host", id, "address", m.Address)
-	return api.HostReply{Host: h, Handling: handling(r)}, nil
+	return reply, nil
 }
 
 func (s *HostService) get(ctx context.Context, r *bus.Request, _ api.GetHost) (api.HostReply, error) {

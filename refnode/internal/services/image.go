@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -50,12 +51,18 @@ func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) 
 
 func (s *ImageService) add(ctx context.Context, r *bus.Request, m api.AddImage) (api.ImageReply, error) {
 	id := r.Resource() // m.UUID, canonical: the bus checked
-	img := cloud.Image{UUID: id, Name: m.Name, URL: m.URL, SizeMB: m.SizeMB}
-	if err := s.store.AddImage(ctx, img); err != nil {
-		return api.ImageReply{}, err
+	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.ImageReply, error) {
+		img := cloud.Image{UUID: id, Name: m.Name, URL: m.URL, SizeMB: m.SizeMB}
+		if err := tx.AddImage(ctx, img); err != nil {
+			return api.ImageReply{}, err
+		}
+		return api.ImageReply{Image: img, Handling: handling(r)}, nil
+	})
+	if err != nil {
+		return api.ImageReply{}, stale(s.log, err)
 	}
 	s.log.Info("image added", "image", id, "name", m.Name)
-	return api.ImageReply{Image: img, Handling: handling(r)}, nil
+	return reply, nil
 }
 
 func (s *ImageService) get(ctx context.Context, r *bus.Request, _ api.GetImage) (api.ImageReply, error) {

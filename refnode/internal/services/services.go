@@ -1,12 +1,14 @@
 package services
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -36,6 +38,11 @@ type Config struct {
 	MaxParallel int
 	// Logger receives the services' logs; nil discards them.
 	Logger *slog.Logger
+	// StallVMWrite, if set, runs in every VM operation's transaction
+	// after the fence's check and before the hypervisor call and the
+	// write: fault tests stall a writer there (refnode serve
+	// -test-stall-vm-write).
+	StallVMWrite func(ctx context.Context, vm string)
 }
 
 func (c *Config) setDefaults() {
@@ -113,4 +120,15 @@ func started(n *service.Node, name string) error {
 		return fmt.Errorf("services: %s received a message before Start: %w", name, message.ErrClosed)
 	}
 	return nil
+}
+
+// stale logs err if it says this node's claim on a resource no longer
+// holds (package fence): the node lost ownership, which its heartbeat will
+// confirm, and wrote nothing. It returns err unchanged.
+func stale(log *slog.Logger, err error) error {
+	var se *fence.StaleError
+	if errors.As(err, &se) {
+		log.Warn("write refused: this node no longer owns the resource", "resource", se.Claim.Resource, "epoch", se.Claim.Epoch, "reason", se.Reason)
+	}
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -59,6 +60,7 @@ func start(t *testing.T, nodes int, hv simhv.Config) *fixture {
 			return s.Services()
 		},
 	})
+	f.db.UseFence(f.c.Store(), memfence.Config{}) // claims hold while the nodes' records in the cluster's store are live
 	f.cl = f.c.Client(t)
 	return f
 }

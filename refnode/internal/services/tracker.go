@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -90,7 +91,7 @@ func (s *HostService) reconnect(ctx context.Context, h cloud.Host, why string) (
 		return h, ctx.Err() // stopping
 	}
 	prev := ""
-	rec, err := s.cfg.Store.UpdateHost(ctx, h.UUID, func(rec *cloud.Host) error {
+	rec, err := s.updateHost(ctx, h.UUID, func(rec *cloud.Host) error {
 		prev = rec.ManagedBy
 		if prev != me && prev != "" {
 			rec.Takeovers++
@@ -159,7 +160,7 @@ func (s *HostService) pingAll(ctx context.Context) {
 
 func (s *HostService) markDisconnected(ctx context.Context, id string, cause error) {
 	me := s.node.UUID()
-	_, err := s.cfg.Store.UpdateHost(ctx, id, func(rec *cloud.Host) error {
+	_, err := s.updateHost(ctx, id, func(rec *cloud.Host) error {
 		if rec.ManagedBy != me {
 			return errNotMine
 		}
@@ -189,4 +190,23 @@ func (s *HostService) parallel(n int, f func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// updateHost applies update to host id's record in a transaction fenced
+// by this node's claim on the host: a node whose claim stopped holding
+// (peers evicted it) writes nothing, and the tracker stops tracking the
+// host until a resync finds it its own again.
+func (s *HostService) updateHost(ctx context.Context, id string, update func(*cloud.Host) error) (cloud.Host, error) {
+	w := fence.Write{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
+	var out cloud.Host
+	_, err := s.cfg.Store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		var err error
+		out, err = tx.UpdateHost(ctx, id, update)
+		return nil, err
+	})
+	if errors.Is(err, fence.ErrStale) {
+		s.untrack(id, "this node's claim on it no longer holds")
+		s.needResync.Store(true)
+	}
+	return out, stale(s.log, err)
 }

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -24,10 +27,11 @@ type VMService struct {
 	log   *slog.Logger
 	node  *service.Node
 	mux   *bus.Mux
+	stall func(ctx context.Context, vm string) // Config.StallVMWrite
 }
 
 func newVMService(cfg Config) *VMService {
-	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux()}
+	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux(), stall: cfg.StallVMWrite}
 	bus.HandleRequest(s.mux, s.create)
 	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStart)
@@ -71,10 +75,18 @@ func (s *VMService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 
 // create handles CreateVm on the local node: check the image, have the
 // local host service allocate a host, define the VM there, record it.
+//
+// A creation runs on the node that received it, which need not be the new
+// VM's owner, so it is not fenced: its insert cannot overwrite another
+// owner's VM (a taken UUID fails). It runs once per message: the message
+// is recorded with its reply in the transaction that records the VM, a
+// redelivery (on this node or another) gets the first reply, and a VM
+// without a UUID in the message gets one derived from the message id, so
+// a run cut short by a crash and run again creates the same VM.
 func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) (api.VmCreated, error) {
 	id := m.UUID
 	if id == "" {
-		id = message.NewUUID()
+		id = uuid.NewSHA1(vmNamespace, []byte(r.ID())).String()
 	}
 	id, err := message.NormalizeUUID(id)
 	if err != nil {
@@ -84,90 +96,93 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 	if err != nil {
 		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: image UUID: %w", id, err)
 	}
-	if _, err := s.store.Image(ctx, imageID); err != nil {
-		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: %w", id, err)
-	}
-	switch _, err := s.store.VM(ctx, id); {
-	case err == nil:
-		return api.VmCreated{}, cloud.Exists("vm", id)
-	case !errors.Is(err, message.ErrNotFound):
-		return api.VmCreated{}, err
-	}
-	vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: m.CPUs, MemoryMB: m.MemoryMB, State: cloud.VMCreated}
-	if vm.CPUs == 0 {
-		vm.CPUs = 1
-	}
-	if vm.MemoryMB == 0 {
-		vm.MemoryMB = 512
-	}
-	// A message about no resource: the local node's host service.
-	alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: vm.CPUs, MemoryMB: vm.MemoryMB})
-	if err != nil {
-		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
-	}
-	vm.HostUUID = alloc.HostUUID
-	if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
-		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
-	}
-	if err := s.store.AddVM(ctx, vm); err != nil {
-		if !errors.Is(err, message.ErrBadRequest) { // not a concurrent create of the same UUID: undo ours
-			if derr := s.hv.DestroyVM(context.WithoutCancel(ctx), vm.HostUUID, id); derr != nil {
-				s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
+	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmCreated, error) {
+		if _, err := tx.Image(ctx, imageID); err != nil {
+			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: %w", id, err)
+		}
+		switch _, err := tx.VM(ctx, id); {
+		case err == nil:
+			return api.VmCreated{}, cloud.Exists("vm", id)
+		case !errors.Is(err, message.ErrNotFound):
+			return api.VmCreated{}, err
+		}
+		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: m.CPUs, MemoryMB: m.MemoryMB, State: cloud.VMCreated}
+		if vm.CPUs == 0 {
+			vm.CPUs = 1
+		}
+		if vm.MemoryMB == 0 {
+			vm.MemoryMB = 512
+		}
+		// A message about no resource: the local node's host service.
+		alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: vm.CPUs, MemoryMB: vm.MemoryMB})
+		if err != nil {
+			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
+		}
+		vm.HostUUID = alloc.HostUUID
+		if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
+			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
+		}
+		if err := tx.AddVM(ctx, vm); err != nil {
+			if !errors.Is(err, message.ErrBadRequest) { // not a concurrent create of the same UUID: undo ours
+				if derr := s.hv.DestroyVM(context.WithoutCancel(ctx), vm.HostUUID, id); derr != nil {
+					s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
+				}
 			}
+			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
 		}
-		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
-	}
-	s.log.Info("vm created", "vm", id, "host", vm.HostUUID, "allocated_by", alloc.Node)
-	return api.VmCreated{VM: vm, AllocatedBy: alloc.Node, Handling: handling(r)}, nil
-}
-
-// operate runs op on a VM: check the transition, record the transitional
-// state, call the hypervisor, record the outcome. No lock: the bus runs
-// the messages about one VM one at a time on its owner.
-func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
-	id := r.Resource() // the VM's UUID, canonical: the bus checked
-	vm, err := s.store.VM(ctx, id)
-	if err != nil {
-		return api.VmReply{}, err
-	}
-	from := vm.State
-	during, after, err := cloud.Transition(from, op)
-	if err != nil {
-		return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: %w", id, err)
-	}
-	if during != "" {
-		if _, err := s.setState(ctx, id, during); err != nil {
-			return api.VmReply{}, err
-		}
-	}
-	start := time.Now()
-	if err := s.callHypervisor(ctx, op, vm.HostUUID, id); err != nil {
-		// The state goes back to what it was, even if ctx has ended.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, rerr := s.setState(rctx, id, from); rerr != nil {
-			s.log.Error("vm: could not restore the state after a failed operation", "vm", id, "op", op, "state", from, "err", rerr)
-		}
-		s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
-		return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, from)
-	}
-	vm, err = s.setState(ctx, id, after)
-	if err != nil {
-		return api.VmReply{}, err
-	}
-	s.log.Info("vm "+string(op), "vm", id, "state", after, "took", time.Since(start).Round(time.Millisecond))
-	return api.VmReply{VM: vm, Handling: handling(r)}, nil
-}
-
-func (s *VMService) setState(ctx context.Context, id string, st cloud.VMState) (cloud.VM, error) {
-	vm, err := s.store.UpdateVM(ctx, id, func(v *cloud.VM) error {
-		v.State = st
-		return nil
+		return api.VmCreated{VM: vm, AllocatedBy: alloc.Node, Handling: handling(r)}, nil
 	})
 	if err != nil {
-		return cloud.VM{}, fmt.Errorf("vmInstance: vm %s: record state %s: %w", id, st, err)
+		return api.VmCreated{}, err
 	}
-	return vm, nil
+	s.log.Info("vm created", "vm", id, "host", reply.VM.HostUUID, "allocated_by", reply.AllocatedBy, "msg", r.ID())
+	return reply, nil
+}
+
+// vmNamespace derives the UUID of a VM created without one from the
+// message id (a name-based UUID, RFC 9562 version 5).
+var vmNamespace = uuid.MustParse("6f1d7a8e-3c52-4b0e-9a61-2f4c8d5e9b17")
+
+// operate runs op on a VM, in one transaction fenced by this node's claim
+// on the VM and recorded under the message's key: read the VM, check the
+// transition, call the hypervisor, record the outcome. The transitional
+// state (starting, stopping) is not written: inside one transaction
+// nobody would see it, and a failure leaves the VM in its stable state.
+// No lock beyond the fence: the bus runs the messages about one VM one at
+// a time on its owner.
+func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
+	id := r.Resource() // the VM's UUID, canonical: the bus checked
+	start := time.Now()
+	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmReply, error) {
+		vm, err := tx.VM(ctx, id)
+		if err != nil {
+			return api.VmReply{}, err
+		}
+		_, after, err := cloud.Transition(vm.State, op)
+		if err != nil {
+			return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: %w", id, err)
+		}
+		if s.stall != nil {
+			s.stall(ctx, id)
+		}
+		if err := s.callHypervisor(ctx, op, vm.HostUUID, id); err != nil {
+			s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
+			return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)
+		}
+		vm, err = tx.UpdateVM(ctx, id, func(v *cloud.VM) error {
+			v.State = after
+			return nil
+		})
+		if err != nil {
+			return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: record state %s: %w", id, after, err)
+		}
+		return api.VmReply{VM: vm, Handling: handling(r)}, nil
+	})
+	if err != nil {
+		return api.VmReply{}, stale(s.log, err)
+	}
+	s.log.Info("vm "+string(op), "vm", id, "state", reply.VM.State, "took", time.Since(start).Round(time.Millisecond), "msg", r.ID())
+	return reply, nil
 }
 
 func (s *VMService) callHypervisor(ctx context.Context, op cloud.VMOp, host, vm string) error {

@@ -17,6 +17,9 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
@@ -35,6 +38,7 @@ type Store struct {
 	images      map[string]cloud.Image
 	vms         map[string]cloud.VM
 	unreachable map[string]bool // by node, for views
+	fence       *memfence.Fence // nil until UseFence
 }
 
 var _ cloud.Store = (*Store)(nil)
@@ -173,4 +177,47 @@ func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid 
 	}
 	rows[uuid] = rec
 	return rec, nil
+}
+
+// UseFence makes [Store.Do] fence writes and record messages with an
+// in-memory fence (package fence/memfence) whose claims hold while their
+// node's record in members is live. Call it before the first Do.
+func (s *Store) UseFence(members heartbeat.Store, cfg memfence.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fence = memfence.New(members, cfg)
+}
+
+// Do implements [cloud.Store.Do] with the fence of [Store.UseFence]. fn
+// writes to the store as it goes (tx is the store itself): an in-memory
+// store has no rollback, so a write fn made before failing stays, and a
+// writer whose claim stopped holding while fn ran has written; a node
+// that died is cut off with [Store.SetUnreachable] instead. The fence
+// still orders claimants by token, refuses stale ones before fn runs, and
+// runs each message once.
+func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	return s.do(ctx, w, s, fn)
+}
+
+func (s *Store) do(ctx context.Context, w fence.Write, tx cloud.Store, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	s.mu.Lock()
+	f := s.fence
+	s.mu.Unlock()
+	if f == nil {
+		if w != (fence.Write{}) {
+			return nil, errors.New("memdb: Do with a claim or a key needs a fence: call UseFence first")
+		}
+		return fn(ctx, tx)
+	}
+	return f.Do(ctx, w, func(ctx context.Context, _ fence.Token) ([]byte, func(), error) {
+		reply, err := fn(ctx, noNest{tx})
+		return reply, nil, err
+	})
+}
+
+// noNest is a store bound to a transaction: Do inside Do fails.
+type noNest struct{ cloud.Store }
+
+func (noNest) Do(context.Context, fence.Write, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
+	return nil, errors.New("memdb: Do inside Do: use the transaction's store")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
 
@@ -131,4 +132,13 @@ func (v *View) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM)
 		return cloud.VM{}, err
 	}
 	return v.s.UpdateVM(ctx, uuid, update)
+}
+
+// Do implements [cloud.Store.Do] for the view's node: fn writes through
+// the view, so a node cut off mid-transaction writes nothing more.
+func (v *View) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	if err := v.reach("transaction"); err != nil {
+		return nil, err
+	}
+	return v.s.do(ctx, w, v, fn)
 }

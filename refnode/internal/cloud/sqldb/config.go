@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 )
 
 // DefaultPrefix is the default table prefix: tables refnode_hosts,
@@ -22,6 +25,14 @@ type Config struct {
 	// Default [DefaultPrefix].
 	Prefix string
 
+	// HeartbeatTable is the heartbeat store's table in the same database
+	// (sqlstore.Store.Table): writes are fenced by the writer's record
+	// there (package fence). Default sqlstore.DefaultTable.
+	HeartbeatTable string
+	// MaxAge is the fence's limit on the writer's last beat
+	// (sqlfence.Config.MaxAge): the heartbeat's EvictAfter. Default 3 s.
+	MaxAge time.Duration
+
 	// Logger receives the store's few logs (open, tables created); nil
 	// discards them. The URL is logged masked.
 	Logger *slog.Logger
@@ -30,6 +41,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix // one cluster per database
+	}
+	if c.HeartbeatTable == "" {
+		c.HeartbeatTable = sqlstore.DefaultTable
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -25,8 +27,21 @@ type Store struct {
 	url    sqlconn.URL // names the database in errors and logs, masked
 	prefix string
 	st     statements
+	fence  *sqlfence.Fence
 
-	closed atomic.Bool
+	// q runs the statements: db, or tx in a Store bound to one
+	// transaction by [Store.Do].
+	q  querier
+	tx *sql.Tx
+
+	closed *atomic.Bool // shared by the Stores bound to transactions
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 var _ cloud.Store = (*Store)(nil)
@@ -43,10 +58,15 @@ func Open(ctx context.Context, p *sqlconn.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &Store{db: p.DB, url: p.URL, prefix: cfg.Prefix, st: newStatements(p.URL.Dialect, cfg.Prefix)}
+	s := &Store{db: p.DB, q: p.DB, url: p.URL, prefix: cfg.Prefix, st: newStatements(p.URL.Dialect, cfg.Prefix), closed: new(atomic.Bool)}
 	found, err := s.st.schema.Migrate(ctx, p.DB)
 	if err != nil {
 		return nil, s.fail(ctx, "open tables "+cfg.Prefix+"_*", err)
+	}
+	if s.fence, err = sqlfence.Open(ctx, p.DB, sqlfence.Config{
+		Dialect: p.URL.Dialect, HeartbeatTable: cfg.HeartbeatTable, Table: cfg.Prefix + "_fence", MaxAge: cfg.MaxAge, Logger: cfg.Logger,
+	}); err != nil {
+		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	log := cfg.Logger.With("dialect", p.URL.Dialect.String(), "url", p.URL.Masked, "prefix", cfg.Prefix)
 	if found < s.st.schema.Version() {
@@ -66,7 +86,27 @@ func (s *Store) MaskedURL() string { return s.url.Masked }
 // Tables returns the names of the store's tables. The caller owns the
 // slice.
 func (s *Store) Tables() []string {
-	return []string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.prefix + "_meta"}
+	return append([]string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.prefix + "_meta"}, s.fence.Tables()...)
+}
+
+// Fence returns the store's fence, whose tables sit beside the records'.
+func (s *Store) Fence() *sqlfence.Fence { return s.fence }
+
+// Do implements [cloud.Store.Do] with sqlfence: one SQL transaction that
+// checks w.Claim first, records w.Key, runs fn on a Store bound to the
+// transaction, and commits.
+func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	if s.tx != nil {
+		return nil, errors.New("sqldb: Do inside Do: use the transaction's store")
+	}
+	if err := s.begin(ctx, "transaction", "", ""); err != nil {
+		return nil, err
+	}
+	return s.fence.Do(ctx, w, func(ctx context.Context, tx *sql.Tx, _ fence.Token) ([]byte, error) {
+		bound := *s
+		bound.q, bound.tx = tx, tx
+		return fn(ctx, &bound)
+	})
 }
 
 // Close makes every later call fail with an error matching
@@ -207,7 +247,7 @@ func add[T any](ctx context.Context, s *Store, r record[T], rec *T) error {
 	if err := s.begin(ctx, op, r.kind, id); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, r.sql(s).insert, r.args(rec)...)
+	res, err := s.q.ExecContext(ctx, r.sql(s).insert, r.args(rec)...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -243,7 +283,7 @@ func get[T any](ctx context.Context, s *Store, r record[T], uuid string) (T, err
 	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
 		return zero, err
 	}
-	rec, err := scan(s.db.QueryRowContext(ctx, r.sql(s).get, uuid), r)
+	rec, err := scan(s.q.QueryRowContext(ctx, r.sql(s).get, uuid), r)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return zero, cloud.NotFound(r.kind, uuid)
@@ -258,7 +298,7 @@ func list[T any](ctx context.Context, s *Store, r record[T]) ([]T, error) {
 	if err := s.begin(ctx, op, "", ""); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, r.sql(s).list)
+	rows, err := s.q.QueryContext(ctx, r.sql(s).list)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -285,16 +325,19 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
 		return zero, err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return zero, s.fail(ctx, op+": begin", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
+	tx, committed := s.tx, true // bound: the caller's transaction commits
+	if tx == nil {
+		var err error
+		if tx, err = s.db.BeginTx(ctx, nil); err != nil {
+			return zero, s.fail(ctx, op+": begin", err)
 		}
-	}()
+		committed = false
+		defer func() {
+			if !committed {
+				_ = tx.Rollback()
+			}
+		}()
+	}
 	t := r.sql(s)
 	rec, err := scan(tx.QueryRowContext(ctx, t.lockGet, uuid), r)
 	switch {
@@ -313,10 +356,12 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 	if _, err := tx.ExecContext(ctx, t.update, append(args[1:], uuid)...); err != nil {
 		return zero, s.fail(ctx, op, err)
 	}
-	if err := tx.Commit(); err != nil {
-		return zero, s.fail(ctx, op+": commit", err)
+	if s.tx == nil {
+		if err := tx.Commit(); err != nil {
+			return zero, s.fail(ctx, op+": commit", err)
+		}
+		committed = true
 	}
-	committed = true
 	return rec, nil
 }
 
@@ -325,6 +370,9 @@ func (s *Store) drop(ctx context.Context) error {
 	var stmts []string
 	for _, t := range s.st.tables() {
 		stmts = append(stmts, t.drop)
+	}
+	if err := s.fence.Drop(ctx); err != nil {
+		return err
 	}
 	for _, stmt := range append(stmts, s.st.schema.DropMeta()) {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
