@@ -40,7 +40,11 @@ type env struct {
 	clean func()
 }
 
-func open(t *testing.T, url string, maxAge time.Duration) *env {
+func open(t *testing.T, url string, maxAge time.Duration) *env { return openTB(t, url, maxAge) }
+
+func openB(b *testing.B, url string) *env { return openTB(b, url, time.Hour) } // nobody beats in a benchmark
+
+func openTB(t testing.TB, url string, maxAge time.Duration) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
