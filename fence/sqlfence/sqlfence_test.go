@@ -30,14 +30,13 @@ func randomName(prefix string) string {
 
 // env is a heartbeat store and a fence on fresh tables of one database.
 type env struct {
-	db    *sql.DB
-	d     sqlconn.Dialect
-	hb    *sqlstore.Store
-	f     *sqlfence.Fence
-	log   string // the subject's log table, quoted
-	ins   string
-	sel   string
-	clean func()
+	db  *sql.DB
+	d   sqlconn.Dialect
+	hb  *sqlstore.Store
+	f   *sqlfence.Fence
+	log string // the subject's log table, quoted
+	ins string
+	sel string
 }
 
 func open(t *testing.T, url string, maxAge time.Duration) *env { return openTB(t, url, maxAge) }
