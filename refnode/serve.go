@@ -21,6 +21,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
@@ -275,6 +276,15 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		return err
 	}
 
+	// The message records older than their retention go, every minute.
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		sweepRecords(sweepCtx, records.Fence(), time.Minute, log)
+	}()
+	closers = append(closers, closer{"message record sweeper", func() error { stopSweep(); <-swept; return nil }})
+
 	srv := &http.Server{Handler: newAdmin(node, tr, set, counts, o.prefix, start), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -375,4 +385,27 @@ func idleTxTimeout(dbURL string, d time.Duration) string {
 	q.Set("idle_in_transaction_session_timeout", strconv.FormatInt(max(d.Milliseconds(), 1000), 10))
 	pu.RawQuery = q.Encode()
 	return pu.String()
+}
+
+// sweepRecords deletes the fence's expired message records every period
+// until ctx ends; a failed sweep is logged and tried again next period.
+func sweepRecords(ctx context.Context, f *sqlfence.Fence, period time.Duration, log *slog.Logger) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, period/2)
+		n, err := f.Sweep(sctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("sweep expired message records", "err", err)
+		case n > 0:
+			log.Debug("swept expired message records", "deleted", n)
+		}
+	}
 }
