@@ -63,6 +63,14 @@
 // next statement fails and the fence reports a [*StaleError]. refnode
 // sets both.
 //
+// # Side effects outside the database
+//
+// The fence guards the transaction's writes, not what the handler does
+// outside the database meanwhile: a stalled node that resumes may still
+// call a hypervisor before its write is refused. Pass the [Token] to such
+// systems if they can refuse a lower one, or make those calls idempotent
+// and let the owner reconcile them from the records.
+//
 // # Creations
 //
 // A creation message runs on the node that received it (the article's

@@ -243,10 +243,10 @@ func (f *Fence) insertFirst(ctx context.Context, tx *sql.Tx, c fence.Claim, maxA
 // ended the transaction of a claimant that stalled past its eviction),
 // the error as is otherwise.
 func (f *Fence) fail(ctx context.Context, c fence.Claim, op string, err error) error {
-	if ctx.Err() == nil {
-		if reason := f.why(ctx, c); reason != "" {
-			return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
-		}
+	// Even if ctx ended: a node's own eviction cancels its handlers, and
+	// the caller must still learn that the claim is gone.
+	if reason := f.why(ctx, c); reason != "" {
+		return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
 	}
 	return fmt.Errorf("sqlfence: %s %s: %w", op, c, err)
 }
@@ -424,7 +424,7 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 // (*message.Error) alone.
 func (f *Fence) explain(ctx context.Context, c fence.Claim, err error) error {
 	var me *message.Error
-	if c.IsZero() || errors.As(err, &me) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
+	if c.IsZero() || errors.As(err, &me) || errors.Is(err, fence.ErrStale) {
 		return err
 	}
 	if reason := f.why(ctx, c); reason != "" {
