@@ -52,8 +52,10 @@ func (r *Request) Node() string {
 	return r.Bus.Node()
 }
 
-// ID returns the message's unique id (a canonical UUID). A message
-// redelivered after a crash keeps its id.
+// ID returns the message's id (a canonical UUID). A message redelivered
+// after a crash keeps its id, and so does a message its sender sent
+// again with [WithID] (a retry, a forward through api.portal): a handler
+// of a non-idempotent operation deduplicates by it.
 func (r *Request) ID() string { return r.Envelope.ID }
 
 // Type returns the registered name of the payload's type, e.g.

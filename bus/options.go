@@ -1,8 +1,11 @@
 package bus
 
 import (
+	"fmt"
 	"maps"
 	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // Option is a per-call knob for Send, Call and Broadcast.
@@ -12,6 +15,10 @@ type callOptions struct {
 	timeout  time.Duration
 	headers  map[string]string
 	resource string
+	id       string // WithID's, if idSet
+	idSet    bool
+	retry    int // WithRetry's max, if retrySet
+	retrySet bool
 }
 
 // WithTimeout bounds the call by d, in addition to ctx's deadline (the
@@ -58,4 +65,91 @@ func WithHeaders(h map[string]string) Option {
 // concurrently with others.
 func WithResource(resourceUUID string) Option {
 	return func(o *callOptions) { o.resource = resourceUUID }
+}
+
+// WithID makes id the message's id (message.Envelope.ID, what a handler
+// reads with Request.ID) instead of a fresh random UUID. Default: a fresh
+// UUID for every message.
+//
+// Use it to send the same logical message again (a retry, a forward):
+// it keeps its id, so a handler that deduplicates by id runs it once. The
+// UUID is normalized; a malformed one fails the call with
+// message.ErrInvalidUUID before anything is sent. Any number of messages
+// may share an id, even concurrently: a Call matches its reply by a
+// correlation id of its own, a fresh UUID for every call, never by the
+// message id, so calls sharing one id each get their own reply, and the
+// late reply of an earlier attempt never answers a later one.
+func WithID(id string) Option {
+	return func(o *callOptions) { o.id, o.idSet = id, true }
+}
+
+// HeaderRetry is the header that carries [WithRetry]'s max with the
+// message, in decimal: the api.portal of a service.Node reads it and
+// retries its forward to the resource's owner accordingly. A sender in
+// another language may set it by hand.
+const HeaderRetry = "cloudbus-retry"
+
+// WithRetry declares the message idempotent (its handler deduplicates by
+// message id, see [WithID]) and allows up to max retries of a call about
+// a resource whose outcome is unknown because the owner died or left
+// mid-call (message.ErrNodeLeft), or that the receiver still refuses as
+// not the owner (message.ErrNotOwner) once the router's own re-routes
+// are spent. Each retry is sent with the same message id, once the
+// router's ring has changed (for node_left: once it no longer names the
+// owner that left), within ctx; the handler may so run on both the old
+// owner and the new one. max must be at least 1; a smaller one fails the
+// call with message.ErrBadRequest before anything is sent. Default: no
+// such retry; node_left reaches the caller.
+//
+// Only a router that knows the ring retries: service.Node.Call, and the
+// api.portal of a service.Node for what it receives (from
+// service.Client, or from any sender of an api.portal message).
+// CloudBus.Call and CloudBus.Send never retry, whatever the target: they
+// only carry max with the message, as the header [HeaderRetry], which
+// the portal that takes an api.portal message applies to its forward. A
+// Broadcast carries nothing.
+func WithRetry(max int) Option {
+	return func(o *callOptions) { o.retry, o.retrySet = max, true }
+}
+
+// IDOf returns the canonical message id that [WithID] gives among opts,
+// or "" if none does (the message gets a fresh one). A malformed id fails
+// with message.ErrInvalidUUID. Routers (service.Node) use it to keep one
+// id across the attempts of one logical call.
+func IDOf(opts ...Option) (string, error) {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.messageID()
+}
+
+// RetryOf returns the max that [WithRetry] gives among opts, or 0 if
+// none does. A max below 1 fails with message.ErrBadRequest. Routers
+// (service.Node) use it to decide whether to retry.
+func RetryOf(opts ...Option) (int, error) {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.retries()
+}
+
+// messageID returns the canonical WithID, or "".
+func (o callOptions) messageID() (string, error) {
+	if !o.idSet {
+		return "", nil
+	}
+	return message.NormalizeUUID(o.id)
+}
+
+// retries returns the WithRetry max, or 0.
+func (o callOptions) retries() (int, error) {
+	if !o.retrySet {
+		return 0, nil
+	}
+	if o.retry < 1 {
+		return 0, message.ErrBadRequest.WithDetails(fmt.Sprintf("WithRetry(%d): the retry count must be at least 1", o.retry))
+	}
+	return o.retry, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,6 +61,11 @@ func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Opt
 // ctx fails with message.ErrCanceled, a closed bus with
 // message.ErrClosed; in every case the pending entry is removed at once
 // and a reply arriving later is dropped and counted (Stats.LateReplies).
+//
+// The reply is matched by a correlation id fresh for every call, so
+// calls sharing a message id ([WithID]) each get their own reply. Call
+// never retries: [WithRetry] only travels with the message, as a header
+// for the api.portal of a service.Node.
 func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Option) (any, error) {
 	start := time.Now()
 	typ, reply, err := b.call(ctx, target, msg, opts)
@@ -114,7 +120,9 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 	ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, true)
 	defer cancel()
 
-	env.CorrelationID = env.ID
+	// The reply is matched by a correlation id of this call's own, not by
+	// the message id, which several calls may share (WithID).
+	env.CorrelationID = message.NewUUID()
 	env.ReplyTo = b.reply
 	p := &pendingCall{typ: env.Type, target: target, done: make(chan struct{})}
 	if _, node, ok := SplitServiceID(target); ok {
@@ -243,13 +251,28 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 		return nil, o, err
 	}
 	env := &message.Envelope{
-		ID:        message.NewUUID(),
 		Kind:      kind,
 		Type:      name,
 		ServiceID: target,
 		Source:    b.node,
 		Headers:   o.headers,
 		Body:      body,
+	}
+	if env.ID, err = o.messageID(); err != nil {
+		return env, o, err
+	}
+	if env.ID == "" {
+		env.ID = message.NewUUID()
+	}
+	retry, err := o.retries()
+	if err != nil {
+		return env, o, err
+	}
+	if retry > 0 && kind != message.KindEvent {
+		if env.Headers == nil { // o.headers is this call's own map
+			env.Headers = make(map[string]string, 1)
+		}
+		env.Headers[HeaderRetry] = strconv.Itoa(retry)
 	}
 	if kind == message.KindEvent {
 		if o.resource != "" {

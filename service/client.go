@@ -122,6 +122,13 @@ func (c *Client) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 // bus.WithResource names one) to the resource's owner, any other to the
 // portal's own node. A Routed message naming no resource fails with
 // message.ErrBadRequest before anything is sent.
+//
+// The portal forwards the message under its own id (bus.WithID sets it;
+// default a fresh UUID), so the handler sees the same id however often
+// api.portal redelivers it. bus.WithRetry travels with the message as
+// the header bus.HeaderRetry, and the portal applies it to its forward
+// as [Node.Call] does: a call whose owner left mid-call is resent, with
+// the same id, to the new owner.
 func (c *Client) Call(ctx context.Context, msg any, opts ...bus.Option) (any, error) {
 	return c.b.Call(ctx, bus.APIPortal, msg, opts...)
 }
@@ -132,7 +139,8 @@ func CallAPI[Resp any](ctx context.Context, c *Client, msg any, opts ...bus.Opti
 	return bus.Call[Resp](ctx, c.b, bus.APIPortal, msg, opts...)
 }
 
-// Send sends an API message one-way to api.portal, routed like Call.
+// Send sends an API message one-way to api.portal, routed like Call,
+// with the same options.
 func (c *Client) Send(ctx context.Context, msg any, opts ...bus.Option) error {
 	return c.b.Send(ctx, bus.APIPortal, msg, opts...)
 }

@@ -48,6 +48,18 @@
 // or the configured default, and its error says whether a retry is safe
 // (message.Code.Retry).
 //
+// A call keeps one message id across its attempts (re-routes, retries,
+// the portal's forward), and bus.WithID gives it yours, so a caller that
+// sends a logical message again keeps its id and the handler can
+// deduplicate by bus.Request.ID. With bus.WithRetry(max) the caller
+// declares the message idempotent: where its owner died or left mid-call
+// (message.ErrNodeLeft, outcome unknown), [Node.Call] and the portal
+// (for [Client.Call], which carries the option as a header) send it
+// again, with the same id, to the new owner once this node's ring no
+// longer names the old one, up to max times within ctx. bus.Call itself
+// never retries: it only carries the option, which the portal applies
+// to what it receives through api.portal.
+//
 // Messages about one resource run one at a time on the owner, in arrival
 // order, and different resources in parallel (bounded); a resource whose
 // line is full answers message.ErrBusy. That is the lock-free design: no

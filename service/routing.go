@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -44,9 +47,23 @@ func (n *Node) Route(service, resourceUUID string) (string, error) {
 //   - a creation message or a message about no resource goes to service on
 //     this node, which is always reachable.
 //
+// Every attempt of one call carries the same message id: the one
+// bus.WithID gives, or one chosen once per call. With bus.WithRetry(max)
+// the caller declares the message idempotent, and a call about a
+// resource whose owner left mid-call (message.ErrNodeLeft, outcome
+// unknown), or that is still refused as not_owner once the re-routes are
+// spent, is sent again, up to max times within ctx, each time once this
+// node's ring has changed: for node_left, once it no longer names the
+// owner that left. If ctx ends or the node stops while it waits, the
+// last error is returned. Without WithRetry, node_left is returned at
+// once. A message about no resource runs on this node and is never
+// retried.
+//
 // A Routed message naming no resource, or a WithResource contradicting
-// the one it names, fails with message.ErrBadRequest before anything is
-// sent. See the package documentation for which call to use when.
+// the one it names, fails with message.ErrBadRequest, a malformed
+// bus.WithID with message.ErrInvalidUUID, and bus.WithRetry below 1 with
+// message.ErrBadRequest, before anything is sent. See the package
+// documentation for which call to use when.
 func (n *Node) Call(ctx context.Context, service string, msg any, opts ...bus.Option) (any, error) {
 	b, err := n.busForCall()
 	if err != nil {
@@ -79,7 +96,10 @@ func Call[Resp any](ctx context.Context, n *Node, service string, msg any, opts 
 
 // Send sends msg one-way to service by the same rule as [Node.Call]:
 // to the owner of the resource it is about (re-routed while the owner's
-// queue is missing), or to this node.
+// queue is missing, every attempt with one message id), or to this node.
+// A one-way message is never refused as not_owner nor ended by
+// node_left (a receiver forwards it, a survivor drains a dead node's
+// queue), so bus.WithRetry changes nothing here but the header it sets.
 func (n *Node) Send(ctx context.Context, service string, msg any, opts ...bus.Option) error {
 	b, err := n.busForCall()
 	if err != nil {
@@ -102,40 +122,102 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 // to this node if it is about none.
 func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, send func(target string, o []bus.Option) error) error {
 	res, err := bus.ResourceOf(msg, opts...)
+	var id string
+	if err == nil {
+		id, err = bus.IDOf(opts...)
+	}
+	var retries int
+	if err == nil {
+		retries, err = bus.RetryOf(opts...)
+	}
 	if err != nil {
 		return fmt.Errorf("service: call %s: %w", service, err)
 	}
 	if res == "" {
 		return send(bus.ServiceID(service, n.id), opts)
 	}
-	return n.routed(ctx, service, res, func(target string, o []bus.Option) error {
+	// Every attempt of this call carries one message id: the caller's,
+	// or one chosen now.
+	var fixed []bus.Option
+	if id == "" {
+		fixed = []bus.Option{bus.WithID(message.NewUUID())}
+	}
+	return n.routed(ctx, service, res, retries, func(target string, o []bus.Option) error {
 		// The router's options come last, so a caller's headers cannot
 		// override the owner it computed.
-		return send(target, append(slices.Clone(opts), o...))
+		return send(target, slices.Concat(opts, fixed, o))
 	})
 }
 
 // routed runs send against the owner of resourceUUID, re-routing on the
-// retry-safe routing errors.
-// res is canonical.
-func (n *Node) routed(ctx context.Context, service, res string, send func(target string, o []bus.Option) error) error {
+// retry-safe routing errors, and with retries > 0 (bus.WithRetry) on
+// node-left and not-owner once the ring changed. res is canonical.
+//
+// Re-routes (Config.RouteRetries of them) follow not_owner and no_route
+// after a pause that doubles from 10 ms: neither ran the message. Once
+// they are spent, and after every node_left, a retry (retries of them)
+// waits until this node's ring changed: for node_left until it no longer
+// names the owner that failed, for not_owner until its fingerprint
+// differs from the one the failed attempt was routed by; it then routes
+// afresh, with its own re-routes. A wait that ctx or the node's stop
+// ends returns the last attempt's error.
+func (n *Node) routed(ctx context.Context, service, res string, retries int, send func(target string, o []bus.Option) error) error {
 	pause := 10 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	reroutes := n.cfg.RouteRetries
+	for attempt := 1; ; attempt++ {
+		fp := n.ring.Fingerprint()
 		owner, err := n.ring.Locate(res)
 		if err != nil {
 			return fmt.Errorf("service: route %s for %s: %w: %w", service, res, message.ErrNoRoute, err)
 		}
 		err = send(bus.ServiceID(service, owner), []bus.Option{bus.WithResource(res), bus.WithHeader(HeaderOwner, owner)})
-		if err == nil || attempt >= n.cfg.RouteRetries || !(errors.Is(err, message.ErrNotOwner) || errors.Is(err, message.ErrNoRoute)) {
+		notOwner, noRoute, left := errors.Is(err, message.ErrNotOwner), errors.Is(err, message.ErrNoRoute), errors.Is(err, message.ErrNodeLeft)
+		switch {
+		case err == nil:
+			return nil
+		case (notOwner || noRoute) && reroutes > 0:
+			reroutes--
+			n.log.Debug("re-routing", "service", service, "resource", res, "owner", owner, "attempt", attempt, "err", err)
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return err
+			}
+			pause *= 2
+		case (notOwner || left) && retries > 0:
+			retries--
+			n.log.Debug("retrying an idempotent call once the ring changed", "service", service, "resource", res, "owner", owner, "attempt", attempt, "err", err)
+			changed := func() bool { return n.ring.Fingerprint() != fp }
+			if left {
+				changed = func() bool {
+					now, err := n.ring.Locate(res)
+					return err != nil || now != owner
+				}
+			}
+			if werr := n.awaitRing(ctx, changed); werr != nil {
+				return err
+			}
+			// Routing starts afresh on the changed ring: a node that
+			// just joined may still refuse for a moment.
+			reroutes, pause = n.cfg.RouteRetries, 10*time.Millisecond
+		default:
 			return err
 		}
-		n.log.Debug("re-routing", "service", service, "resource", res, "owner", owner, "attempt", attempt+1, "err", err)
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
+	}
+}
+
+// awaitRing waits until cond holds, checking it at every change of this
+// node's ring or state; it returns ctx's error if ctx ends first, or an
+// error matching [ErrNotRunning] if the node stops.
+func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
+	for {
+		changed := n.watch()
+		if cond() {
+			return nil
+		}
+		if err := n.waitChange(ctx, changed, 0); err != nil {
 			return err
 		}
-		pause *= 2
 	}
 }
 
@@ -187,6 +269,12 @@ func (n *Node) guard(s Service) bus.Handler {
 					"resource %s: the sender's ring names %s, this node's ring (%s) names %q",
 					r.Envelope.ResourceUUID, claimed, n.ring.Fingerprint(), owner)))
 			}
+		}
+		if res := r.Envelope.ResourceUUID; res != "" {
+			// The handler's writes check this claim in the database
+			// (package fence): the guard's checks hold when the handler
+			// starts, the fence when it commits.
+			ctx = fence.WithClaim(ctx, fence.Claim{Resource: res, Node: n.id, Epoch: n.Epoch()})
 		}
 		return s.Handle(ctx, r)
 	})
@@ -243,12 +331,41 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	if !ok {
 		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", r.Envelope.Type, bus.APIPortal))
 	}
-	opts := []bus.Option{bus.WithHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id)}
+	// The forward keeps the message's id, so a handler sees the same id
+	// however often api.portal redelivers the message, and applies the
+	// retry its sender allowed (bus.WithRetry travels as a header).
+	opts := []bus.Option{bus.WithHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
+	if v := r.Header(bus.HeaderRetry); v != "" {
+		retries, err := strconv.Atoi(v)
+		if err != nil || retries < 1 {
+			return nil, message.ErrBadRequest.WithDetails(fmt.Sprintf("header %s must be a retry count of at least 1, not %q", bus.HeaderRetry, truncate(v, 32)))
+		}
+		opts = append(opts, bus.WithRetry(retries))
+	}
 	if res := r.Resource(); res != "" {
 		// The bus checked that a Routed payload names this resource.
 		opts = append(opts, bus.WithResource(res))
 	}
 	return n.Call(ctx, service, r.Payload, opts...)
+}
+
+// portalID returns the id under which the portal forwards a message
+// whose id is id: id itself, normalized. A message from a sender that
+// broke the contract of message.Envelope.ID (not a UUID) gets a UUID
+// derived from its id, so that its redeliveries still share one id.
+func portalID(id string) string {
+	if u, err := message.NormalizeUUID(id); err == nil {
+		return u
+	}
+	u, _ := message.NormalizeUUID(uuid.NewSHA1(uuid.NameSpaceURL, []byte("cloudbus:message-id:"+id)).String())
+	return u
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // portalReleasePause is how long a fenced portal waits before giving a

@@ -107,6 +107,7 @@ var scenarios = []scenario{
 	{name: "a cancelled call leaves nothing pending", run: testCancel},
 	{name: "a late reply to a finished call is dropped and counted", run: testLateReply},
 	{name: "many concurrent calls", run: testConcurrentCalls},
+	{name: "calls sharing one message id each get their own reply", run: testSharedID},
 	{name: "close with calls in flight", run: testCloseInFlight},
 	{name: "ordering from one sender into one queue", run: testOrdering},
 	{name: "unknown message type", run: testUnknownType},
