@@ -96,6 +96,20 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 	if err != nil {
 		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: image UUID: %w", id, err)
 	}
+	cpus, mem := m.CPUs, m.MemoryMB
+	if cpus == 0 {
+		cpus = 1
+	}
+	if mem == 0 {
+		mem = 512
+	}
+	// A message about no resource: the local node's host service. It only
+	// reads, and it runs before the transaction: a transaction waiting for
+	// a call that needs a connection of the same pool could exhaust it.
+	alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: cpus, MemoryMB: mem})
+	if err != nil {
+		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
+	}
 	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmCreated, error) {
 		if _, err := tx.Image(ctx, imageID); err != nil {
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: %w", id, err)
@@ -106,18 +120,7 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 		case !errors.Is(err, message.ErrNotFound):
 			return api.VmCreated{}, err
 		}
-		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: m.CPUs, MemoryMB: m.MemoryMB, State: cloud.VMCreated}
-		if vm.CPUs == 0 {
-			vm.CPUs = 1
-		}
-		if vm.MemoryMB == 0 {
-			vm.MemoryMB = 512
-		}
-		// A message about no resource: the local node's host service.
-		alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: vm.CPUs, MemoryMB: vm.MemoryMB})
-		if err != nil {
-			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
-		}
+		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: cpus, MemoryMB: mem, State: cloud.VMCreated}
 		vm.HostUUID = alloc.HostUUID
 		if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
