@@ -83,6 +83,15 @@ func (b *CloudBus) Drain(ctx context.Context) error {
 	return nil
 }
 
+// drainPending reports whether tok is the marker of a drain of this bus
+// still waiting for it.
+func (b *CloudBus) drainPending(tok string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.drains[tok]
+	return ok
+}
+
 // takeDrainMarker reports whether env is this bus's drain marker, and if
 // so signals its waiter.
 func (b *CloudBus) takeDrainMarker(env *message.Envelope) bool {

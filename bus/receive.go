@@ -31,10 +31,13 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		// Another bus's marker (it drains this queue too, or drained it
 		// before): never handle it; give it back for its owner unless it
 		// is stale.
+		// The pause keeps a node that is the queue's only consumer (an
+		// evicted node still consuming while survivors drain it) from
+		// spinning the marker between the broker and itself.
 		if now := time.Now(); b.deadlineOf(env, arrived).late(now) {
 			_ = d.Ack()
 		} else {
-			giveBack(d)
+			time.AfterFunc(markerGiveBackPause, func() { giveBack(d) })
 		}
 		return
 	}
@@ -288,3 +291,7 @@ func isNil(v any) bool {
 	}
 	return false
 }
+
+// markerGiveBackPause is how long a bus holds another bus's drain marker
+// before giving it back to its queue.
+const markerGiveBackPause = 50 * time.Millisecond

@@ -118,6 +118,11 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 					end(nil)
 				case b.deadlineOf(env, now).late(now):
 					_ = d.Ack() // a marker of a drain that ended long ago
+				case env.Source == b.node && !b.drainPending(tok):
+					// Left by one of this bus's earlier rounds, which
+					// ended without it: giving it back would only bring
+					// it back here, ahead of this round's marker.
+					_ = d.Ack()
 				default:
 					giveBack(d) // another drainer's: let it come back to it
 				}

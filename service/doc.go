@@ -124,6 +124,16 @@
 // it owns the resource ([HeaderOwner]) and otherwise answers
 // message.ErrNotOwner without running the handler; the sender re-routes.
 //
+// # Writes that authorize
+//
+// The ring routes; it does not stop a node that lost ownership from
+// writing. Every handler of a message about a resource finds the node's
+// claim on it (node UUID and heartbeat epoch) in its ctx
+// (fence.ClaimFrom); fence.For(ctx, r) adds the message's idempotency
+// key, and package fence/sqlfence makes the handler's transaction commit
+// only while the claim holds, once per message. The guard's checks hold
+// when a handler starts; the fence holds when it commits.
+//
 // # Takeover
 //
 // Services react to membership through [RingListener] (nodes joined or
