@@ -81,8 +81,11 @@
 //
 // Ring copies follow the lifecycle events and the heartbeat monitor's
 // view of the store, and are reconciled from the store when they differ
-// for two checks in a row, so a missed event heals. [Node.Fingerprint]
-// lets nodes and tests compare copies.
+// for two checks in a row, so a missed event heals. Events are hints and
+// the store is the truth: a NodeJoined is applied only if the store holds
+// that life's record, and a NodeLeft only if the store holds no record of
+// the node, so a forged, replayed or reordered event changes no ring (it
+// is logged). [Node.Fingerprint] lets nodes and tests compare copies.
 //
 // A node that stops beating is evicted by a peer after the eviction
 // threshold (heartbeat.Config); the evictor broadcasts NodeLeft, every

@@ -271,3 +271,76 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (s
 	wg.Wait()
 	return silent
 }
+
+// record reads node's membership record from the store now, bounded by
+// the heartbeat's OpTimeout.
+func (n *Node) record(ctx context.Context, node string) (heartbeat.Record, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Heartbeat.WithDefaults().OpTimeout)
+	defer cancel()
+	records, err := n.cfg.Store.List(ctx)
+	if err != nil {
+		return heartbeat.Record{}, false, err
+	}
+	for _, r := range records {
+		if r.Node == node {
+			return r, true, nil
+		}
+	}
+	return heartbeat.Record{}, false, nil
+}
+
+// onNodeJoined adds the node a NodeJoined names only if the store holds
+// its record with that epoch: a replayed or forged event about a life
+// that is not live changes nothing. If the store cannot be read, the
+// event is dropped: the heartbeat monitor adds the node from its next
+// read of the store.
+func (n *Node) onNodeJoined(ctx context.Context, ev message.NodeJoined) {
+	r, found, err := n.record(ctx, ev.Node)
+	switch {
+	case err != nil:
+		n.log.Debug("NodeJoined not checked against the store; the next store read decides", "member", ev.Node, "epoch", ev.Epoch, "err", err)
+	case !found || r.Epoch != ev.Epoch:
+		n.log.Warn("ignored a NodeJoined that the store contradicts (replayed or forged)", "member", ev.Node, "epoch", ev.Epoch,
+			"store_has_record", found, "store_epoch", r.Epoch)
+	default:
+		n.memberJoined(ev.Node, ev.Epoch, "broadcast")
+	}
+}
+
+// onNodeLeft drops the node a NodeLeft names only if the store no longer
+// holds a record of it: a node whose record is there is live by the
+// store, whatever the event says (a forged or replayed event, or a
+// leaving node's goodbye, which its LeaveNotice calls and its record's
+// deletion carry). Only the life in this node's ring is dropped and
+// remembered as gone, never the epoch the event names, so an event
+// naming a far-future epoch cannot keep the node out for good. If the
+// store cannot be read, the event is dropped: the monitor's next read of
+// the store decides.
+func (n *Node) onNodeLeft(ctx context.Context, ev message.NodeLeft) {
+	r, found, err := n.record(ctx, ev.Node)
+	switch {
+	case err != nil:
+		n.log.Debug("NodeLeft not checked against the store; the next store read decides", "member", ev.Node, "epoch", ev.Epoch, "err", err)
+		return
+	case found:
+		if ev.Reason != message.LeaveGoodbye || r.Epoch != ev.Epoch {
+			n.log.Warn("ignored a NodeLeft for a node whose record is live (forged or replayed)", "member", ev.Node, "epoch", ev.Epoch,
+				"reason", ev.Reason, "by", ev.By, "store_epoch", r.Epoch)
+		}
+		return
+	}
+	n.mu.Lock()
+	epoch, member := n.members[ev.Node]
+	n.mu.Unlock()
+	if !member || epoch > ev.Epoch {
+		return // not in this ring, or a later life is
+	}
+	calls := abandonCalls
+	if ev.Reason == message.LeaveGoodbye {
+		calls = keepCalls // it drains and answers what it took
+	}
+	n.memberLeft(ev.Node, epoch, "broadcast: "+string(ev.Reason), calls)
+	if ev.Reason != message.LeaveGoodbye {
+		n.kickSweep() // its record is gone: drain its queues now
+	}
+}

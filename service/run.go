@@ -185,23 +185,18 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	}
 	n.bus.Store(b)
 
+	// Lifecycle events are hints: each is checked against the store,
+	// which is the truth (see onNodeJoined and onNodeLeft).
 	if _, err := bus.Subscribe(b, func(ctx context.Context, ev message.NodeJoined) {
 		if ev.Node != n.id {
-			n.memberJoined(ev.Node, ev.Epoch, "broadcast")
+			n.onNodeJoined(ctx, ev)
 		}
 	}); err != nil {
 		return err
 	}
 	if _, err := bus.Subscribe(b, func(ctx context.Context, ev message.NodeLeft) {
 		if ev.Node != n.id {
-			calls := abandonCalls
-			if ev.Reason == message.LeaveGoodbye {
-				calls = keepCalls // it drains and answers what it took
-			}
-			n.memberLeft(ev.Node, ev.Epoch, "broadcast: "+string(ev.Reason), calls)
-			if ev.Reason != message.LeaveGoodbye {
-				n.kickSweep() // its record is gone: drain its queues now
-			}
+			n.onNodeLeft(ctx, ev)
 		}
 	}); err != nil {
 		return err
