@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -184,5 +185,49 @@ func TestLifecycleWaits(t *testing.T) {
 		require.NoError(t, a.AwaitConverged(t.Context()))
 		assert.NotContains(t, a.Members(), victim.UUID())
 		assert.NoError(t, a.Err(), "a running node has no error")
+	})
+}
+
+// TestNonOwnerNeverRuns: a message about a resource that reaches a node
+// which does not own it, without the owner header (a raw sender addressing
+// that node's queue), never runs there: a request is answered not_owner,
+// a one-way message is forwarded to the owner and runs there.
+func TestNonOwnerNeverRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := registry()
+		var mu sync.Mutex
+		ran := map[string][]string{} // resource -> nodes that ran it
+		mux := bus.NewMux()
+		bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
+			mu.Lock()
+			ran[m.Resource] = append(ran[m.Resource], r.Node())
+			mu.Unlock()
+			return Touched{Node: r.Node()}, nil
+		})
+		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg,
+			Services: func(int) []service.Service { return []service.Service{service.Named("where", mux)} }})
+		sender := c.Node(0).Bus()
+		for _, res := range uuids(30) {
+			owner := c.Owner(res)
+			for i := range 3 {
+				n := c.Node(i)
+				if n.UUID() == owner {
+					continue
+				}
+				_, err := bus.Call[Touched](t.Context(), sender, bus.ServiceID("where", n.UUID()), Touch{Resource: res})
+				require.ErrorIs(t, err, message.ErrNotOwner, "a request about %s sent straight to non-owner %s", res, n.UUID())
+				require.NoError(t, sender.Send(t.Context(), bus.ServiceID("where", n.UUID()), Touch{Resource: res}))
+			}
+		}
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for res, nodes := range ran {
+			for _, node := range nodes {
+				assert.Equal(t, c.Owner(res), node, "resource %s ran on a node that does not own it", res)
+			}
+			assert.Len(t, nodes, 2, "each one-way message about %s ran once, on the owner", res)
+		}
+		assert.Len(t, ran, 30)
 	})
 }

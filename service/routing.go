@@ -222,8 +222,10 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 }
 
 // guard wraps a service's handler: it refuses every message once the node
-// was evicted, while it is fenced, and a message routed by ring to an
-// owner that this node's ring does not agree is itself.
+// was evicted, while it is fenced, and any message about a resource that
+// this node does not own by its own ring, whoever routed it and whether or
+// not it carries an owner header ([HeaderOwner]). Messages about no
+// resource (creations) run where they arrive.
 //
 // A request refused so is answered message.ErrNotOwner, which its caller
 // may retry (service.Node.Call and the portal do). A one-way message has
@@ -257,7 +259,14 @@ func (n *Node) guard(s Service) bus.Handler {
 			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
 				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id)))
 		}
-		if claimed := r.Envelope.Headers[HeaderOwner]; claimed != "" && r.Envelope.ResourceUUID != "" {
+		// Every message about a resource, owner header or not: a sender
+		// that addressed this node's queue directly (a raw client, a
+		// stale route) does not make it the owner.
+		if r.Envelope.ResourceUUID != "" {
+			claimed := r.Envelope.Headers[HeaderOwner]
+			if claimed == "" {
+				claimed = "no owner (sent to this node's queue directly)"
+			}
 			owner, err := n.ring.Locate(r.Envelope.ResourceUUID)
 			if err != nil || owner != n.id {
 				if oneWay && err == nil && forwardHops(r) < maxForwardHops {
