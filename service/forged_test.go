@@ -70,3 +70,24 @@ func TestForgedLifecycleEvents(t *testing.T) {
 		require.True(t, agree(), "rings drifted after the forged events")
 	})
 }
+
+// TestStaleViewHeals: a member dropped from a ring on a stale view of the
+// store (its record was written after the read began) comes back at the
+// next reconciliation, although its life's tombstone says it left: the
+// store holds its record, and the store is the truth.
+func TestStaleViewHeals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.LocalConfig()
+		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Heartbeat: hb})
+		c.WaitConverged(t, 10*hb.EvictAfter)
+		a, b := c.Node(0), c.Node(1)
+		a.DropMemberOnStaleView(b.UUID())
+		require.NotContains(t, a.Members(), b.UUID())
+		start := time.Now()
+		c.WaitFor(t, 4*hb.Interval, "the dropped live member is back in the ring", func() bool {
+			return slices.Contains(a.Members(), b.UUID())
+		})
+		t.Logf("re-added %s after the drop (virtual time; two reads of the store)", time.Since(start))
+		c.WaitConverged(t, hb.EvictAfter)
+	})
+}

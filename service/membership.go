@@ -47,6 +47,7 @@ func (n *Node) memberJoined(node string, epoch int64, why string) {
 		return
 	}
 	n.members[node] = epoch
+	delete(n.goodbye, node) // a new life: a goodbye of an earlier one no longer applies
 	err := n.ring.Add(node)
 	if err == nil {
 		n.signalLocked()
@@ -81,10 +82,14 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 		if len(n.gone) >= maxTombstones {
 			for k := range n.gone { // drop an arbitrary old one
 				delete(n.gone, k)
+				delete(n.goodbye, k)
 				break
 			}
 		}
 		n.gone[node] = epoch
+	}
+	if calls == keepCalls {
+		n.goodbye[node] = true // the node said it leaves: its record goes soon
 	}
 	_, was := n.members[node]
 	delete(n.members, node)
@@ -220,6 +225,16 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 			}
 		}
 		for id, e := range want {
+			n.mu.Lock()
+			if g, ok := n.gone[id]; ok && g >= e && !n.goodbye[id] {
+				// The store is the truth: this life was dropped on a
+				// stale view of the store (or a stale event), yet its
+				// record is there. Only a node's own goodbye keeps it
+				// out while its record outlives its leave.
+				delete(n.gone, id)
+				n.log.Warn("re-adding a live member dropped on a stale view of the store", "member", id, "epoch", e)
+			}
+			n.mu.Unlock()
 			n.memberJoined(id, e, "reconciled from the store")
 		}
 		lastDiff = 0

@@ -87,6 +87,7 @@ type Node struct {
 	mu      sync.Mutex         // guards cancel, members, tombstones
 	members map[string]int64   // node -> epoch of the members in the ring
 	gone    map[string]int64   // node -> highest epoch seen leaving
+	goodbye map[string]bool    // nodes whose tombstone came from the node itself (a leave)
 	// abandonAt: nodes whose record vanished -> when to fail the calls
 	// still pending towards them
 	abandonAt map[string]time.Time
@@ -150,6 +151,7 @@ func NewNode(cfg Config) (*Node, error) {
 		done:      make(chan struct{}),
 		members:   make(map[string]int64),
 		gone:      make(map[string]int64),
+		goodbye:   make(map[string]bool),
 		abandonAt: make(map[string]time.Time),
 		changed:   make(chan struct{}),
 		sweepNow:  make(chan struct{}, 1),

@@ -1,0 +1,11 @@
+package service
+
+// DropMemberOnStaleView removes member from n's ring as reconciling from
+// a stale read of the store would (a read that started before the
+// member's record was written), for tests.
+func (n *Node) DropMemberOnStaleView(member string) {
+	n.mu.Lock()
+	e := n.members[member]
+	n.mu.Unlock()
+	n.memberLeft(member, e, "test: a stale view of the store", abandonCalls)
+}
