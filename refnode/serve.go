@@ -49,6 +49,8 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
   -heartbeat d       heartbeat interval (500ms)                            REFNODE_HEARTBEAT
   -evict-after d     evict a node silent for this long (3s)                REFNODE_EVICT_AFTER
   -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
+  -vm-sweep d        how often a node checks the VMs it owns against the   REFNODE_VM_SWEEP
+                     hypervisor and repairs their records (30s)
 
 For audits and fault tests:
   -op-log path       append one JSON line per message this node handled,   REFNODE_OP_LOG
@@ -61,6 +63,8 @@ For audits and fault tests:
   -test-stall-vm-write d  stall the first VM operation for d after its   REFNODE_TEST_STALL_VM_WRITE
                      fence check, before its write (0: none); logs
                      "test stall" at WARN: for fault tests only
+  -test-stall-vm-final-write d  the same, after the hypervisor call and  REFNODE_TEST_STALL_VM_FINAL_WRITE
+                     before the write of its outcome
 
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
 `
@@ -77,6 +81,8 @@ type serveOptions struct {
 	opLog                   string        // file, or "": none
 	clockSkew               time.Duration // added to time.Now for heartbeat.Config.Now
 	stallVMWrite            time.Duration // -test-stall-vm-write
+	stallVMFinal            time.Duration // -test-stall-vm-final-write
+	vmSweep                 time.Duration
 }
 
 func parseServe(args []string, getenv func(string) string) (serveOptions, error) {
@@ -96,11 +102,14 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.StringVar(&o.opLog, "op-log", "", "")
 	fs.DurationVar(&o.clockSkew, "clock-skew", 0, "")
 	fs.DurationVar(&o.stallVMWrite, "test-stall-vm-write", 0, "")
+	fs.DurationVar(&o.stallVMFinal, "test-stall-vm-final-write", 0, "")
+	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
 		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
-		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE",
+		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE", "test-stall-vm-final-write": "REFNODE_TEST_STALL_VM_FINAL_WRITE",
+		"vm-sweep": "REFNODE_VM_SWEEP",
 	})
 	if err != nil {
 		return o, err
@@ -121,8 +130,8 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 		errs = append(errs, fmt.Errorf("-log-level %q: use debug, info, warn or error", level))
 	}
 	o.heartbeat.OpTimeout = o.heartbeat.Interval
-	if o.heartbeat.Interval <= 0 || o.heartbeat.EvictAfter <= 0 || o.pingInterval <= 0 {
-		errs = append(errs, errors.New("-heartbeat, -evict-after and -ping-interval must be positive"))
+	if o.heartbeat.Interval <= 0 || o.heartbeat.EvictAfter <= 0 || o.pingInterval <= 0 || o.vmSweep <= 0 {
+		errs = append(errs, errors.New("-heartbeat, -evict-after, -ping-interval and -vm-sweep must be positive"))
 	} else if err := o.heartbeat.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("-heartbeat %s, -evict-after %s: %w", o.heartbeat.Interval, o.heartbeat.EvictAfter, err))
 	}
@@ -239,20 +248,9 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	scfg := services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, Logger: log}
-	if d := o.stallVMWrite; d > 0 {
-		var once sync.Once
-		scfg.StallVMWrite = func(ctx context.Context, vm string) {
-			once.Do(func() {
-				log.Warn("test stall: holding a VM write after its fence check", "vm", vm, "for", d)
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-				}
-				log.Warn("test stall: over", "vm", vm)
-			})
-		}
-	}
+	scfg := services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, VMSweepInterval: o.vmSweep, Logger: log}
+	scfg.StallVMWrite = testStall(o.stallVMWrite, "after its fence check", log)
+	scfg.StallVMFinalWrite = testStall(o.stallVMFinal, "after its hypervisor call, before its final write", log)
 	set, err := services.New(scfg)
 	if err != nil {
 		return err
@@ -407,5 +405,24 @@ func sweepRecords(ctx context.Context, f *sqlfence.Fence, period time.Duration, 
 		case n > 0:
 			log.Debug("swept expired message records", "deleted", n)
 		}
+	}
+}
+
+// testStall returns a hook that stalls the first VM operation of the
+// process for d, logging "test stall" at WARN where; nil for d = 0.
+func testStall(d time.Duration, where string, log *slog.Logger) func(ctx context.Context, vm string) {
+	if d <= 0 {
+		return nil
+	}
+	var once sync.Once
+	return func(ctx context.Context, vm string) {
+		once.Do(func() {
+			log.Warn("test stall: holding a VM write "+where, "vm", vm, "for", d)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+			log.Warn("test stall: over", "vm", vm)
+		})
 	}
 }

@@ -89,13 +89,14 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Equal(t, heartbeat.DefaultConfig().EvictAfter, o.heartbeat.EvictAfter)
 	assert.Empty(t, o.opLog, "no op log by default")
 	assert.Zero(t, o.clockSkew, "no clock skew by default")
+	assert.Equal(t, 30*time.Second, o.vmSweep)
 	assert.Nil(t, o.heartbeat.Now, "the heartbeat reads time.Now by default")
 
 	e := &env{vars: map[string]string{
 		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
 		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
 		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
-		"REFNODE_CLOCK_SKEW": "-1s",
+		"REFNODE_CLOCK_SKEW": "-1s", "REFNODE_VM_SWEEP": "2s", "REFNODE_TEST_STALL_VM_FINAL_WRITE": "3s",
 	}}
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
@@ -103,6 +104,7 @@ func TestServeEnvironment(t *testing.T) {
 		bus: "amqps://broker/", db: "postgres://db/x", listen: "127.0.0.1:9999", prefix: "green", level: -4,
 		heartbeat:    heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
+		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second,
 	}, o, "variables fill the flags not given; a flag wins")
 	o, err = parseServe(nil, e.get)
 	require.NoError(t, err)

@@ -28,4 +28,44 @@ type Hypervisor interface {
 	RebootVM(ctx context.Context, hostUUID, vmUUID string) error
 	// DestroyVM stops the VM if needed and removes it from its host.
 	DestroyVM(ctx context.Context, hostUUID, vmUUID string) error
+	// VMPower reports the VM's power state as its host knows it:
+	// PowerOn, PowerOff, or PowerUnknown if the host has no such VM (or
+	// cannot tell). It changes nothing.
+	VMPower(ctx context.Context, hostUUID, vmUUID string) (Power, error)
+}
+
+// Power is a VM's power state as its host reports it: the truth about
+// the VM, which the records follow.
+type Power string
+
+// The power states.
+const (
+	// PowerOn: the VM runs.
+	PowerOn Power = "on"
+	// PowerOff: the VM is defined and does not run.
+	PowerOff Power = "off"
+	// PowerUnknown: the host does not know the VM or cannot tell.
+	PowerUnknown Power = "unknown"
+)
+
+// Repair returns the stable state a VM recorded as st should have given
+// its power state p, and whether that differs from st: a VM left
+// transitional (a write that failed, an owner that died mid-operation)
+// or recorded against the hypervisor's truth. A running VM is running; a
+// VM that is off is stopped, unless it was never started (created); with
+// the power unknown, only a transitional state is repaired (to stopped:
+// an operation that did not finish did not leave it running as far as
+// anyone can tell). A destroyed VM stays destroyed.
+func Repair(st VMState, p Power) (VMState, bool) {
+	want := st
+	switch {
+	case st == VMDestroyed:
+	case p == PowerOn:
+		want = VMRunning
+	case p == PowerOff && st != VMCreated:
+		want = VMStopped
+	case p == PowerUnknown && st.Transitional():
+		want = VMStopped
+	}
+	return want, want != st
 }

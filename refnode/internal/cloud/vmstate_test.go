@@ -69,3 +69,31 @@ func TestErrors(t *testing.T) {
 	assert.ErrorIs(t, cloud.NotFound("vm", "x"), message.ErrNotFound)
 	assert.ErrorIs(t, cloud.Exists("vm", "x"), message.ErrBadRequest)
 }
+
+func TestRepair(t *testing.T) {
+	for _, c := range []struct {
+		st   cloud.VMState
+		p    cloud.Power
+		want cloud.VMState
+	}{
+		{cloud.VMStarting, cloud.PowerOn, cloud.VMRunning},
+		{cloud.VMStarting, cloud.PowerOff, cloud.VMStopped},
+		{cloud.VMStarting, cloud.PowerUnknown, cloud.VMStopped},
+		{cloud.VMStopping, cloud.PowerOn, cloud.VMRunning},
+		{cloud.VMRebooting, cloud.PowerOn, cloud.VMRunning},
+		{cloud.VMStopped, cloud.PowerOn, cloud.VMRunning},
+		{cloud.VMRunning, cloud.PowerOff, cloud.VMStopped},
+		{cloud.VMCreated, cloud.PowerOff, cloud.VMCreated},
+		{cloud.VMCreated, cloud.PowerOn, cloud.VMRunning},
+		{cloud.VMRunning, cloud.PowerUnknown, cloud.VMRunning},
+		{cloud.VMDestroyed, cloud.PowerOn, cloud.VMDestroyed},
+	} {
+		got, fix := cloud.Repair(c.st, c.p)
+		if got != c.want || fix != (c.want != c.st) {
+			t.Errorf("Repair(%s, %s) = %s, %v; want %s, %v", c.st, c.p, got, fix, c.want, c.want != c.st)
+		}
+		if got.Transitional() {
+			t.Errorf("Repair(%s, %s) = %s, a transitional state", c.st, c.p, got)
+		}
+	}
+}

@@ -43,6 +43,16 @@ type Config struct {
 	// write: fault tests stall a writer there (refnode serve
 	// -test-stall-vm-write).
 	StallVMWrite func(ctx context.Context, vm string)
+	// StallVMFinalWrite, if set, runs in every VM operation's
+	// transaction after the hypervisor call and before the write that
+	// records its outcome: fault tests cut the database there (refnode
+	// serve -test-stall-vm-final-write).
+	StallVMFinalWrite func(ctx context.Context, vm string)
+	// VMSweepInterval is how often each node checks the VMs it owns
+	// against their hypervisor and repairs a record left transitional or
+	// contradicting the VM's power state; it also checks at every ring
+	// change (a takeover). Default 30 s.
+	VMSweepInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -57,6 +67,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxParallel == 0 {
 		c.MaxParallel = 8
+	}
+	if c.VMSweepInterval == 0 {
+		c.VMSweepInterval = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -73,8 +86,8 @@ func (c Config) Validate() error {
 	if c.Hypervisor == nil {
 		errs = append(errs, errors.New("services: config: Hypervisor is required (simhv simulates one)"))
 	}
-	if c.PingInterval < 0 || c.OpTimeout < 0 {
-		errs = append(errs, fmt.Errorf("services: config: PingInterval %s and OpTimeout %s must not be negative", c.PingInterval, c.OpTimeout))
+	if c.PingInterval < 0 || c.OpTimeout < 0 || c.VMSweepInterval < 0 {
+		errs = append(errs, fmt.Errorf("services: config: PingInterval %s, OpTimeout %s and VMSweepInterval %s must not be negative", c.PingInterval, c.OpTimeout, c.VMSweepInterval))
 	}
 	if c.ResyncEvery < 0 || c.MaxParallel < 0 {
 		errs = append(errs, fmt.Errorf("services: config: ResyncEvery %d and MaxParallel %d must not be negative", c.ResyncEvery, c.MaxParallel))

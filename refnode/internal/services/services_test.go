@@ -392,3 +392,55 @@ func TestConfigAndLifecycle(t *testing.T) {
 	}
 	assert.Equal(t, []string{"host", "image", "vmInstance"}, names)
 }
+
+// TestVMSweepRepairs: a VM record left transitional, or contradicting its
+// hypervisor, is driven to the stable state the hypervisor reports by the
+// VM's owner within one sweep interval, and at once by the new owner
+// when the owner dies; each repair is counted.
+func TestVMSweepRepairs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{})
+		ctx := t.Context()
+		f.addHosts(t, 2)
+		img := f.addImage(t)
+		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "swept"})
+		require.NoError(t, err)
+		vm, host := created.VM.UUID, created.VM.HostUUID
+		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		require.NoError(t, err)
+		owner := f.c.Owner(vm)
+		repairs := func(node string) uint64 { return f.setOf(t, node).VM.Stats().Repairs }
+		before := repairs(owner)
+		state := func() cloud.VMState {
+			v, err := f.db.VM(ctx, vm)
+			require.NoError(t, err)
+			return v.State
+		}
+		set := func(st cloud.VMState) {
+			_, err := f.db.UpdateVM(ctx, vm, func(v *cloud.VM) error { v.State = st; return nil })
+			require.NoError(t, err)
+		}
+		const sweep = 30 * time.Second // services.Config.VMSweepInterval's default
+
+		// Left transitional while the VM runs.
+		set(cloud.VMStarting)
+		f.c.WaitFor(t, sweep+time.Second, "the owner repairs a VM left starting", func() bool { return state() == cloud.VMRunning })
+		assert.Equal(t, before+1, repairs(owner))
+
+		// The hypervisor stopped it behind the records' back.
+		require.NoError(t, f.hv.StopVM(ctx, host, vm))
+		f.c.WaitFor(t, sweep+time.Second, "the owner records the stop the hypervisor reports", func() bool { return state() == cloud.VMStopped })
+		assert.Equal(t, before+2, repairs(owner))
+
+		// The owner dies with the VM recorded as stopping: the new owner
+		// repairs it at the takeover, long before its next sweep.
+		set(cloud.VMStopping)
+		f.c.Kill(owner)
+		f.c.WaitGone(t, owner, 2*time.Second)
+		f.c.WaitConverged(t, time.Second)
+		start := time.Now()
+		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool { return state() == cloud.VMStopped })
+		assert.Less(t, time.Since(start), sweep, "repaired at the ring change, not at the next sweep")
+		assert.Equal(t, uint64(1), repairs(f.c.Owner(vm)))
+	})
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,19 +21,30 @@ import (
 
 // VMService is the "vmInstance" service: CreateVm on the local node, and
 // every operation on an existing VM on the VM's ring owner, where the
-// bus runs them one at a time. It implements service.Starter and
+// bus runs them one at a time; and a sweeper that keeps the records of
+// the VMs its node owns in step with their hypervisor. It implements
+// service.Starter, service.Stopper, service.RingListener and
 // service.APIService. Safe for concurrent use once started.
 type VMService struct {
-	store cloud.Store
-	hv    cloud.Hypervisor
-	log   *slog.Logger
-	node  *service.Node
-	mux   *bus.Mux
-	stall func(ctx context.Context, vm string) // Config.StallVMWrite
+	store      cloud.Store
+	hv         cloud.Hypervisor
+	log        *slog.Logger
+	node       *service.Node
+	mux        *bus.Mux
+	stall      func(ctx context.Context, vm string) // Config.StallVMWrite
+	stallFinal func(ctx context.Context, vm string) // Config.StallVMFinalWrite
+
+	every, opTimeout time.Duration
+	kick             chan struct{} // cap 1: a ring change asks for a sweep
+	cancel           context.CancelFunc
+	done             chan struct{} // closed when the sweeper returns; nil before Start
+	stopOnce         sync.Once
+	sweeps, repairs  atomic.Uint64
 }
 
 func newVMService(cfg Config) *VMService {
-	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux(), stall: cfg.StallVMWrite}
+	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux(), stall: cfg.StallVMWrite,
+		stallFinal: cfg.StallVMFinalWrite, every: cfg.VMSweepInterval, opTimeout: cfg.OpTimeout, kick: make(chan struct{}, 1)}
 	bus.HandleRequest(s.mux, s.create)
 	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStart)
@@ -58,10 +71,22 @@ func (s *VMService) APIMessages() []any {
 	return []any{api.CreateVm{}, api.StartVm{}, api.StopVm{}, api.RebootVm{}, api.DestroyVm{}, api.GetVm{}}
 }
 
-// Start binds the service to its node.
+// Start binds the service to its node and starts its sweeper, which
+// drives the VMs the node owns to the stable state their hypervisor
+// reports, every Config.VMSweepInterval and at every ring change.
 func (s *VMService) Start(ctx context.Context, n *service.Node) error {
+	if s.node != nil {
+		return fmt.Errorf("services: vm service already started on node %s; create a Set per node", s.node.UUID())
+	}
 	s.node = n
 	s.log = s.log.With("node", n.UUID())
+	base, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.sweepLoop(base)
+	}()
 	return nil
 }
 
@@ -171,6 +196,12 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 		if err := s.callHypervisor(ctx, op, vm.HostUUID, id); err != nil {
 			s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
 			return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)
+		}
+		// If the write below fails, the hypervisor acted and the record
+		// did not follow: the sweeper repairs the record from the
+		// hypervisor's power state.
+		if s.stallFinal != nil {
+			s.stallFinal(ctx, id)
 		}
 		vm, err = tx.UpdateVM(ctx, id, func(v *cloud.VM) error {
 			v.State = after

@@ -46,11 +46,13 @@ const (
 	OpRebootVM Op = "reboot-vm"
 	// OpDestroyVM is [Hypervisor.DestroyVM].
 	OpDestroyVM Op = "destroy-vm"
+	// OpVMPower is [Hypervisor.VMPower].
+	OpVMPower Op = "vm-power"
 )
 
 // Ops lists every operation. The caller owns the slice.
 func Ops() []Op {
-	return []Op{OpConnect, OpPing, OpCreateVM, OpStartVM, OpStopVM, OpRebootVM, OpDestroyVM}
+	return []Op{OpConnect, OpPing, OpCreateVM, OpStartVM, OpStopVM, OpRebootVM, OpDestroyVM, OpVMPower}
 }
 
 // String returns the operation's name, or `unknown("x")`.
@@ -346,4 +348,20 @@ func (h *Hypervisor) RebootVM(ctx context.Context, hostUUID, vmUUID string) erro
 // DestroyVM implements [cloud.Hypervisor.DestroyVM].
 func (h *Hypervisor) DestroyVM(ctx context.Context, hostUUID, vmUUID string) error {
 	return h.vmOp(ctx, OpDestroyVM, hostUUID, vmUUID, func(hs *host) error { delete(hs.vms, vmUUID); return nil })
+}
+
+// VMPower implements [cloud.Hypervisor.VMPower]. A VM this simulator
+// never saw is PowerUnknown, with Adopt too: a query adopts nothing.
+func (h *Hypervisor) VMPower(ctx context.Context, hostUUID, vmUUID string) (cloud.Power, error) {
+	p := cloud.PowerUnknown
+	err := h.onHost(ctx, OpVMPower, hostUUID, "vm "+vmUUID, func(hs *host) error {
+		switch hs.vms[vmUUID] {
+		case PowerOn:
+			p = cloud.PowerOn
+		case PowerOff:
+			p = cloud.PowerOff
+		}
+		return nil
+	})
+	return p, err
 }

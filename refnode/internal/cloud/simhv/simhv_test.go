@@ -94,7 +94,7 @@ func TestConfig(t *testing.T) {
 	for _, want := range []string{"Latency -1ns is negative", "FailRate 2", `OpLatency names unknown("warp")`, "OpLatency[ping] -1ns"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	assert.Len(t, simhv.Ops(), 7)
+	assert.Len(t, simhv.Ops(), 8)
 	assert.Equal(t, "ping", simhv.OpPing.String())
 }
 
