@@ -66,10 +66,14 @@
 // # Side effects outside the database
 //
 // The fence guards the transaction's writes, not what the handler does
-// outside the database meanwhile: a stalled node that resumes may still
-// call a hypervisor before its write is refused. Pass the [Token] to such
-// systems if they can refuse a lower one, or make those calls idempotent
-// and let the owner reconcile them from the records.
+// outside the database meanwhile. Call Verify (sqlfence.Fence.Verify)
+// just before such a side effect (a hypervisor call): a node that
+// stalled after its check while peers evicted it learns it before it
+// acts. That leaves only the time between Verify and the side effect;
+// pass the [Token] to systems that can refuse a lower one to close it,
+// or make those calls idempotent and let the owner reconcile them from
+// the truth (refnode's VM sweeper does, from the hypervisor's power
+// states).
 //
 // # Creations
 //

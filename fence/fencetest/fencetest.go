@@ -34,9 +34,11 @@ type Subject interface {
 	// without a claim, to the log of resource) in one transaction guarded
 	// by w, and returns the reply: value when the transaction ran, or the
 	// first reply for a message handled before. The transaction calls hook
-	// after the fence's checks and before it writes; if hook returns an
-	// error, the transaction writes its entry, then fails with that error,
-	// so nothing may be committed.
+	// after the fence's checks, then verifies the claim (if any) with the
+	// implementation's Verify, as a handler does before a side effect
+	// outside the database, then writes; if hook returns an error, the
+	// transaction writes its entry, then fails with that error, so nothing
+	// may be committed.
 	Append(ctx context.Context, resource string, w fence.Write, value string, hook func() error) ([]byte, error)
 	// Log returns resource's committed entries in commit order.
 	Log(ctx context.Context, resource string) ([]Entry, error)

@@ -295,3 +295,20 @@ func (f *Fence) Sweep() int {
 	}
 	return n
 }
+
+// Verify reports whether c holds now: nil, or a [*fence.StaleError]. In
+// a transaction of [Fence.Do], call it just before a side effect outside
+// the fence's records, as with sqlfence.Fence.Verify.
+func (f *Fence) Verify(ctx context.Context, c fence.Claim) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	reason, err := f.why(ctx, c)
+	if err != nil {
+		return err
+	}
+	if reason != "" {
+		return &fence.StaleError{Claim: c, Reason: reason}
+	}
+	return nil
+}

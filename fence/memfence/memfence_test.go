@@ -35,6 +35,11 @@ func (s *subject) Append(ctx context.Context, resource string, w fence.Write, va
 				return nil, nil, err
 			}
 		}
+		if !w.Claim.IsZero() {
+			if err := s.f.Verify(ctx, w.Claim); err != nil {
+				return nil, nil, err
+			}
+		}
 		return []byte(value), func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()

@@ -29,6 +29,10 @@ type statements struct {
 	lock string
 	// record reads a node's record for the error message: epoch, age.
 	record string
+	// verify reads whether the claimant's record is live now, in a
+	// statement of its own: a locking read on MySQL (REPEATABLE READ's
+	// plain SELECT would read the transaction's snapshot).
+	verify string
 	// holder reads who holds a resource: node, epoch, token.
 	holder string
 
@@ -107,6 +111,10 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 	}
 	s.drop = []string{`DROP TABLE IF EXISTS {once}`, `DROP TABLE IF EXISTS {tok}`}
 	s.record = `SELECT epoch, {now} - beat_us FROM {hb} WHERE node = ?`
+	s.verify = `SELECT COUNT(*) FROM {hb} WHERE node = ? AND epoch = ? AND beat_us > {now} - ?`
+	if d == MySQL {
+		s.verify += ` LOCK IN SHARE MODE`
+	}
 	s.holder = `SELECT node, epoch, token FROM {tok} WHERE resource = ?`
 	s.onceFinish = `UPDATE {once} SET done = 1, reply = ? WHERE id = ?`
 	s.sweep = `DELETE FROM {once} WHERE at_us < {now} - ?`
@@ -120,7 +128,7 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 	for i, q := range s.drop {
 		s.drop[i] = r.Replace(q)
 	}
-	for _, q := range []*string{&s.check, &s.lock, &s.first, &s.record, &s.holder, &s.onceInsert, &s.onceGet, &s.onceFinish, &s.sweep} {
+	for _, q := range []*string{&s.check, &s.lock, &s.first, &s.record, &s.verify, &s.holder, &s.onceInsert, &s.onceGet, &s.onceFinish, &s.sweep} {
 		*q = bind(*q)
 	}
 	return s

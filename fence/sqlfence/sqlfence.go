@@ -281,6 +281,27 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) string {
 	return ""
 }
 
+// Verify reports, in tx after its [Fence.Check], whether c still holds:
+// nil, or a [*fence.StaleError]. Call it just before a side effect
+// outside the database (a hypervisor call, say): a writer that stalled
+// after its check while peers evicted it learns it before acting, not
+// only when its write is refused. It narrows the window to the time
+// between Verify and the side effect; a system that can refuse a lower
+// [fence.Token] closes it.
+func (f *Fence) Verify(ctx context.Context, tx *sql.Tx, c fence.Claim) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, f.st.verify, c.Node, c.Epoch, f.cfg.MaxAge.Microseconds()).Scan(&n); err != nil {
+		return f.fail(ctx, c, "verify the claim", err)
+	}
+	if n == 0 {
+		return f.stale(ctx, c, nil)
+	}
+	return nil
+}
+
 // Begin claims k's message in tx before any side effect. If the message
 // was handled before (a committed record), it returns that first reply
 // and done; then roll tx back and return the reply. Otherwise the record

@@ -102,6 +102,11 @@ func (e *env) Append(ctx context.Context, resource string, w fence.Write, value 
 		if hook != nil {
 			herr = hook()
 		}
+		if !w.Claim.IsZero() {
+			if err := e.f.Verify(ctx, tx, w.Claim); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, e.ins, resource, value, int64(tok)); err != nil {
 			return nil, err
 		}

@@ -73,6 +73,13 @@ type Store interface {
 	// error is returned; a claim that does not hold fails with a
 	// *fence.StaleError (message.ErrNotOwner).
 	Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx Store) ([]byte, error)) ([]byte, error)
+
+	// Verify, on the store a Do with a claim gives fn, reports whether
+	// the claim still holds: nil, or a *fence.StaleError. Call it just
+	// before a side effect outside the store (a hypervisor call): a node
+	// that stalled after the check while peers evicted it learns it
+	// before it acts. Elsewhere it returns nil.
+	Verify(ctx context.Context) error
 }
 
 // Run is [Store.Do] with a typed reply, recorded as JSON: a repeated

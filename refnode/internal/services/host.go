@@ -190,6 +190,9 @@ func (s *HostService) add(ctx context.Context, r *bus.Request, m api.AddHost) (a
 			return api.HostReply{}, err
 		}
 		h := cloud.Host{UUID: id, Name: m.Name, Address: m.Address}
+		if err := tx.Verify(ctx); err != nil { // still the owner, just before acting
+			return api.HostReply{}, err
+		}
 		if err := s.cfg.Hypervisor.Connect(ctx, h); err != nil {
 			return api.HostReply{}, fmt.Errorf("host: add host %s: connect to %q: %w; the host was not added: fix it and add it again", id, m.Address, err)
 		}

@@ -193,6 +193,9 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 		if s.stall != nil {
 			s.stall(ctx, id)
 		}
+		if err := tx.Verify(ctx); err != nil { // still the owner, just before acting
+			return api.VmReply{}, err
+		}
 		if err := s.callHypervisor(ctx, op, vm.HostUUID, id); err != nil {
 			s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
 			return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)

@@ -210,14 +210,30 @@ func (s *Store) do(ctx context.Context, w fence.Write, tx cloud.Store, fn func(c
 		return fn(ctx, tx)
 	}
 	return f.Do(ctx, w, func(ctx context.Context, _ fence.Token) ([]byte, func(), error) {
-		reply, err := fn(ctx, noNest{tx})
+		reply, err := fn(ctx, bound{Store: tx, f: f, claim: w.Claim})
 		return reply, nil, err
 	})
 }
 
-// noNest is a store bound to a transaction: Do inside Do fails.
-type noNest struct{ cloud.Store }
+// Verify implements [cloud.Store.Verify]: outside a transaction, nil.
+func (s *Store) Verify(context.Context) error { return nil }
 
-func (noNest) Do(context.Context, fence.Write, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
+// bound is a store bound to a transaction: Do inside Do fails, Verify
+// checks the transaction's claim.
+type bound struct {
+	cloud.Store
+	f     *memfence.Fence
+	claim fence.Claim
+}
+
+// Verify implements [cloud.Store.Verify] with memfence.Fence.Verify.
+func (b bound) Verify(ctx context.Context) error {
+	if b.claim.IsZero() {
+		return nil
+	}
+	return b.f.Verify(ctx, b.claim)
+}
+
+func (bound) Do(context.Context, fence.Write, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
 	return nil, errors.New("memdb: Do inside Do: use the transaction's store")
 }

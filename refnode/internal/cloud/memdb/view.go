@@ -142,3 +142,6 @@ func (v *View) Do(ctx context.Context, w fence.Write, fn func(ctx context.Contex
 	}
 	return v.s.do(ctx, w, v, fn)
 }
+
+// Verify implements [cloud.Store.Verify]: outside a transaction, nil.
+func (v *View) Verify(context.Context) error { return nil }

@@ -31,8 +31,9 @@ type Store struct {
 
 	// q runs the statements: db, or tx in a Store bound to one
 	// transaction by [Store.Do].
-	q  querier
-	tx *sql.Tx
+	q     querier
+	tx    *sql.Tx
+	claim fence.Claim // the claim of the Do that bound tx
 
 	closed *atomic.Bool // shared by the Stores bound to transactions
 }
@@ -104,9 +105,17 @@ func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 	}
 	return s.fence.Do(ctx, w, func(ctx context.Context, tx *sql.Tx, _ fence.Token) ([]byte, error) {
 		bound := *s
-		bound.q, bound.tx = tx, tx
+		bound.q, bound.tx, bound.claim = tx, tx, w.Claim
 		return fn(ctx, &bound)
 	})
+}
+
+// Verify implements [cloud.Store.Verify] with sqlfence.Fence.Verify.
+func (s *Store) Verify(ctx context.Context) error {
+	if s.tx == nil || s.claim.IsZero() {
+		return nil
+	}
+	return s.fence.Verify(ctx, s.tx, s.claim)
 }
 
 // Close makes every later call fail with an error matching
