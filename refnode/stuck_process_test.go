@@ -44,8 +44,9 @@ const (
 	stCutBound = 1500 * time.Millisecond
 	// stRepairMargin is what the repair may take beyond one sweep
 	// interval after the heal: the sweep itself and process scheduling
-	// on a shared machine.
-	stRepairMargin = time.Second
+	// on a shared machine (a sweep that failed just before the heal is
+	// retried one interval later).
+	stRepairMargin = 1500 * time.Millisecond
 	// stCallTimeout is the StartVm's deadline.
 	stCallTimeout = 15 * time.Second
 	// stBound bounds every wait that is not an acceptance figure.
@@ -75,7 +76,7 @@ func TestStuckStateRepaired(t *testing.T) {
 		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestStuckStateRepaired ./refnode")
 	}
 	if testing.Short() {
-		t.Skip("the stuck-state test runs processes for about 15 s; run it without -short")
+		t.Skip("the stuck-state test runs processes for about 10 s; run it without -short")
 	}
 	broker, dsn := failoverEnv(t)
 	require.NoError(t, buildErr, "build refnode")
@@ -239,8 +240,9 @@ func TestStuckStateRepaired(t *testing.T) {
 	}
 
 	// X kept the VM throughout: no eviction, the same epoch.
-	_, by, evicted := firstLogged(peers, "evicted a node", xid)
-	assert.False(t, evicted, "no peer evicted X during its short cut; %v did", by)
+	if ev, by, ok := firstLogged(peers, "evicted a node", xid); ok {
+		t.Errorf("no peer evicts X during its short cut; %s did: %s", by.label, ev.Text)
+	}
 	bctx, bcancel = context.WithTimeout(ctx, stBound)
 	require.NoError(t, poll(bctx, fc.Agreed), "the rings agree after the heal")
 	bcancel()
