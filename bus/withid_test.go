@@ -152,24 +152,38 @@ func TestRetryIgnoresTheLateReplyOfAnEarlierAttempt(t *testing.T) {
 	a, b, _ := pair(t, bus.Config{})
 	release := make(chan struct{})  // lets the first attempt reply
 	lateSeen := make(chan struct{}) // lets the second attempt reply
+	inFirst := make(chan struct{})  // the first attempt is in its handler
 	inSecond := make(chan struct{}) // the second attempt is in its handler
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		name := r.Payload.(*Greet).Name
 		wait := release
-		if name != "first" {
+		if name == "first" {
+			close(inFirst)
+		} else {
 			close(inSecond)
 			wait = lateSeen
 		}
+		// Not on ctx: the first attempt's deadline has passed when it is
+		// released, and its reply must still be sent.
 		select {
 		case <-wait:
-		case <-ctx.Done(): // the bus closes: a failed test ends
-			return nil, ctx.Err()
+		case <-done: // a failed test ends
+			return nil, message.ErrCanceled
 		}
 		return Greeting{Text: name}, nil
 	})))
 	id := message.NewUUID()
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "first"}, bus.WithID(id), bus.WithTimeout(20*time.Millisecond))
+	// Long enough for the handler to start on a loaded machine (a message
+	// that arrives after its deadline is refused, never run).
+	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "first"}, bus.WithID(id), bus.WithTimeout(500*time.Millisecond))
 	require.ErrorIs(t, err, message.ErrTimeout)
+	select {
+	case <-inFirst:
+	default:
+		t.Fatal("the first attempt never reached its handler within its 500 ms deadline")
+	}
 
 	type result struct {
 		g   Greeting
