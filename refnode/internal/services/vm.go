@@ -40,6 +40,9 @@ type VMService struct {
 	done             chan struct{} // closed when the sweeper returns; nil before Start
 	stopOnce         sync.Once
 	sweeps, repairs  atomic.Uint64
+
+	jmu     sync.Mutex
+	journal map[string]cloud.VMState // VMs whose hypervisor acted but whose record did not follow
 }
 
 func newVMService(cfg Config) *VMService {
@@ -181,6 +184,7 @@ var vmNamespace = uuid.MustParse("6f1d7a8e-3c52-4b0e-9a61-2f4c8d5e9b17")
 func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
 	id := r.Resource() // the VM's UUID, canonical: the bus checked
 	start := time.Now()
+	var acted cloud.VMState // the state the hypervisor's success calls for
 	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmReply, error) {
 		vm, err := tx.VM(ctx, id)
 		if err != nil {
@@ -201,8 +205,10 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 			return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)
 		}
 		// If the write below fails, the hypervisor acted and the record
-		// did not follow: the sweeper repairs the record from the
-		// hypervisor's power state.
+		// did not follow: the sweeper repairs the record, from the
+		// hypervisor's power state or, where the hypervisor cannot tell,
+		// from this journal of what it did.
+		acted = after
 		if s.stallFinal != nil {
 			s.stallFinal(ctx, id)
 		}
@@ -215,6 +221,12 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 		}
 		return api.VmReply{VM: vm, Handling: handling(r)}, nil
 	})
+	switch {
+	case err != nil && acted != "":
+		s.unrecorded(id, acted)
+	case err == nil:
+		s.recorded(id)
+	}
 	if err != nil {
 		return api.VmReply{}, stale(s.log, err)
 	}

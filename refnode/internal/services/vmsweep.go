@@ -54,6 +54,34 @@ func (s *VMService) RingChanged(ctx context.Context, ch service.RingChange) {
 	}
 }
 
+// unrecorded journals that the hypervisor put VM id in state st but the
+// record did not follow (its write failed): the next sweep records it.
+func (s *VMService) unrecorded(id string, st cloud.VMState) {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	if s.journal == nil {
+		s.journal = make(map[string]cloud.VMState)
+	}
+	s.journal[id] = st
+	s.log.Warn("vm: the hypervisor acted but the record did not follow; the next sweep records it", "vm", id, "state", st)
+}
+
+// recorded forgets VM id's journal entry: an operation recorded its
+// outcome since.
+func (s *VMService) recorded(id string) {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	delete(s.journal, id)
+}
+
+// journaled returns VM id's journal entry.
+func (s *VMService) journaled(id string) (cloud.VMState, bool) {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	st, ok := s.journal[id]
+	return st, ok
+}
+
 // sweepLoop sweeps every Config.VMSweepInterval and at every ring
 // change, until ctx ends.
 func (s *VMService) sweepLoop(ctx context.Context) {
@@ -89,6 +117,7 @@ func (s *VMService) sweep(ctx context.Context) {
 			return
 		}
 		if vm.State == cloud.VMDestroyed || !s.node.Owns(vm.UUID) {
+			s.recorded(vm.UUID) // another node owns it: its journal entry is no truth there
 			continue
 		}
 		if err := s.repair(ctx, vm.UUID); err != nil && !errors.Is(err, fence.ErrStale) && ctx.Err() == nil {
@@ -113,14 +142,21 @@ func (s *VMService) repair(ctx context.Context, id string) error {
 			return nil, fmt.Errorf("ask host %s for its power state: %w", vm.HostUUID, err)
 		}
 		want, fix := cloud.Repair(vm.State, p)
+		source := "power"
+		if st, ok := s.journaled(id); ok && p == cloud.PowerUnknown {
+			// The hypervisor cannot tell; this node saw it act.
+			want, fix, source = st, st != vm.State, "journal"
+		}
 		if !fix {
+			s.recorded(id)
 			return nil, nil
 		}
 		if _, err := tx.UpdateVM(ctx, id, func(v *cloud.VM) error { v.State = want; return nil }); err != nil {
 			return nil, err
 		}
 		s.repairs.Add(1)
-		s.log.Warn("vm state repaired from the hypervisor", "vm", id, "from", vm.State, "to", want, "power", p)
+		s.recorded(id)
+		s.log.Warn("vm state repaired from the hypervisor", "vm", id, "from", vm.State, "to", want, "power", p, "source", source)
 		return nil, nil
 	})
 	return err

@@ -351,10 +351,15 @@ func (h *Hypervisor) DestroyVM(ctx context.Context, hostUUID, vmUUID string) err
 }
 
 // VMPower implements [cloud.Hypervisor.VMPower]. A VM this simulator
-// never saw is PowerUnknown, with Adopt too: a query adopts nothing.
+// never saw is PowerUnknown. With Adopt every VM is PowerUnknown: another
+// process's simulator may have changed it since, so this one's memory is
+// no truth about the data centre.
 func (h *Hypervisor) VMPower(ctx context.Context, hostUUID, vmUUID string) (cloud.Power, error) {
 	p := cloud.PowerUnknown
 	err := h.onHost(ctx, OpVMPower, hostUUID, "vm "+vmUUID, func(hs *host) error {
+		if h.adopt {
+			return nil
+		}
 		switch hs.vms[vmUUID] {
 		case PowerOn:
 			p = cloud.PowerOn
