@@ -2,12 +2,15 @@ package services_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/fence/memfence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
@@ -442,5 +445,88 @@ func TestVMSweepRepairs(t *testing.T) {
 		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool { return state() == cloud.VMStopped })
 		assert.Less(t, time.Since(start), sweep, "repaired at the ring change, not at the next sweep")
 		assert.Equal(t, uint64(1), repairs(f.c.Owner(vm)))
+	})
+}
+
+// cutStore fails every VM update made in a transaction while cut is set,
+// as a database cut during the final write would.
+type cutStore struct {
+	cloud.Store
+	cut *atomic.Bool
+}
+
+func (s cutStore) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	return s.Store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		return fn(ctx, cutStore{Store: tx, cut: s.cut})
+	})
+}
+
+func (s cutStore) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) error) (cloud.VM, error) {
+	if s.cut.Load() {
+		return cloud.VM{}, errors.New("test: the database link is cut")
+	}
+	return s.Store.UpdateVM(ctx, uuid, update)
+}
+
+// TestVMJournalRepairs: with simulators that cannot tell a VM's power
+// (simhv Adopt, one per process), a VM operation whose final write fails
+// after the hypervisor acted is recorded by the owner's next sweep, from
+// what the owner saw the hypervisor do.
+func TestVMJournalRepairs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := message.NewRegistry()
+		require.NoError(t, api.Register(reg))
+		hv, err := simhv.New(simhv.Config{Adopt: true})
+		require.NoError(t, err)
+		db := memdb.New()
+		var cut atomic.Bool
+		sets := map[int]*services.Set{}
+		var mu sync.Mutex
+		const sweep = 2 * time.Second
+		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
+			s, err := services.New(services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
+				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }})
+			if err != nil {
+				panic(err)
+			}
+			mu.Lock()
+			sets[i] = s
+			mu.Unlock()
+			return s.Services()
+		}})
+		db.UseFence(c.Store(), memfence.Config{})
+		cl := c.Client(t)
+		ctx := t.Context()
+		host := message.NewUUID()
+		_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.1"})
+		require.NoError(t, err)
+		img := message.NewUUID()
+		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
+		require.NoError(t, err)
+		created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
+		require.NoError(t, err)
+		vm := created.VM.UUID
+
+		// The first StartVm's final write fails (the stall hook cuts the
+		// store once the hypervisor started the VM).
+		_, err = service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
+		require.Error(t, err)
+		got, err := db.VM(ctx, vm)
+		require.NoError(t, err)
+		require.Equal(t, cloud.VMCreated, got.State, "the failed transaction wrote nothing")
+		cut.Store(false) // healed
+		healed := time.Now()
+		c.WaitFor(t, sweep+time.Second, "the owner records what it saw the hypervisor do", func() bool {
+			v, err := db.VM(ctx, vm)
+			return err == nil && v.State == cloud.VMRunning
+		})
+		t.Logf("recorded %s after the heal (virtual time; sweep every %s)", time.Since(healed), sweep)
+		var repairs uint64
+		mu.Lock()
+		for _, s := range sets {
+			repairs += s.VM.Stats().Repairs
+		}
+		mu.Unlock()
+		assert.Equal(t, uint64(1), repairs)
 	})
 }
