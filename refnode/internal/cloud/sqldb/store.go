@@ -3,9 +3,13 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -292,7 +296,12 @@ func get[T any](ctx context.Context, s *Store, r record[T], uuid string) (T, err
 	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
 		return zero, err
 	}
-	rec, err := scan(s.q.QueryRowContext(ctx, r.sql(s).get, uuid), r)
+	var rec T
+	err := s.read(ctx, func() error {
+		var err error
+		rec, err = scan(s.q.QueryRowContext(ctx, r.sql(s).get, uuid), r)
+		return err
+	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return zero, cloud.NotFound(r.kind, uuid)
@@ -307,7 +316,12 @@ func list[T any](ctx context.Context, s *Store, r record[T]) ([]T, error) {
 	if err := s.begin(ctx, op, "", ""); err != nil {
 		return nil, err
 	}
-	rows, err := s.q.QueryContext(ctx, r.sql(s).list)
+	var rows *sql.Rows
+	err := s.read(ctx, func() error {
+		var err error
+		rows, err = s.q.QueryContext(ctx, r.sql(s).list)
+		return err
+	})
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -396,4 +410,25 @@ func (s *Store) drop(ctx context.Context) error {
 // the driver's error and, if ctx ended, ctx's error, for errors.Is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("sqldb: %w", s.url.Fail(ctx, op, err))
+}
+
+// read runs a read once more if it failed on a broken connection (a pool
+// connection the database or the network dropped since its last use, as
+// after an outage): a read changes nothing, so running it again is safe,
+// and the pool then dials a fresh connection. Inside a transaction the
+// connection is the transaction's, so it is not retried.
+func (s *Store) read(ctx context.Context, f func() error) error {
+	err := f()
+	if err != nil && s.tx == nil && ctx.Err() == nil && brokenConn(err) {
+		err = f()
+	}
+	return err
+}
+
+// brokenConn reports whether err says the connection broke (reset, closed,
+// refused mid-use), not that the statement failed.
+func brokenConn(err error) bool {
+	var ne net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne)
 }
