@@ -115,7 +115,7 @@ func (b *CloudBus) serviceQueueOptions() QueueOptions {
 }
 
 func (b *CloudBus) start(ctx context.Context) error {
-	if b.cfg.MaxDeliveries > 0 {
+	if b.cfg.MaxDeliveries > 0 && !b.cfg.ClientOnly {
 		if err := b.tr.DeclareQueue(ctx, b.cfg.DeadLetterQueue, QueueOptions{Kind: QueueDurable}); err != nil {
 			return fmt.Errorf("bus: declare dead-letter queue %s: %w", b.cfg.DeadLetterQueue, err)
 		}
@@ -128,6 +128,9 @@ func (b *CloudBus) start(ctx context.Context) error {
 		return fmt.Errorf("bus: consume reply queue %s: %w", b.reply, err)
 	}
 	b.addConsumer(c)
+	if b.cfg.ClientOnly {
+		return nil
+	}
 	if err := b.tr.DeclareQueue(ctx, b.event, QueueOptions{Kind: QueueTemporary, Fanout: b.fan}); err != nil {
 		return fmt.Errorf("bus: declare event queue %s: %w", b.event, err)
 	}
@@ -231,6 +234,9 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("bus: register %s: nil handler: %w", id, message.ErrBadRequest)
 	}
+	if b.cfg.ClientOnly {
+		return fmt.Errorf("bus: register %s: a ClientOnly bus serves nothing: %w", id, message.ErrBadRequest)
+	}
 	s := &service{id: id, queue: b.QueueName(id), handler: h, sched: newScheduler(b.cfg.MaxConcurrency, b.cfg.MaxQueuePerResource)}
 	b.mu.Lock()
 	if b.closed {
@@ -253,6 +259,14 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if err := b.tr.DeclareQueue(ctx, s.queue, b.serviceQueueOptions()); err != nil {
 		undo()
 		return fmt.Errorf("bus: register %s: declare queue %s: %w", id, s.queue, err)
+	}
+	if et, ok := b.tr.(EntryTransport); ok && id == APIPortal {
+		// Clients publish API messages through the entry, which reaches
+		// this queue and nothing else (see EntryTransport).
+		if err := et.DeclareEntry(ctx, b.APIEntry(), s.queue); err != nil {
+			undo()
+			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.APIEntry(), err)
+		}
 	}
 	c, err := b.tr.Consume(ctx, s.queue, ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d Delivery) { b.onDelivery(s, d) })
 	if err != nil {
@@ -403,7 +417,11 @@ func (b *CloudBus) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
 		defer cancel()
 		var errs []error
-		for _, q := range []string{b.reply, b.event} {
+		queues := []string{b.reply, b.event}
+		if b.cfg.ClientOnly {
+			queues = queues[:1] // it declared no event queue
+		}
+		for _, q := range queues {
 			if err := b.tr.DeleteQueue(ctx, q); err != nil && !isGone(err) {
 				errs = append(errs, fmt.Errorf("bus: close: delete %s: %w", q, err))
 			}

@@ -33,6 +33,14 @@ type Config struct {
 	// Ring, optional, is used by [CloudBus.Route] to route by resource.
 	Ring ring.Ring
 
+	// ClientOnly makes a bus that only calls through api.portal and reads
+	// its own replies (service.Client): it declares its reply queue and
+	// nothing else (no event queue bound to the broadcast fan-out, no
+	// dead-letter queue), so it works with a broker user that may only
+	// publish to the API entry and read its reply queue (see the README's
+	// broker permissions). It cannot serve, subscribe or broadcast.
+	ClientOnly bool
+
 	// Clock, optional, tells the cluster time that absolute deadlines are
 	// written in (see [Clock]). With it, a message whose sender's
 	// deadline passed while it waited anywhere is never run; without

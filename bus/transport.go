@@ -54,6 +54,25 @@ type Transport interface {
 	Close() error
 }
 
+// EntryTransport is implemented by a [Transport] that can put a queue
+// behind a named entry (a RabbitMQ direct exchange) and publish through
+// it, so that a broker user may be allowed to publish to that entry and
+// nothing else. The bus puts api.portal behind the entry "<prefix>.api"
+// ([CloudBus.APIEntry]) and sends every API message through it; a client
+// then needs no right to publish to any queue (see the README's broker
+// permissions).
+type EntryTransport interface {
+	// DeclareEntry creates the named entry if it does not exist and binds
+	// queue to it, keyed by the queue's name. Declaring again is a no-op.
+	DeclareEntry(ctx context.Context, entry, queue string) error
+	// PublishVia puts one message into queue through entry, like Publish:
+	// a queue not bound to the entry fails with message.ErrNoRoute. An
+	// entry that does not exist (no node declared it yet) fails with
+	// message.ErrNoRoute or, where the broker ends the channel for it,
+	// message.ErrUnavailable.
+	PublishVia(ctx context.Context, entry, queue string, data []byte) error
+}
+
 // QueueKind says how long a queue lives.
 type QueueKind uint8
 

@@ -17,8 +17,9 @@ import (
 // pubReq is one publish handed to a publisher goroutine.
 type pubReq struct {
 	ctx      context.Context
-	exchange string // "" for a queue (default exchange), else a fan-out
+	exchange string // "" for a queue (default exchange), else a fan-out, or an entry if via
 	key      string
+	via      bool // exchange is an entry (a direct exchange): mandatory, not declared here
 	msg      amqp.Publishing
 	done     chan error // buffered; receives the outcome once
 }
@@ -94,7 +95,7 @@ func (p *publisher) run() {
 			r.done <- fmt.Errorf("amqpbus: publishing channel %d closed: %w", p.id, message.ErrUnavailable)
 			continue
 		}
-		if r.exchange != "" && !p.declared[r.exchange] {
+		if r.exchange != "" && !r.via && !p.declared[r.exchange] {
 			// Publishing to a missing exchange would close the channel.
 			if err := p.ch.ExchangeDeclare(r.exchange, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
 				r.done <- p.t.opError(p.s, "declare fan-out "+r.exchange, err)
@@ -107,7 +108,7 @@ func (p *publisher) run() {
 		tag := p.tag
 		p.pending[tag] = r
 		p.mu.Unlock()
-		err := p.ch.Publish(r.exchange, r.key, r.exchange == "", false, r.msg)
+		err := p.ch.Publish(r.exchange, r.key, r.exchange == "" || r.via, false, r.msg)
 		if err != nil {
 			p.mu.Lock()
 			mine := p.pending[tag] == r // else notify failed it meanwhile
@@ -182,6 +183,9 @@ func (p *publisher) fail() {
 }
 
 func target(r *pubReq) string {
+	if r.via {
+		return "queue " + r.key + " via entry " + r.exchange
+	}
 	if r.exchange != "" {
 		return "fan-out " + r.exchange
 	}
@@ -202,9 +206,20 @@ func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) e
 	return t.publish(ctx, fanout, "", data, amqp.Transient)
 }
 
+func (t *Transport) publishVia(ctx context.Context, entry, queue string, data []byte) error {
+	return t.publishTo(ctx, entry, queue, true, data, amqp.Persistent)
+}
+
 func (t *Transport) publish(ctx context.Context, exchange, key string, data []byte, mode uint8) error {
+	return t.publishTo(ctx, exchange, key, false, data, mode)
+}
+
+func (t *Transport) publishTo(ctx context.Context, exchange, key string, via bool, data []byte, mode uint8) error {
 	op := "publish to queue " + key
-	if exchange != "" {
+	switch {
+	case via:
+		op += " via entry " + exchange
+	case exchange != "":
 		op = "broadcast to " + exchange
 	}
 	if len(data) > t.cfg.MaxMessageSize {
@@ -232,6 +247,7 @@ func (t *Transport) publish(ctx context.Context, exchange, key string, data []by
 		ctx:      ctx,
 		exchange: exchange,
 		key:      key,
+		via:      via,
 		msg: amqp.Publishing{
 			MessageId:    strconv.FormatUint(messageIDs.Add(1), 36),
 			DeliveryMode: mode,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -33,6 +34,7 @@ type Transport struct {
 	consumers map[*consumer]struct{}
 	queues    map[string]bus.QueueOptions // declared here: redeclared on reconnect
 	order     []string                    // declaration order of queues
+	entries   map[string]string           // queue -> the entry it is bound to: rebound on reconnect
 	blocked   chan struct{}               // non-nil while the broker blocks us
 	watchers  map[int]func(bus.TransportState)
 	nextWatch int
@@ -195,12 +197,64 @@ func (t *Transport) redeclare(ctx context.Context, s *session) error {
 		opts[i] = t.queues[n]
 	}
 	t.mu.Unlock()
+	t.mu.Lock()
+	entries := maps.Clone(t.entries)
+	t.mu.Unlock()
 	for i, name := range names {
 		if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, name, opts[i]) }); err != nil {
 			return fmt.Errorf("redeclare %s: %w", name, err)
 		}
+		if entry, ok := entries[name]; ok {
+			if err := s.control(ctx, func(ch *amqp.Channel) error { return entryOn(ch, entry, name) }); err != nil {
+				return fmt.Errorf("rebind %s to entry %s: %w", name, entry, err)
+			}
+		}
 	}
 	return nil
+}
+
+var _ bus.EntryTransport = (*Transport)(nil)
+
+// DeclareEntry implements [bus.EntryTransport]: a durable direct exchange
+// named entry, with queue bound under its own name. The transport binds
+// it again after reconnecting.
+func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
+	op := "declare entry " + entry + " for " + queue
+	if entry == "" || queue == "" {
+		return fmt.Errorf("amqpbus: %s: empty name: %w", op, message.ErrBadRequest)
+	}
+	s, err := t.current(op)
+	if err != nil {
+		return err
+	}
+	if err := s.control(ctx, func(ch *amqp.Channel) error { return entryOn(ch, entry, queue) }); err != nil {
+		return t.opError(s, op, err)
+	}
+	t.mu.Lock()
+	if t.entries == nil {
+		t.entries = make(map[string]string)
+	}
+	t.entries[queue] = entry
+	t.mu.Unlock()
+	return nil
+}
+
+func entryOn(ch *amqp.Channel, entry, queue string) error {
+	// Auto-delete: it goes with the last queue bound to it (api.portal
+	// expired or deleted), so a prefix leaves nothing behind.
+	if err := ch.ExchangeDeclare(entry, amqp.ExchangeDirect, true, true, false, false, nil); err != nil {
+		return err
+	}
+	return ch.QueueBind(queue, queue, entry, false, nil)
+}
+
+// PublishVia implements [bus.EntryTransport]: a mandatory, persistent,
+// confirmed publish to the entry with the queue's name as routing key; a
+// queue not bound to it comes back as a return and fails with
+// message.ErrNoRoute. An entry that does not exist makes the broker close
+// the publishing channel: message.ErrUnavailable.
+func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []byte) error {
+	return t.publishVia(ctx, entry, queue, data)
 }
 
 // resume restarts the consumers on s, once s publishes.

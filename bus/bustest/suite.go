@@ -102,6 +102,7 @@ var scenarios = []scenario{
 	{name: "broadcast reaches every node exactly once", run: testBroadcastOnce},
 	{name: "subscribe by type", run: testSubscribeByType},
 	{name: "competing consumers on api.portal share the load", run: testCompeting},
+	{name: "api.portal behind its entry, for clients that may publish nowhere else", run: testAPIEntry},
 	{name: "no-route error", run: testNoRoute},
 	{name: "deadline exceeded", run: testDeadline},
 	{name: "a cancelled call leaves nothing pending", run: testCancel},

@@ -23,6 +23,7 @@ type Network struct {
 	mu      sync.Mutex
 	queues  map[string]*queue
 	fanouts map[string]map[string]*queue // fan-out -> bound queues by name
+	entries map[string]map[string]bool   // entry -> names of the queues bound to it
 	nodes   map[string]*nodeState
 	seq     uint64
 }
@@ -61,6 +62,7 @@ func New() *Network {
 	return &Network{
 		queues:  make(map[string]*queue),
 		fanouts: make(map[string]map[string]*queue),
+		entries: make(map[string]map[string]bool),
 		nodes:   make(map[string]*nodeState),
 	}
 }
@@ -288,6 +290,9 @@ func (n *Network) deleteQueueLocked(q *queue) {
 	delete(n.queues, q.name)
 	if q.fanout != "" {
 		delete(n.fanouts[q.fanout], q.name)
+	}
+	for _, bound := range n.entries {
+		delete(bound, q.name) // a deleted queue's bindings go with it, as on RabbitMQ
 	}
 	for _, c := range q.consumers {
 		c.stopLocked()

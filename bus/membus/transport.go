@@ -222,6 +222,48 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	return nil
 }
 
+var _ bus.EntryTransport = (*Transport)(nil)
+
+// DeclareEntry implements [bus.EntryTransport]: the entry forwards to the
+// queues bound to it, by name. The queue must exist.
+func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if entry == "" {
+		return fmt.Errorf("membus: declare entry: empty name: %w", message.ErrBadRequest)
+	}
+	n := t.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := t.checkLocked("declare entry " + entry); err != nil {
+		return err
+	}
+	if _, ok := n.queues[queue]; !ok {
+		return fmt.Errorf("membus: bind %s to entry %s: queue does not exist: %w", queue, entry, message.ErrNoRoute)
+	}
+	if n.entries[entry] == nil {
+		n.entries[entry] = make(map[string]bool)
+	}
+	n.entries[entry][queue] = true
+	return nil
+}
+
+// PublishVia implements [bus.EntryTransport].
+func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []byte) error {
+	n := t.net
+	n.mu.Lock()
+	bound := n.entries[entry][queue]
+	n.mu.Unlock()
+	if !bound {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("membus: publish to %s via entry %s: no such binding: %w", queue, entry, message.ErrNoRoute)
+	}
+	return t.Publish(ctx, queue, data)
+}
+
 // Broadcast implements [bus.Transport].
 func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) error {
 	if err := ctx.Err(); err != nil {
