@@ -348,7 +348,9 @@ func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
 	}
 	publish := b.tr.Publish
 	if et, ok := b.tr.(EntryTransport); ok && env.ServiceID == APIPortal {
-		publish = func(ctx context.Context, queue string, data []byte) error { return et.PublishVia(ctx, b.APIEntry(), queue, data) }
+		publish = func(ctx context.Context, queue string, data []byte) error {
+			return et.PublishVia(ctx, b.APIEntry(), queue, data)
+		}
 	}
 	if err := publish(ctx, b.QueueName(env.ServiceID), data); err != nil {
 		if ctx.Err() != nil {

@@ -42,8 +42,11 @@ type publisher struct {
 	tag      uint64             // delivery tag of the last publish
 	pending  map[uint64]*pubReq // by delivery tag
 	returned map[string]bool    // message ids returned as unroutable
-	broken   bool               // the channel closed: fail new publishes
+	broken   bool               // the channel closed: reopen it before the next publish
+	reason   string             // why the broker closed the channel, if it said
 	declared map[string]bool    // fan-outs declared on this channel
+
+	notified chan struct{} // closed when the notify goroutine of the current channel returns
 }
 
 var messageIDs atomic.Uint64
@@ -68,8 +71,47 @@ func newPublisher(s *session, id int) (*publisher, error) {
 		pending:  make(map[uint64]*pubReq),
 		returned: make(map[string]bool),
 		declared: make(map[string]bool),
+		notified: make(chan struct{}),
 	}
 	return p, nil
+}
+
+// reopen replaces a channel the broker closed while the connection lives
+// (a publish it refused: 403 ACCESS_REFUSED, 404 NOT_FOUND for a missing
+// entry), so one refused publish does not leave the publisher broken
+// until the connection drops. It runs on the run goroutine, once the old
+// channel's notify goroutine has returned.
+func (p *publisher) reopen() error {
+	select {
+	case <-p.notified:
+	case <-p.s.lost:
+		return fmt.Errorf("amqpbus: reopen publishing channel %d: the connection is lost: %w", p.id, message.ErrUnavailable)
+	case <-p.t.closing:
+		return fmt.Errorf("amqpbus: reopen publishing channel %d: %w", p.id, message.ErrClosed)
+	}
+	ch, err := p.s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqpbus: reopen publishing channel %d: %w", p.id, unavailable(err))
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return fmt.Errorf("amqpbus: reopen publishing channel %d: confirm mode: %w", p.id, unavailable(err))
+	}
+	p.mu.Lock()
+	p.ch = ch
+	p.returns = ch.NotifyReturn(make(chan amqp.Return))
+	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation))
+	p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	p.tag = 0
+	p.pending = make(map[uint64]*pubReq)
+	p.returned = make(map[string]bool)
+	p.declared = make(map[string]bool)
+	p.broken, p.reason = false, ""
+	p.notified = make(chan struct{})
+	p.mu.Unlock()
+	p.t.wg.Add(1)
+	go p.notify()
+	return nil
 }
 
 // run publishes requests until the transport closes or the channel breaks.
@@ -92,8 +134,10 @@ func (p *publisher) run() {
 		broken := p.broken
 		p.mu.Unlock()
 		if broken {
-			r.done <- fmt.Errorf("amqpbus: publishing channel %d closed: %w", p.id, message.ErrUnavailable)
-			continue
+			if err := p.reopen(); err != nil {
+				r.done <- err
+				continue
+			}
 		}
 		if r.exchange != "" && !r.via && !p.declared[r.exchange] {
 			// Publishing to a missing exchange would close the channel.
@@ -127,6 +171,10 @@ func (p *publisher) run() {
 // notify resolves publishes from the broker's returns and confirms.
 func (p *publisher) notify() {
 	defer p.t.wg.Done()
+	p.mu.Lock()
+	notified := p.notified
+	p.mu.Unlock()
+	defer close(notified)
 	for {
 		select {
 		case ret, ok := <-p.returns:
@@ -162,9 +210,14 @@ func (p *publisher) notify() {
 			default:
 				r.done <- nil
 			}
-		case <-p.chClosed:
+		case e := <-p.chClosed:
 			// The confirms channel closes too; keep draining until it does.
 			p.chClosed = nil
+			if e != nil {
+				p.mu.Lock()
+				p.reason = e.Error()
+				p.mu.Unlock()
+			}
 		}
 	}
 }
@@ -176,9 +229,13 @@ func (p *publisher) fail() {
 	p.broken = true
 	pending := p.pending
 	p.pending = make(map[uint64]*pubReq)
+	reason := p.reason
 	p.mu.Unlock()
+	if reason != "" {
+		reason = " (" + reason + ")"
+	}
 	for _, r := range pending {
-		r.done <- fmt.Errorf("amqpbus: publish to %s: channel closed before the broker confirmed; outcome unknown: %w", target(r), message.ErrUnavailable)
+		r.done <- fmt.Errorf("amqpbus: publish to %s: channel closed before the broker confirmed%s; outcome unknown: %w", target(r), reason, message.ErrUnavailable)
 	}
 }
 
