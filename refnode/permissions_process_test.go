@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+)
+
+// TestBrokerPermissions runs a cluster under the least-privilege broker
+// users of the README ("Broker users: least privilege"): two `refnode
+// serve` processes log in as the node user, `refnode ctl` as the client
+// user. The client's calls work, the nodes serve, leave and never meet a
+// refusal, and the broker refuses the client user (ACCESS_REFUSED) a
+// publish into a node's service queue or into api.portal through the
+// default exchange, a broadcast, reading api.portal and binding a queue
+// to the broadcast exchange.
+func TestBrokerPermissions(t *testing.T) {
+	broker := testenv.AMQPURL(t)
+	require.NoError(t, buildErr, "build refnode")
+	if testing.Short() {
+		t.Skip("starts refnode processes; run it without -short")
+	}
+	testStart := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+
+	// The users, with the README's permissions for this test's prefix.
+	tag := randomHex(4)
+	prefix := "refnode-test-perm-" + tag
+	p := regexp.QuoteMeta(prefix) // '.' would need escaping; '-' does not
+	clientUser, nodeUser := "cloudbus-test-client-"+tag, "cloudbus-test-node-"+tag
+	clientURL := brokerUser(t, ctx, broker, clientUser, `^`+p+`\.reply\..*`, `^`+p+`\.api$`, `^`+p+`\.reply\..*`)
+	nodeURL := brokerUser(t, ctx, broker, nodeUser, `^`+p+`\..*`, `^(`+p+`\..*|amq\.default)$`, `^`+p+`\..*`)
+
+	// Two nodes as the node user (by REFNODE_BUS: no password in argv).
+	dir := t.TempDir()
+	args := []string{"-db", "sqlite:" + filepath.Join(dir, "perm.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
+		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
+	var nodes []*child
+	for _, label := range []string{"A", "B"} {
+		nodes = append(nodes, startChild(t, dir, label, args, []string{"REFNODE_BUS=" + nodeURL}))
+	}
+	t.Cleanup(func() {
+		for _, c := range nodes {
+			_ = c.signal(syscall.SIGKILL, 10*time.Second)
+			if t.Failed() {
+				out, errOut := c.output()
+				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 3000 bytes):\n%s", c.label, out, c.label, tail(errOut, 3000))
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cleanBroker(t, cctx, broker, prefix)
+	})
+	ids := make([]string, len(nodes))
+	for i, c := range nodes {
+		require.NoError(t, c.awaitHealthy(ctx))
+		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
+		ids[i] = c.id
+	}
+	r := ringOver(t, ids)
+	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	t.Logf("2 nodes as broker user %s healthy, rings agreeing, %s after the test began", nodeUser, time.Since(testStart).Round(time.Millisecond))
+
+	// refnode ctl as the client user: an image added, then read back.
+	var added, got api.ImageReply
+	ctl(t, ctx, clientURL, prefix, &added, "add-image", "-timeout", "10s", "-name", "perm-"+tag)
+	require.True(t, message.IsCanonicalUUID(added.Image.UUID), "add-image returned an image UUID: %+v", added)
+	assert.Equal(t, "perm-"+tag, added.Image.Name)
+	assert.Equal(t, mustOwner(t, r, added.Image.UUID), added.Node, "AddImage ran on the image's owner")
+	ctl(t, ctx, clientURL, prefix, &got, "get-image", "-timeout", "10s", added.Image.UUID)
+	assert.Equal(t, added.Image, got.Image, "get-image reads back what add-image stored")
+	t.Logf("refnode ctl as broker user %s: add-image and get-image work (image %s, owner %s)", clientUser, added.Image.UUID, added.Node)
+
+	// The client user on its own connection: one channel per attempt, as a
+	// refusal closes the channel.
+	conn, err := amqp.DialConfig(clientURL, amqp.Config{Properties: amqp.Table{"connection_name": "refnode permissions test"}})
+	require.NoError(t, err, "connect as the client user")
+	defer conn.Close()
+	portal := prefix + ".message.api.portal"
+	svcQueue := prefix + ".message." + api.ImageService + "." + ids[0]
+	broadcast, entry := prefix+".broadcast", prefix+".api"
+	ownQueue := prefix + ".reply." + randomHex(8)
+	for _, a := range []struct {
+		what    string
+		do      func(*amqp.Channel) error
+		refused bool
+	}{
+		{"publish to service queue " + svcQueue + " through the default exchange", publishing("", svcQueue), true},
+		{"publish to " + portal + " through the default exchange", publishing("", portal), true},
+		{"publish to the broadcast exchange " + broadcast, publishing(broadcast, ""), true},
+		{"consume " + portal, func(ch *amqp.Channel) error {
+			_, err := ch.Consume(portal, "", true, false, false, false, nil)
+			return err
+		}, true},
+		{"bind its own queue to " + broadcast, func(ch *amqp.Channel) error {
+			if _, err := ch.QueueDeclare(ownQueue, false, true, true, false, nil); err != nil {
+				return fmt.Errorf("declare %s, which the client user may: %v", ownQueue, err) // %v: not a refusal of the bind
+			}
+			return ch.QueueBind(ownQueue, "", broadcast, false, nil)
+		}, true},
+		// The control: the same kind of publish to the API entry is
+		// confirmed. Its key is bound to no queue, so no node sees it.
+		{"publish to the API entry " + entry + " (key bound to no queue)", publishing(entry, prefix+".message.nobody"), false},
+	} {
+		start := time.Now()
+		err := onChannel(ctx, conn, a.do)
+		took := time.Since(start).Round(time.Millisecond)
+		if !a.refused {
+			require.NoError(t, err, "the client user may %s", a.what)
+			t.Logf("client user may %s: confirmed in %s", a.what, took)
+			continue
+		}
+		var ae *amqp.Error
+		require.ErrorAs(t, err, &ae, "the broker refuses the client user to %s", a.what)
+		require.Equal(t, amqp.AccessRefused, ae.Code, "the broker refuses the client user to %s with ACCESS_REFUSED: %v", a.what, ae)
+		t.Logf("client user may not %s: refused in %s: %s", a.what, took, ae.Reason)
+	}
+	require.NoError(t, conn.Close())
+
+	// The nodes leave in order as the node user, which deletes their queues.
+	termAt := time.Now()
+	for _, c := range nodes {
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	}
+	for _, c := range nodes {
+		require.NoError(t, c.wait("SIGTERM", 15*time.Second))
+		out, errOut := c.output()
+		assert.NoError(t, c.waitErr, "node %s exits 0 after SIGTERM; stderr:\n%s", c.label, tail(errOut, 2000))
+		assert.Contains(t, out, "left: ", "node %s left", c.label)
+		assert.NotRegexp(t, refusalLog, out+errOut, "node %s met no refusal as the node user", c.label)
+	}
+	t.Logf("nodes exited 0 %s after SIGTERM; whole test %s", time.Since(termAt).Round(time.Millisecond), time.Since(testStart).Round(time.Millisecond))
+}
+
+// refusalLog matches what a node logs when the broker closes one of its
+// channels, as it does on a refused operation: the reason
+// (ACCESS_REFUSED) when amqpbus reports it, else amqpbus's words for a
+// publishing channel the broker closed.
+var refusalLog = regexp.MustCompile(`ACCESS_REFUSED|publishing channel \d+ closed|channel closed before the broker confirmed`)
+
+// brokerUser creates a broker user with a random password and these
+// permissions on the broker's vhost, deletes it when the test ends, and
+// returns the broker's URL with its credentials (never log it unmasked).
+func brokerUser(t *testing.T, ctx context.Context, broker, name, configure, write, read string) string {
+	t.Helper()
+	password := randomHex(16)
+	_, ok, err := rabbitmqctl(ctx, broker, "add_user", name, password)
+	if !ok {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("rabbitmqctl is not installed, and CI=true requires this test: it creates the broker users")
+		}
+		t.Skip("rabbitmqctl is not installed: the test cannot create broker users")
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, _, err := rabbitmqctl(cctx, broker, "delete_user", name); err != nil {
+			t.Errorf("delete broker user %s: %v", name, err)
+		}
+	})
+	_, _, err = rabbitmqctl(ctx, broker, "set_permissions", name, configure, write, read)
+	require.NoError(t, err)
+	u, err := url.Parse(broker)
+	require.NoError(t, err)
+	u.User = url.UserPassword(name, password)
+	return u.String()
+}
+
+// publishing publishes one message in confirm mode: nil once the broker
+// confirms it, the channel's close error if the broker closes it.
+func publishing(exchange, key string) func(*amqp.Channel) error {
+	return func(ch *amqp.Channel) error {
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		if err := ch.Confirm(false); err != nil {
+			return fmt.Errorf("confirm mode: %v", err)
+		}
+		dc, err := ch.PublishWithDeferredConfirm(exchange, key, false, false,
+			amqp.Publishing{ContentType: "text/plain", Body: []byte("refnode permissions test: not an envelope")})
+		if err != nil {
+			return err
+		}
+		wait := time.NewTimer(5 * time.Second)
+		defer wait.Stop()
+		select {
+		case <-dc.Done():
+			if dc.Acked() {
+				return nil
+			}
+		case <-wait.C:
+			return errors.New("neither confirmed nor refused within 5s")
+		case e := <-closed:
+			if e != nil {
+				return e
+			}
+			return amqp.ErrClosed
+		}
+		select { // nacked, or the channel is closing: its error says why
+		case e := <-closed:
+			if e != nil {
+				return e
+			}
+			return amqp.ErrClosed
+		case <-wait.C:
+			return errors.New("publish nacked")
+		}
+	}
+}
+
+// onChannel runs do on a new channel of conn, which it then closes.
+func onChannel(ctx context.Context, conn *amqp.Connection, do func(*amqp.Channel) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open a channel: %v", err)
+	}
+	defer ch.Close() // already closed after a refusal
+	return do(ch)
+}
+
+// cleanBroker deletes the queues of prefix, then checks that no exchange
+// of prefix is left (its entry and broadcast exchanges are auto-delete:
+// they go with their last binding) and deletes any that is.
+func cleanBroker(t *testing.T, ctx context.Context, broker, prefix string) {
+	t.Helper()
+	if _, err := deleteQueues(ctx, broker, prefix, nil); err != nil {
+		t.Errorf("clean the broker of %s.*: %v", prefix, err)
+	}
+	var left []string
+	err := poll(ctx, func() error {
+		out, ok, err := rabbitmqctl(ctx, broker, "list_exchanges", "name")
+		if !ok || err != nil {
+			return err
+		}
+		left = left[:0]
+		for _, name := range strings.Fields(out) {
+			if strings.HasPrefix(name, prefix+".") {
+				left = append(left, name)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("exchanges left: %v", left)
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	t.Errorf("the auto-delete exchanges of %s outlived their queues: %v", prefix, err)
+	conn, derr := amqp.Dial(broker)
+	if derr != nil {
+		t.Errorf("delete exchanges %v: %v", left, derr)
+		return
+	}
+	defer conn.Close()
+	for _, x := range left {
+		if derr := onChannel(ctx, conn, func(ch *amqp.Channel) error { return ch.ExchangeDelete(x, false, false) }); derr != nil {
+			t.Errorf("delete exchange %s: %v", x, derr)
+		}
+	}
+}
