@@ -20,6 +20,15 @@
 //	a node's copy of broadcasts  queue cloudbus.event.<nodeUUID>               exclusive, auto-delete, bound to cloudbus.broadcast
 //	broadcast fan-out            exchange cloudbus.broadcast                   fanout, not durable, auto-delete
 //	sends, calls, replies        the default exchange, routing key = queue     mandatory, persistent, publisher-confirmed
+//	the API entry                exchange cloudbus.api                         direct, durable, auto-delete; api.portal bound with its own name as key
+//	API messages                 exchange cloudbus.api, key = cloudbus.message.api.portal   mandatory, persistent, publisher-confirmed
+//
+// Clients need only to publish to cloudbus.api and to declare and read
+// their reply queue; the README lists the RabbitMQ permissions of the
+// client and node users. A publish the broker refuses (403, or 404 for an
+// entry no node declared yet) closes the publishing channel: the
+// transport reopens it at the next publish and reports the broker's reason
+// with message.ErrUnavailable.
 //
 // Every node gets every broadcast once: each has its own event queue on
 // the fan-out. Replies use a per-node reply queue, as in the article's
