@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
@@ -43,6 +44,16 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	}
 	if env.Kind != message.KindSend && env.Kind != message.KindRequest {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
+		return
+	}
+	if env.Kind == message.KindRequest && !b.ValidReplyTo(env.ReplyTo) {
+		// Replying would publish, with this node's rights, into whatever
+		// queue the sender named: never run it, never answer it.
+		b.rejected.Add(1)
+		b.log.Warn("dropping a request whose reply-to is not a reply queue", "service", s.id, "type", env.Type, "id", env.ID, "reply_to", truncate(env.ReplyTo, 64))
+		b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Start: arrived,
+			Err: message.ErrBadRequest.WithDetails("reply-to is not a reply queue")})
+		_ = d.Reject(false)
 		return
 	}
 	dl := b.deadlineOf(env, arrived)
@@ -295,3 +306,31 @@ func isNil(v any) bool {
 // markerGiveBackPause is how long a bus holds another bus's drain marker
 // before giving it back to its queue.
 const markerGiveBackPause = 50 * time.Millisecond
+
+// ValidReplyTo reports whether addr may receive replies: a reply queue of
+// this bus's prefix ("<prefix>.reply.<anything>") or a broker-named
+// queue ("amq.gen-..."), at most 255 bytes, printable ASCII. A request
+// naming anything else (a service queue, api.portal) is dropped unrun:
+// a reply must never be a way to write into another queue.
+func (b *CloudBus) ValidReplyTo(addr string) bool {
+	if len(addr) == 0 || len(addr) > 255 {
+		return false
+	}
+	for i := 0; i < len(addr); i++ {
+		if c := addr[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	rest, ok := strings.CutPrefix(addr, b.cfg.Prefix+".reply.")
+	if !ok {
+		rest, ok = strings.CutPrefix(addr, "amq.gen-")
+	}
+	return ok && rest != ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -87,7 +87,10 @@ type Envelope struct {
 	ResourceUUID string `json:"resource_uuid,omitempty"`
 	// CorrelationID ties a reply to its request.
 	CorrelationID string `json:"correlation_id,omitempty"`
-	// ReplyTo is where a request's reply goes (a transport reply address).
+	// ReplyTo is where a request's reply goes: a reply queue, named
+	// "<prefix>.reply.<anything>" or by the broker ("amq.gen-..."), at
+	// most 255 bytes. A receiver drops unrun a request whose ReplyTo names
+	// anything else (bus.CloudBus.ValidReplyTo).
 	ReplyTo string `json:"reply_to,omitempty"`
 	// Source names the sender (a node UUID or client id), for tracing.
 	Source string `json:"source,omitempty"`
@@ -130,8 +133,11 @@ func (e *Envelope) Reply() *Envelope {
 	}
 }
 
-// maxIDLen bounds ids, service ids and reply addresses.
-const maxIDLen = 256
+// maxIDLen bounds ids, service ids and reply addresses: 255 bytes, what
+// an AMQP short string (a routing key, a queue name) holds, so that no
+// field a transport puts in a frame can make the broker close the
+// connection.
+const maxIDLen = 255
 
 // Validate checks the envelope's fields and returns every problem found,
 // joined, as an error matching [ErrBadRequest] (or [ErrInvalidUUID] for a
