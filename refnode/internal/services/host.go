@@ -181,6 +181,9 @@ func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 // host and recorded under the message's key, so a redelivery gets the
 // first reply.
 func (s *HostService) add(ctx context.Context, r *bus.Request, m api.AddHost) (api.HostReply, error) {
+	if err := m.Validate(); err != nil {
+		return api.HostReply{}, err
+	}
 	id := r.Resource() // m.UUID, canonical: the bus checked
 	reply, err := cloud.Run(ctx, s.cfg.Store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.HostReply, error) {
 		switch _, err := tx.Host(ctx, id); {

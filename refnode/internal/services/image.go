@@ -50,6 +50,9 @@ func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) 
 }
 
 func (s *ImageService) add(ctx context.Context, r *bus.Request, m api.AddImage) (api.ImageReply, error) {
+	if err := m.Validate(); err != nil {
+		return api.ImageReply{}, err
+	}
 	id := r.Resource() // m.UUID, canonical: the bus checked
 	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.ImageReply, error) {
 		img := cloud.Image{UUID: id, Name: m.Name, URL: m.URL, SizeMB: m.SizeMB}

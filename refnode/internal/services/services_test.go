@@ -3,6 +3,7 @@ package services_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -528,5 +529,32 @@ func TestVMJournalRepairs(t *testing.T) {
 		}
 		mu.Unlock()
 		assert.Equal(t, uint64(1), repairs)
+	})
+}
+
+// TestDomainLimits: a message outside the domain limits is answered
+// bad_request naming the field, through api.portal, and changes nothing.
+func TestDomainLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 2, simhv.Config{})
+		ctx := t.Context()
+		f.addHosts(t, 1)
+		img := f.addImage(t)
+		for _, c := range []struct {
+			msg   any
+			field string
+		}{
+			{api.CreateVm{ImageUUID: img, CPUs: -1}, "cpus"},
+			{api.CreateVm{ImageUUID: img, MemoryMB: 99999999999999}, "memory_mb"},
+			{api.AddImage{UUID: message.NewUUID(), SizeMB: -5}, "size_mb"},
+			{api.AddHost{UUID: message.NewUUID(), Name: strings.Repeat("h", 10*1024)}, "name"},
+		} {
+			_, err := f.cl.Call(ctx, c.msg)
+			require.ErrorIs(t, err, message.ErrBadRequest, "%T", c.msg)
+			assert.Contains(t, err.Error(), c.field)
+		}
+		vms, err := f.db.VMs(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, vms)
 	})
 }

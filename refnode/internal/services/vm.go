@@ -112,6 +112,9 @@ func (s *VMService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 // without a UUID in the message gets one derived from the message id, so
 // a run cut short by a crash and run again creates the same VM.
 func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) (api.VmCreated, error) {
+	if err := m.Validate(); err != nil {
+		return api.VmCreated{}, err
+	}
 	id := m.UUID
 	if id == "" {
 		id = uuid.NewSHA1(vmNamespace, []byte(r.ID())).String()

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// Domain limits, checked by each message's Validate: a message outside
+// them is answered message.ErrBadRequest naming the field.
+const (
+	// MaxNameBytes bounds a name and a host address.
+	MaxNameBytes = 255
+	// MaxURLBytes bounds an image URL.
+	MaxURLBytes = 2048
+	// MaxCPUs bounds a VM's virtual CPUs.
+	MaxCPUs = 256
+	// MaxMemoryMB bounds a VM's memory: 4 TiB.
+	MaxMemoryMB = 4 << 20
+	// MaxImageSizeMB bounds an image's size: 64 TiB.
+	MaxImageSizeMB = 64 << 20
+)
+
+// problems collects the bad fields of one message.
+type problems []error
+
+func (p *problems) text(field, v string, max int) {
+	switch {
+	case len(v) > max:
+		*p = append(*p, fmt.Errorf("%s is %d bytes, more than %d", field, len(v), max))
+	case !utf8.ValidString(v):
+		*p = append(*p, fmt.Errorf("%s is not valid UTF-8", field))
+	}
+}
+
+func (p *problems) between(field string, v, lo, hi int64) {
+	if v < lo || v > hi {
+		*p = append(*p, fmt.Errorf("%s %d is out of range: %d to %d (0: the default)", field, v, lo, hi))
+	}
+}
+
+func (p problems) err(msg string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	return message.ErrBadRequest.WithDetails(msg + ": " + errors.Join(p...).Error())
+}
+
+// Validate checks the fields against the domain limits.
+func (m AddHost) Validate() error {
+	var p problems
+	p.text("name", m.Name, MaxNameBytes)
+	p.text("address", m.Address, MaxNameBytes)
+	return p.err("AddHost")
+}
+
+// Validate checks the fields against the domain limits.
+func (m AddImage) Validate() error {
+	var p problems
+	p.text("name", m.Name, MaxNameBytes)
+	p.text("url", m.URL, MaxURLBytes)
+	p.between("size_mb", m.SizeMB, 0, MaxImageSizeMB)
+	return p.err("AddImage")
+}
+
+// Validate checks the fields against the domain limits.
+func (m CreateVm) Validate() error {
+	var p problems
+	p.text("name", m.Name, MaxNameBytes)
+	p.between("cpus", int64(m.CPUs), 0, MaxCPUs)
+	p.between("memory_mb", int64(m.MemoryMB), 0, MaxMemoryMB)
+	return p.err("CreateVm")
+}
