@@ -22,6 +22,13 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		b.log.Warn("dropping undecodable message", "service", s.id, "err", err)
 		b.observe(Observation{Op: OpReject, ServiceID: s.id, Start: arrived, Err: err})
 		_ = d.Reject(false)
+		// A request that says where its reply goes learns why, instead
+		// of waiting for its deadline.
+		// The reply is published from the service's workers, which Close
+		// waits for: this callback must not block.
+		if replyTo, corr, ok := message.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.ValidReplyTo(replyTo) {
+			_ = s.sched.submit("", &job{run: func() { b.replyRefusal(s.id, replyTo, corr, err) }, requeue: func() {}})
+		}
 		return
 	}
 	if b.takeDrainMarker(env) {
@@ -333,4 +340,23 @@ func truncate(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// replyRefusal answers a request that could not be decoded with err, at
+// the reply address its raw bytes named.
+func (b *CloudBus) replyRefusal(serviceID, replyTo, correlationID string, err error) {
+	reply := &message.Envelope{ID: message.NewUUID(), Kind: message.KindReply, ServiceID: replyTo, CorrelationID: correlationID,
+		Source: b.node, Error: message.AsError(err)}
+	data, encErr := message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
+	if encErr != nil {
+		reply.Error = message.ErrBadRequest.WithDetails("the request could not be decoded")
+		if data, encErr = message.EncodeEnvelope(reply, b.cfg.MaxMessageSize); encErr != nil {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
+	defer cancel()
+	if perr := b.tr.Publish(ctx, replyTo, data); perr != nil {
+		b.log.Debug("refusal not delivered", "service", serviceID, "reply_to", truncate(replyTo, 64), "err", perr)
+	}
 }

@@ -63,3 +63,62 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 	assert.True(t, b.ValidReplyTo("cloudbus.reply."+strings.Repeat("x", 240)), "255 bytes")
 	assert.False(t, b.ValidReplyTo("cloudbus.reply."+strings.Repeat("x", 241)), "at most 255 bytes")
 }
+
+// TestUndecodableRequestIsAnswered: a request the receiver cannot decode
+// (here a non-canonical resource UUID, a negative timeout, a malformed
+// type name, a header that is not a string) is answered with a typed
+// error at its reply queue, not with silence.
+func TestUndecodableRequestIsAnswered(t *testing.T) {
+	_, b, net := pair(t, bus.Config{})
+	var runs atomic.Int32
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		runs.Add(1)
+		return nil, nil
+	})))
+	raw := net.Transport("raw")
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := t.Context()
+	replyTo := "cloudbus.reply.raw-client"
+	require.NoError(t, raw.DeclareQueue(ctx, replyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	replies := make(chan *message.Envelope, 16)
+	_, err := raw.Consume(ctx, replyTo, bus.ConsumeOptions{Prefetch: 16}, func(d bus.Delivery) {
+		_ = d.Ack()
+		env, err := message.DecodeEnvelope(d.Body(), 0)
+		if err == nil {
+			replies <- env
+		}
+	})
+	require.NoError(t, err)
+	queue := b.QueueName(bus.ServiceID("svc", b.Node()))
+	base := `"id":"` + message.NewUUID() + `","kind":"request","service_id":"svc.` + b.Node() + `","reply_to":"` + replyTo + `"`
+	cases := map[string]struct {
+		json string
+		code message.Code
+	}{
+		"upper-case resource": {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF0123456789","body":{}}`, message.CodeInvalidUUID},
+		"negative timeout":    {`{` + base + `,"correlation_id":"c2","type":"example.v1.Greet","timeout_ns":-5,"body":{}}`, message.CodeBadRequest},
+		"malformed type":      {`{` + base + `,"correlation_id":"c3","type":"no spaces allowed","body":{}}`, message.CodeBadRequest},
+		"header not a string": {`{` + base + `,"correlation_id":"c4","type":"example.v1.Greet","headers":{"h":1},"body":{}}`, message.CodeBadRequest},
+	}
+	for _, c := range cases {
+		require.NoError(t, raw.Publish(ctx, queue, []byte(c.json)))
+	}
+	got := map[string]message.Code{}
+	for range cases {
+		select {
+		case env := <-replies:
+			require.NotNil(t, env.Error)
+			got[env.CorrelationID] = env.Error.Code
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d of %d refused requests were answered: %v", len(got), len(cases), got)
+		}
+	}
+	for name, c := range cases {
+		var corr string
+		_ = json.Unmarshal([]byte(c.json), &struct {
+			C *string `json:"correlation_id"`
+		}{&corr})
+		assert.Equal(t, c.code, got[corr], name)
+	}
+	assert.Zero(t, runs.Load(), "no refused request ran")
+}

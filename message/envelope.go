@@ -254,3 +254,28 @@ func checkSize(n, maxSize int) error {
 	}
 	return nil
 }
+
+// ReplyAddress reads, leniently, where a request that [DecodeEnvelope]
+// refused wants its reply: its reply_to and correlation_id, if data is a
+// JSON object of kind "request" within maxSize (DefaultMaxSize if <= 0)
+// whose two fields are strings of 1 to 255 bytes, whatever else is wrong
+// with it. A receiver answers such a request with the decoding error
+// instead of silence (after checking the address is a reply queue).
+func ReplyAddress(data []byte, maxSize int) (replyTo, correlationID string, ok bool) {
+	if checkSize(len(data), maxSize) != nil {
+		return "", "", false
+	}
+	var v struct {
+		Kind          string `json:"kind"`
+		ReplyTo       string `json:"reply_to"`
+		CorrelationID string `json:"correlation_id"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Kind != "request" {
+		return "", "", false
+	}
+	if v.ReplyTo == "" || len(v.ReplyTo) > maxIDLen || v.CorrelationID == "" || len(v.CorrelationID) > maxIDLen ||
+		!utf8.ValidString(v.ReplyTo) || !utf8.ValidString(v.CorrelationID) {
+		return "", "", false
+	}
+	return v.ReplyTo, v.CorrelationID, true
+}
