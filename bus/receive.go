@@ -254,7 +254,9 @@ func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, 
 	}
 	data, encErr := message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 	if encErr != nil {
-		reply.Type, reply.Body = "", nil
+		// Without the body and the echoed headers (which alone may
+		// bring a request near the limit), the error always fits.
+		reply.Type, reply.Body, reply.Headers = "", nil, nil
 		reply.Error = message.ErrInternal.WithDetails(fmt.Sprintf("reply to %s could not be sent", req.Type)).WithCause(encErr)
 		data, encErr = message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 		if encErr != nil {

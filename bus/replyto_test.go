@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,4 +122,30 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 		assert.Equal(t, c.code, got[corr], name)
 	}
 	assert.Zero(t, runs.Load(), "no refused request ran")
+}
+
+// TestReplyNeverTooLarge: a request whose headers alone bring it near the
+// size limit, echoed into its reply, would make the reply too large; the
+// caller gets a typed error reply, not a timeout.
+func TestReplyNeverTooLarge(t *testing.T) {
+	const limit = 64 << 10
+	a, b, _ := pair(t, bus.Config{MaxMessageSize: limit})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		return Greeting{Text: strings.Repeat("r", 8<<10)}, nil
+	})))
+	// The largest header the request can carry: its reply, headers
+	// echoed, does not fit even without a body.
+	for h := limit - 100; h > limit-2000; h -= 10 {
+		start := time.Now()
+		_, err := a.Call(t.Context(), bus.ServiceID("svc", b.Node()), Greet{Name: "x"}, bus.WithHeader("big", strings.Repeat("h", h)), bus.WithTimeout(5*time.Second))
+		if message.CodeOf(err) == message.CodeTooLarge {
+			continue // the request itself does not fit: a smaller header
+		}
+		require.Error(t, err)
+		assert.False(t, errors.Is(err, message.ErrTimeout), "a typed error, not a timeout, with a %d-byte header: %v", h, err)
+		assert.ErrorIs(t, err, message.ErrInternal)
+		assert.Less(t, time.Since(start), 2*time.Second)
+		return
+	}
+	t.Fatal("no header size let the request through")
 }
