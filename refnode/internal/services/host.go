@@ -36,9 +36,7 @@ type HostService struct {
 	resync     chan struct{} // cap 1: a ring change asks the tracker to resync
 	needResync atomic.Bool   // the last resync failed; retry at the next round
 	stop       chan struct{}
-	done       chan struct{} // closed when the tracker returns; nil before Start
-	cancel     context.CancelFunc
-	stopOnce   sync.Once
+	tracker    worker
 
 	pings, pingFailures, reconnects, takeovers atomic.Uint64
 }
@@ -93,34 +91,14 @@ func (s *HostService) Start(ctx context.Context, n *service.Node) error {
 	}
 	s.node = n
 	s.log = s.log.With("node", n.UUID())
-	base, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		s.run(base)
-	}()
+	s.tracker.start(s.run)
 	return nil
 }
 
 // Stop stops the tracker, canceling its hypervisor calls, and waits for
 // it (or for ctx). It is idempotent and safe without Start.
 func (s *HostService) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		close(s.stop)
-		if s.cancel != nil {
-			s.cancel()
-		}
-	})
-	if s.done == nil {
-		return nil
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("services: stop host tracker: %w", ctx.Err())
-	}
+	return s.tracker.stop(ctx, "host tracker", func() { close(s.stop) })
 }
 
 // RingChanged asks the tracker to take over the hosts this node now owns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -144,4 +145,45 @@ func stale(log *slog.Logger, err error) error {
 		log.Warn("write refused: this node no longer owns the resource", "resource", se.Claim.Resource, "epoch", se.Claim.Epoch, "reason", se.Reason)
 	}
 	return err
+}
+
+// worker is a service's background goroutine (the host tracker, the VM
+// sweeper): started once by the service's Start, canceled and waited for
+// by its Stop.
+type worker struct {
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when run returns; nil before start
+	stopOnce sync.Once
+}
+
+// start runs run on its own goroutine with a ctx that stop cancels.
+func (w *worker) start(run func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.done = cancel, make(chan struct{})
+	go func() {
+		defer close(w.done)
+		run(ctx)
+	}()
+}
+
+// stop runs also (if not nil) and cancels the worker, once, then waits
+// for it to return or for ctx. It is idempotent and safe without start.
+func (w *worker) stop(ctx context.Context, what string, also func()) error {
+	w.stopOnce.Do(func() {
+		if also != nil {
+			also()
+		}
+		if w.cancel != nil {
+			w.cancel()
+		}
+	})
+	if w.done == nil {
+		return nil
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("services: stop %s: %w", what, ctx.Err())
+	}
 }

@@ -36,9 +36,7 @@ type VMService struct {
 
 	every, opTimeout time.Duration
 	kick             chan struct{} // cap 1: a ring change asks for a sweep
-	cancel           context.CancelFunc
-	done             chan struct{} // closed when the sweeper returns; nil before Start
-	stopOnce         sync.Once
+	sweeper          worker
 	sweeps, repairs  atomic.Uint64
 
 	jmu     sync.Mutex
@@ -83,13 +81,7 @@ func (s *VMService) Start(ctx context.Context, n *service.Node) error {
 	}
 	s.node = n
 	s.log = s.log.With("node", n.UUID())
-	base, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		s.sweepLoop(base)
-	}()
+	s.sweeper.start(s.sweepLoop)
 	return nil
 }
 

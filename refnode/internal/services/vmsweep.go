@@ -29,20 +29,7 @@ func (s *VMService) Stats() VMStats {
 // Stop stops the sweeper and waits for it (or for ctx). It is idempotent
 // and safe without Start.
 func (s *VMService) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		if s.cancel != nil {
-			s.cancel()
-		}
-	})
-	if s.done == nil {
-		return nil
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("services: stop vm sweeper: %w", ctx.Err())
-	}
+	return s.sweeper.stop(ctx, "vm sweeper", nil)
 }
 
 // RingChanged asks the sweeper to check the VMs this node now owns: a
