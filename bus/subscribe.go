@@ -42,6 +42,9 @@ func (b *CloudBus) Subscribe(eventType string, fn func(ctx context.Context, ev *
 	if !b.reg.Known(eventType) {
 		return nil, fmt.Errorf("bus: subscribe %q: %w", eventType, message.ErrUnknownMessage.WithDetails("register the event type first"))
 	}
+	if b.cfg.ClientOnly {
+		return nil, fmt.Errorf("bus: subscribe %q: a ClientOnly bus has no event queue: %w", eventType, message.ErrBadRequest)
+	}
 	s := &subscription{id: subscriptionIDs.Add(1), typ: eventType, fn: fn}
 	b.mu.Lock()
 	b.subs[eventType] = append(b.subs[eventType], s)

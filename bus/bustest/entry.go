@@ -29,6 +29,8 @@ func testAPIEntry(t *testing.T, c *cluster) {
 	require.NoError(t, err, "a ClientOnly bus calls api.portal through the entry")
 	assert.Equal(t, 7, got.Seq)
 	assert.Error(t, client.Register(ctx, "svc", echoHandler(client)), "a ClientOnly bus serves nothing")
+	_, err = bus.Subscribe(client.CloudBus, func(context.Context, Echo) {})
+	assert.ErrorIs(t, err, message.ErrBadRequest, "a ClientOnly bus has no event queue to subscribe with")
 
 	// A queue that exists but is not bound to the entry.
 	require.NoError(t, server.Register(ctx, "svc", echoHandler(server)))
