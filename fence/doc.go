@@ -58,10 +58,13 @@
 // and the new owner's first write of that resource waits for it. Bound
 // that wait at the database: set PostgreSQL's
 // idle_in_transaction_session_timeout, or MariaDB's
-// idle_transaction_timeout, to the heartbeat lease or less; the database
-// then ends the paused transaction, and when the process resumes its
-// next statement fails and the fence reports a [*StaleError]. refnode
-// sets both.
+// idle_transaction_timeout, to the eviction threshold (EvictAfter) or
+// less, and keep each gap between a transaction's statements (a
+// hypervisor call inside it) shorter than that; the database then ends
+// the paused transaction, and when the process resumes its next
+// statement fails and the fence reports a [*StaleError]. refnode serve
+// sets PostgreSQL's from -evict-after. MySQL has no such setting: there
+// innodb_lock_wait_timeout (50 s by default) bounds the new owner's wait.
 //
 // # Side effects outside the database
 //
