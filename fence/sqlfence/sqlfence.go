@@ -3,14 +3,10 @@ package sqlfence
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"regexp"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -378,7 +374,7 @@ func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 		// pool connection may have broken since its last use (after an
 		// outage): either way nothing committed and fn did not run, so
 		// run it again.
-		if err == nil || ran || attempt == 3 || !(deadlock(err) || brokenConn(err)) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
+		if err == nil || ran || attempt == 3 || !(deadlock(err) || sqlconn.BrokenConn(err)) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
 			return reply, err
 		}
 		f.cfg.Logger.Debug("sqlfence: deadlock before the transaction ran; again", "claim", w.Claim, "attempt", attempt, "err", err)
@@ -397,14 +393,6 @@ func deadlock(err error) bool {
 		return pe.Code == "40P01" || pe.Code == "40001"
 	}
 	return false
-}
-
-// brokenConn reports whether err says the connection broke (reset,
-// closed mid-use), not that a statement failed.
-func brokenConn(err error) bool {
-	var ne net.Error
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne)
 }
 
 // do is one attempt of Do; ran says whether fn was called.

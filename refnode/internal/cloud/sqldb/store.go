@@ -3,13 +3,9 @@ package sqldb
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -419,16 +415,8 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 // connection is the transaction's, so it is not retried.
 func (s *Store) read(ctx context.Context, f func() error) error {
 	err := f()
-	if err != nil && s.tx == nil && ctx.Err() == nil && brokenConn(err) {
+	if err != nil && s.tx == nil && ctx.Err() == nil && sqlconn.BrokenConn(err) {
 		err = f()
 	}
 	return err
-}
-
-// brokenConn reports whether err says the connection broke (reset, closed,
-// refused mid-use), not that the statement failed.
-func brokenConn(err error) bool {
-	var ne net.Error
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne)
 }
