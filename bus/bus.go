@@ -40,8 +40,9 @@ type CloudBus struct {
 	drains    drainWaiters               // markers of Drain in flight
 
 	events    chan *eventJob
-	eventDone chan struct{} // closed when the event dispatcher returns
-	closing   chan struct{} // closed when Close starts
+	eventDone chan struct{}  // closed when the event dispatcher returns
+	closing   chan struct{}  // closed when Close starts
+	markers   sync.WaitGroup // foreign drain markers held before being given back; Close waits
 	closeOnce sync.Once
 	closeErr  error
 
@@ -413,6 +414,7 @@ func (b *CloudBus) Close() error {
 			s.close() // requeues what never started, waits for the rest
 		}
 		<-b.eventDone
+		b.markers.Wait() // at most markerGiveBackPause
 
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
 		defer cancel()

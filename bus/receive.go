@@ -45,7 +45,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		if now := time.Now(); b.deadlineOf(env, arrived).late(now) {
 			_ = d.Ack()
 		} else {
-			time.AfterFunc(markerGiveBackPause, func() { giveBack(d) })
+			b.holdMarker(d)
 		}
 		return
 	}
@@ -361,4 +361,21 @@ func (b *CloudBus) replyRefusal(serviceID, replyTo, correlationID string, err er
 	if perr := b.tr.Publish(ctx, replyTo, data); perr != nil {
 		b.log.Debug("refusal not delivered", "service", serviceID, "reply_to", truncate(replyTo, 64), "err", perr)
 	}
+}
+
+// holdMarker gives a foreign drain marker back after markerGiveBackPause,
+// on a timer that Close waits for; once the bus is closing, at once.
+func (b *CloudBus) holdMarker(d Delivery) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		giveBack(d)
+		return
+	}
+	b.markers.Add(1)
+	b.mu.Unlock()
+	time.AfterFunc(markerGiveBackPause, func() {
+		defer b.markers.Done()
+		giveBack(d)
+	})
 }
