@@ -31,7 +31,8 @@ import (
 // encoding/json would silently change (a string field or header that is
 // not valid UTF-8 would be sent with U+FFFD in place of the bad bytes) or
 // what no receiver could decode (a body that is not valid UTF-8), and
-// names an invalid JSON body. The output is exactly the JSON of e's
+// names an invalid JSON body. A zero Protocol is written as
+// [ProtocolVersion]. The output is exactly the JSON of e's
 // struct tags: empty optional fields left out, headers sorted by key,
 // the body compacted, and <, > and & in strings escaped as \u003c,
 // \u003e and \u0026, which every JSON decoder reads back unchanged.
@@ -41,6 +42,11 @@ func marshalEnvelope(e *Envelope) ([]byte, error) {
 	}
 	if !utf8.Valid(e.Body) {
 		return nil, ErrBadRequest.WithDetails("body is not valid UTF-8")
+	}
+	if e.Protocol == 0 {
+		c := *e // e is not ours to change
+		c.Protocol = ProtocolVersion
+		e = &c
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
@@ -192,6 +198,16 @@ func (p *parser) field(key string, e *Envelope) error {
 			return err
 		}
 		e.Timeout = time.Duration(n)
+		return nil
+	case "protocol":
+		if p.isNull() {
+			return nil
+		}
+		n, err := p.int64(key)
+		if err != nil {
+			return err
+		}
+		e.Protocol = int(n)
 		return nil
 	case "deadline_ns":
 		if p.isNull() {

@@ -162,6 +162,9 @@ func FuzzEncodeEnvelopeRoundTrip(f *testing.F) {
 		if err := parseEnvelope(data, &back); err != nil {
 			t.Fatalf("the decoder cannot read %q: %v", data, err)
 		}
+		if e.Protocol == 0 {
+			e.Protocol = ProtocolVersion // written for a zero Protocol
+		}
 		if len(e.Body) == 0 {
 			e.Body = nil
 		} else { // encoding/json compacts a raw value and escapes <, >, &
@@ -228,7 +231,9 @@ func appendEnvelope(dst []byte, e *Envelope) ([]byte, error) {
 		return nil, err
 	}
 	valid := utf8.ValidString(e.ID)
-	dst = append(dst, `{"id":`...)
+	dst = append(dst, `{"protocol":`...)
+	dst = strconv.AppendInt(dst, int64(max(e.Protocol, ProtocolVersion)), 10)
+	dst = append(dst, `,"id":`...)
 	dst = appendString(dst, e.ID)
 	dst = append(dst, `,"kind":"`...)
 	dst = append(dst, kind...)

@@ -13,6 +13,15 @@ import (
 // mistake. Transports may set their own limit.
 const DefaultMaxSize = 4 << 20
 
+// ProtocolVersion is the version of the wire protocol this package
+// speaks and writes into every envelope it encodes (the "protocol"
+// field). An envelope without the field is version 1. A receiver refuses
+// an envelope of a higher version with [ErrBadRequest] naming both
+// versions, so that a caller learns of the mismatch at once. The rules
+// for compatible changes are in the package documentation ("Wire format
+// and versions").
+const ProtocolVersion = 1
+
 // Kind says what an envelope is for.
 type Kind uint8
 
@@ -71,6 +80,11 @@ func (k *Kind) UnmarshalText(b []byte) error {
 // An Envelope is not safe for concurrent mutation; once handed to a bus
 // or transport it must not be changed.
 type Envelope struct {
+	// Protocol is the wire protocol version the sender speaks; 0 (the
+	// field absent) means 1. [EncodeEnvelope] writes [ProtocolVersion]
+	// when it is 0; [Envelope.Validate] refuses a version above
+	// ProtocolVersion.
+	Protocol int `json:"protocol,omitempty"`
 	// ID uniquely identifies this message (a canonical UUID).
 	ID string `json:"id"`
 	// Kind says whether this is a one-way send, a request, a reply or an event.
@@ -146,6 +160,9 @@ func (e *Envelope) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, ErrBadRequest.WithDetails(fmt.Sprintf(format, args...)))
+	}
+	if e.Protocol < 0 || e.Protocol > ProtocolVersion {
+		bad("unsupported protocol version %d: this node speaks version %d; send version %d or upgrade this node", e.Protocol, ProtocolVersion, ProtocolVersion)
 	}
 	if e.ID == "" || len(e.ID) > maxIDLen {
 		bad("id must be 1 to %d bytes", maxIDLen)
@@ -223,7 +240,9 @@ func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
 }
 
 // DecodeEnvelope decodes and validates an envelope received from outside.
-// It rejects input larger than maxSize bytes (DefaultMaxSize if
+// A resource UUID in any form [NormalizeUUID] accepts (dashed, upper
+// case) is normalized to the canonical form the ring hashes, and an
+// envelope without a protocol version gets version 1. It rejects input larger than maxSize bytes (DefaultMaxSize if
 // maxSize <= 0) with [ErrTooLarge], invalid UTF-8, malformed JSON and
 // trailing data with [ErrBadRequest]. The body is not decoded: the type
 // it names is looked up in a [Registry] later, so decoding never
@@ -238,6 +257,16 @@ func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
 	var e Envelope
 	if err := parseEnvelope(data, &e); err != nil {
 		return nil, ErrBadRequest.WithDetails("decode envelope").WithCause(err)
+	}
+	if e.Protocol == 0 {
+		e.Protocol = 1 // written before versions existed
+	}
+	if e.ResourceUUID != "" && !IsCanonicalUUID(e.ResourceUUID) {
+		// Any spelling NormalizeUUID accepts is taken: the dashed form and
+		// upper case name the same resource. Validate reports the rest.
+		if u, err := NormalizeUUID(e.ResourceUUID); err == nil {
+			e.ResourceUUID = u
+		}
 	}
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("message: decode envelope: %w", err)

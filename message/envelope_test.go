@@ -16,6 +16,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	name, body, err := r.Encode(startVM{VMUUID: "932763162d054c04adaab6ab498c9139"})
 	require.NoError(t, err)
 	in := &message.Envelope{
+		Protocol:      message.ProtocolVersion,
 		ID:            message.NewUUID(),
 		Kind:          message.KindRequest,
 		Type:          name,
@@ -102,7 +103,7 @@ func TestEncodeEnvelopeWireFormat(t *testing.T) {
 	}
 	data, err := message.EncodeEnvelope(e, 0)
 	require.NoError(t, err)
-	assert.Equal(t, `{"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"reply","type":"test.v1.StartVm",`+
+	assert.Equal(t, `{"protocol":1,"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"reply","type":"test.v1.StartVm",`+
 		`"service_id":"reply.n","resource_uuid":"932763162d054c04adaab6ab498c9139","correlation_id":"c1",`+
 		`"reply_to":"r","source":"3694776ab31a45709259254a018913ca","timeout_ns":1500000000,`+
 		`"headers":{"a":"2","z":"1"},"body":{"vm_uuid":"x"},`+
@@ -111,7 +112,44 @@ func TestEncodeEnvelopeWireFormat(t *testing.T) {
 	minimal := &message.Envelope{ID: "a", Kind: message.KindEvent, Type: "test.v1.X", Headers: map[string]string{}}
 	data, err = message.EncodeEnvelope(minimal, 0)
 	require.NoError(t, err)
-	assert.Equal(t, `{"id":"a","kind":"event","type":"test.v1.X"}`, string(data), "empty optional fields are left out")
+	assert.Equal(t, `{"protocol":1,"id":"a","kind":"event","type":"test.v1.X"}`, string(data), "empty optional fields are left out")
+}
+
+func TestDecodeEnvelopeVersions(t *testing.T) {
+	// Written before versions existed: version 1.
+	e, err := message.DecodeEnvelope([]byte(`{"id":"a","kind":"event","type":"test.v1.X"}`), 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.Protocol)
+	e, err = message.DecodeEnvelope([]byte(`{"protocol":1,"id":"a","kind":"event","type":"test.v1.X"}`), 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.Protocol)
+
+	// A newer sender is refused, naming both versions, so that its caller
+	// learns of the mismatch at once instead of being misread.
+	_, err = message.DecodeEnvelope([]byte(`{"protocol":2,"id":"a","kind":"request","type":"test.v1.X","service_id":"s","reply_to":"r","correlation_id":"c"}`), 0)
+	require.ErrorIs(t, err, message.ErrBadRequest)
+	assert.Contains(t, err.Error(), "unsupported protocol version 2: this node speaks version 1")
+	for _, bad := range []string{`-1`, `1.5`, `"1"`, `99999999999999999999`} {
+		_, err = message.DecodeEnvelope([]byte(`{"protocol":`+bad+`,"id":"a","kind":"event","type":"test.v1.X"}`), 0)
+		assert.ErrorIs(t, err, message.ErrBadRequest, "protocol %s", bad)
+	}
+}
+
+func TestDecodeEnvelopeNormalizesResourceUUID(t *testing.T) {
+	// Regression: a dashed or upper-case resource UUID was refused (and,
+	// before that, dropped unanswered), although NormalizeUUID accepts
+	// both. The receiver now normalizes it to the form the ring hashes.
+	for _, u := range []string{
+		"93276316-2d05-4c04-adaa-b6ab498c9139",
+		"932763162D054C04ADAAB6AB498C9139",
+		"93276316-2D05-4C04-ADAA-B6AB498C9139",
+	} {
+		e, err := message.DecodeEnvelope([]byte(`{"id":"a","kind":"send","type":"test.v1.X","service_id":"s","resource_uuid":"`+u+`"}`), 0)
+		require.NoError(t, err, u)
+		assert.Equal(t, "932763162d054c04adaab6ab498c9139", e.ResourceUUID, u)
+	}
+	_, err := message.DecodeEnvelope([]byte(`{"id":"a","kind":"send","type":"test.v1.X","service_id":"s","resource_uuid":"932763162d054c04adaab6ab498c913"}`), 0)
+	assert.ErrorIs(t, err, message.ErrInvalidUUID, "31 digits are no UUID")
 }
 
 func TestEncodeEnvelopeRefusesWhatCannotBeSentFaithfully(t *testing.T) {

@@ -78,8 +78,8 @@ func ExampleEncodeEnvelope() {
 	_, err = message.EncodeEnvelope(env, 64)
 	fmt.Println(err)
 	// Output:
-	// {"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"send","type":"refnode.v1.StartVm","service_id":"vmInstance.3694776ab31a45709259254a018913ca","resource_uuid":"932763162d054c04adaab6ab498c9139","body":{"vm_uuid":"932763162d054c04adaab6ab498c9139"}} <nil>
-	// too_large: message too large: 247 bytes exceeds the limit of 64 bytes
+	// {"protocol":1,"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"send","type":"refnode.v1.StartVm","service_id":"vmInstance.3694776ab31a45709259254a018913ca","resource_uuid":"932763162d054c04adaab6ab498c9139","body":{"vm_uuid":"932763162d054c04adaab6ab498c9139"}} <nil>
+	// too_large: message too large: 260 bytes exceeds the limit of 64 bytes
 }
 
 // GetHost reads a host's record: it is about one existing host, so it is
