@@ -66,7 +66,7 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 }
 
 // TestUndecodableRequestIsAnswered: a request the receiver cannot decode
-// (here an invalid resource UUID, a newer protocol, a negative timeout, a malformed
+// (here an invalid resource UUID, a newer protocol, too large, a negative timeout, a malformed
 // type name, a header that is not a string) is answered with a typed
 // error at its reply queue, not with silence.
 func TestUndecodableRequestIsAnswered(t *testing.T) {
@@ -96,8 +96,10 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 		json string
 		code message.Code
 	}{
-		"invalid resource":    {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF012345678","body":{}}`, message.CodeInvalidUUID},
-		"newer protocol":      {`{"protocol":2,` + base + `,"correlation_id":"c5","type":"example.v1.Greet","body":{}}`, message.CodeBadRequest},
+		"invalid resource": {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF012345678","body":{}}`, message.CodeInvalidUUID},
+		"newer protocol":   {`{"protocol":2,` + base + `,"correlation_id":"c5","type":"example.v1.Greet","body":{}}`, message.CodeBadRequest},
+		// Over the 4 MiB limit: the reply address comes before the body.
+		"too large":           {`{` + base + `,"correlation_id":"c6","type":"example.v1.Greet","body":{"name":"` + strings.Repeat("x", 5<<20) + `"}}`, message.CodeTooLarge},
 		"negative timeout":    {`{` + base + `,"correlation_id":"c2","type":"example.v1.Greet","timeout_ns":-5,"body":{}}`, message.CodeBadRequest},
 		"malformed type":      {`{` + base + `,"correlation_id":"c3","type":"no spaces allowed","body":{}}`, message.CodeBadRequest},
 		"header not a string": {`{` + base + `,"correlation_id":"c4","type":"example.v1.Greet","headers":{"h":1},"body":{}}`, message.CodeBadRequest},

@@ -278,6 +278,9 @@ func checkSize(n, maxSize int) error {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxSize
 	}
+	if n == maxSize+1 { // perhaps cut short by a transport (amqpbus): the true size is unknown
+		return ErrTooLarge.WithDetails(fmt.Sprintf("more than the limit of %d bytes", maxSize))
+	}
 	if n > maxSize {
 		return ErrTooLarge.WithDetails(fmt.Sprintf("%d bytes exceeds the limit of %d bytes", n, maxSize))
 	}
@@ -286,25 +289,74 @@ func checkSize(n, maxSize int) error {
 
 // ReplyAddress reads, leniently, where a request that [DecodeEnvelope]
 // refused wants its reply: its reply_to and correlation_id, if data is a
-// JSON object of kind "request" within maxSize (DefaultMaxSize if <= 0)
-// whose two fields are strings of 1 to 255 bytes, whatever else is wrong
-// with it. A receiver answers such a request with the decoding error
-// instead of silence (after checking the address is a reply queue).
+// JSON object of kind "request" whose two fields are strings of 1 to 255
+// bytes, whatever else is wrong with it. A receiver answers such a
+// request with the decoding error instead of silence (after checking the
+// address is a reply queue).
+//
+// Input longer than maxSize (DefaultMaxSize if <= 0), which a transport
+// may have cut short, is read from its first maxSize bytes: "kind",
+// "reply_to" and "correlation_id" are found if they come before the part
+// that makes it too long (as the fields before "body" do in what
+// [EncodeEnvelope] writes).
 func ReplyAddress(data []byte, maxSize int) (replyTo, correlationID string, ok bool) {
+	var kind string
 	if checkSize(len(data), maxSize) != nil {
+		if maxSize <= 0 {
+			maxSize = DefaultMaxSize
+		}
+		kind, replyTo, correlationID = replyAddressPrefix(data[:maxSize])
+	} else {
+		var v struct {
+			Kind          string `json:"kind"`
+			ReplyTo       string `json:"reply_to"`
+			CorrelationID string `json:"correlation_id"`
+		}
+		if json.Unmarshal(data, &v) != nil {
+			return "", "", false
+		}
+		kind, replyTo, correlationID = v.Kind, v.ReplyTo, v.CorrelationID
+	}
+	if kind != "request" || replyTo == "" || len(replyTo) > maxIDLen || correlationID == "" || len(correlationID) > maxIDLen ||
+		!utf8.ValidString(replyTo) || !utf8.ValidString(correlationID) {
 		return "", "", false
 	}
-	var v struct {
-		Kind          string `json:"kind"`
-		ReplyTo       string `json:"reply_to"`
-		CorrelationID string `json:"correlation_id"`
+	return replyTo, correlationID, true
+}
+
+// replyAddressPrefix reads the top-level "kind", "reply_to" and
+// "correlation_id" strings of a JSON object that may be cut anywhere,
+// stopping at the first thing it cannot read or once it has all three.
+func replyAddressPrefix(data []byte) (kind, replyTo, correlationID string) {
+	p := &parser{data: data}
+	if !p.consume('{') {
+		return
 	}
-	if json.Unmarshal(data, &v) != nil || v.Kind != "request" {
-		return "", "", false
+	for {
+		p.ws()
+		key, err := p.str()
+		if err != nil || !p.consume(':') {
+			return
+		}
+		p.ws()
+		var dst *string
+		switch foldKey(key) {
+		case "kind":
+			dst = &kind
+		case "reply_to":
+			dst = &replyTo
+		case "correlation_id":
+			dst = &correlationID
+		}
+		if dst != nil && !p.isNull() {
+			if *dst, err = p.str(); err != nil {
+				return
+			}
+		} else if dst == nil && p.skip(1) != nil {
+			return
+		}
+		if kind != "" && replyTo != "" && correlationID != "" || !p.consume(',') {
+			return
+		}
 	}
-	if v.ReplyTo == "" || len(v.ReplyTo) > maxIDLen || v.CorrelationID == "" || len(v.CorrelationID) > maxIDLen ||
-		!utf8.ValidString(v.ReplyTo) || !utf8.ValidString(v.CorrelationID) {
-		return "", "", false
-	}
-	return v.ReplyTo, v.CorrelationID, true
 }

@@ -207,3 +207,22 @@ func TestEncodeEnvelopeEscapesRoundTrip(t *testing.T) {
 	require.NoError(t, json.Unmarshal(back.Body, &body))
 	assert.Equal(t, "<b>&amp;</b>", body.HTML)
 }
+
+// TestReplyAddressOfATooLongRequest: a request longer than the limit, as
+// a transport hands it over cut short, still names its reply address if
+// that comes before the part that makes it too long.
+func TestReplyAddressOfATooLongRequest(t *testing.T) {
+	head := `{"protocol":1,"id":"a","kind":"request","type":"test.v1.X","service_id":"s","correlation_id":"c1","reply_to":"cloudbus.reply.n","body":"`
+	long := []byte(head + strings.Repeat("x", 100))
+	limit := len(head) + 10
+	replyTo, corr, ok := message.ReplyAddress(long[:limit+1], limit) // cut to limit+1
+	require.True(t, ok)
+	assert.Equal(t, "cloudbus.reply.n", replyTo)
+	assert.Equal(t, "c1", corr)
+	_, _, ok = message.ReplyAddress(long, len(head)-30)
+	assert.False(t, ok, "the reply address is in the part cut off")
+	_, _, ok = message.ReplyAddress([]byte(`{"kind":"send","reply_to":"r","correlation_id":"c","body":"`+strings.Repeat("x", 100)), 70)
+	assert.False(t, ok, "not a request")
+	_, err := message.DecodeEnvelope(long, len(head))
+	assert.ErrorIs(t, err, message.ErrTooLarge)
+}

@@ -84,7 +84,9 @@ type Config struct {
 	QueueExpires time.Duration
 
 	// MaxMessageSize bounds a published message; a larger one fails with
-	// message.ErrTooLarge before anything is sent. Default
+	// message.ErrTooLarge before anything is sent. A received body longer
+	// than this is cut to MaxMessageSize+1 bytes as it arrives (see "Long
+	// messages from others" in the package documentation). Default
 	// message.DefaultMaxSize (4 MiB), well below RabbitMQ's own limit.
 	MaxMessageSize int
 

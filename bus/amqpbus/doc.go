@@ -153,6 +153,25 @@
 // include the password). A message larger than Config.MaxMessageSize
 // fails with message.ErrTooLarge before anything is sent.
 //
+// # Long messages from others
+//
+// The broker accepts any body up to its max_message_size, which is
+// broker-wide (128 MiB by default in RabbitMQ 3.x, 16 MiB in 4.x), and
+// amqp091 reads a body whole before handing it over: a queue of hostile
+// 100 MiB messages would cost a node prefetch x 100 MiB. The transport
+// cuts every body it receives to Config.MaxMessageSize+1 bytes as the
+// frames arrive, before amqp091 sees them, and discards the rest, so a
+// consumer holds at most prefetch x (MaxMessageSize+1) bytes of bodies
+// (TestLongBodiesAreCutBeforeTheyAreRead: a 24 MiB body costs 6 MiB of
+// allocation with a 1 MiB limit, 183 MiB without the cut). The bus
+// refuses such a body as too large, and answers it with too_large if its
+// reply address lies in the part kept. Operators should still set
+// max_message_size in rabbitmq.conf to a little over the clients' limit,
+// so that the broker refuses a long message at the publisher and never
+// stores it:
+//
+//	max_message_size = 4259840  # 4 MiB + 64 KiB: message.DefaultMaxSize and AMQP properties
+//
 // # Testing
 //
 // The tests run against the broker named by CLOUDBUS_AMQP_URL and skip,

@@ -2,9 +2,13 @@ package amqpbus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +38,31 @@ type session struct {
 	err  error         // why; set before lost is closed
 }
 
+// plainURL returns the URL to hand amqp091 and, for amqps://, the TLS
+// configuration to dial with: the URL with scheme amqp:// and the TLS
+// port made explicit, so that amqp091 speaks AMQP over the TLS session
+// that connect's Dial opens.
+func (t *Transport) plainURL() (string, *tls.Config, error) {
+	u, err := neturl.Parse(t.cfg.URL)
+	if err != nil || !strings.EqualFold(u.Scheme, "amqps") {
+		return t.cfg.URL, nil, nil // Validate checked it; amqp091 reports anything else
+	}
+	uri, err := amqp.ParseURI(t.cfg.URL)
+	if err != nil {
+		return "", nil, fmt.Errorf("amqpbus: connect to %s: %w", t.masked, err)
+	}
+	u.Scheme = "amqp"
+	u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	cfg := &tls.Config{}
+	if t.cfg.TLS != nil {
+		cfg = t.cfg.TLS.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = uri.Host
+	}
+	return u.String(), cfg, nil
+}
+
 // connect dials the broker and opens a session.
 func (t *Transport) connect(ctx context.Context) (*session, error) {
 	dial := t.cfg.Dial
@@ -48,20 +77,34 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 		err error
 	}
 	done := make(chan result, 1)
+	// TLS is done here rather than by amqp091, so that the body limit
+	// (limitConn) reads the decrypted frames.
+	url, tlsCfg, err := t.plainURL()
+	if err != nil {
+		return nil, err
+	}
 	var raw net.Conn // set by Dial below, before DialConfig returns
 	go func() {
-		c, err := amqp.DialConfig(t.cfg.URL, amqp.Config{
-			Heartbeat:       t.cfg.Heartbeat,
-			TLSClientConfig: t.cfg.TLS,
-			Properties:      props,
-			Locale:          "en_US",
+		c, err := amqp.DialConfig(url, amqp.Config{
+			Heartbeat:  t.cfg.Heartbeat,
+			Properties: props,
+			Locale:     "en_US",
 			Dial: func(network, addr string) (net.Conn, error) {
 				conn, err := dial(network, addr)
-				if err == nil {
-					_ = conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout)) // the handshake; amqp091 clears it after
-					raw = conn
+				if err != nil {
+					return nil, err
 				}
-				return conn, err
+				_ = conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout)) // the handshake; amqp091 clears it after
+				raw = conn
+				if tlsCfg != nil {
+					tc := tls.Client(conn, tlsCfg)
+					if err := tc.Handshake(); err != nil {
+						_ = conn.Close()
+						return nil, fmt.Errorf("TLS handshake: %w", err)
+					}
+					conn = tc
+				}
+				return newLimitConn(conn, t.cfg.MaxMessageSize), nil
 			},
 		})
 		done <- result{c, err}

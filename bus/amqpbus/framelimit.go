@@ -1,0 +1,154 @@
+package amqpbus
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+)
+
+// AMQP 0-9-1 frames (section 4.2.3 of the specification): type (1 byte),
+// channel (2), payload size (4), payload, frame end (0xCE).
+const (
+	frameHeaderLen = 7
+	frameHeader    = 2 // a content header: class, weight, body size (8 bytes), properties
+	frameBody      = 3
+	frameEnd       = 0xCE
+	// contentPrefixLen is what a content header's payload must hold for
+	// its body size to be read: class (2), weight (2), body size (8).
+	contentPrefixLen = 12
+)
+
+// limitConn cuts every message body the broker delivers to at most
+// limit+1 bytes before amqp091 reads it.
+//
+// amqp091 assembles a whole body in memory before handing it over, and the
+// broker accepts bodies up to its broker-wide max_message_size (128 MiB by
+// default in RabbitMQ 3.x, 16 MiB in 4.x). A node would hold prefetch x
+// that for a queue full of hostile messages. limitConn sits between the
+// socket (or the TLS session) and amqp091's frame reader: it rewrites a
+// content header announcing a body longer than limit to announce limit+1
+// bytes, passes that many body bytes, and discards the rest of the body
+// frames as they arrive, so a node holds at most prefetch x (limit+1)
+// bytes of bodies, whatever the broker lets through. The consumer sees a
+// body of limit+1 bytes, which the bus refuses as too large (answering it
+// if its reply address lies in the part kept). Everything else passes
+// byte for byte, read straight into amqp091's buffer.
+//
+// limitConn is read by amqp091's one reader goroutine; it is not safe for
+// concurrent Reads. Write, Close and deadlines are the connection's.
+type limitConn struct {
+	net.Conn
+	limit uint64 // bodies longer than this are cut to limit+1 bytes
+
+	raw     bool   // not AMQP frames (a protocol header refusing our version): pass everything
+	started bool   // the first frame header was read
+	pending []byte // bytes to hand out before reading on
+	pass    int64  // bytes of the stream to pass through
+	drop    int64  // bytes of the stream to discard, after pass
+	after   []byte // bytes to hand out after pass and drop: a frame end
+
+	cuts map[uint16]*bodyCut // channels whose current body is being cut
+	hdr  [frameHeaderLen + contentPrefixLen]byte
+	end  [1]byte
+	junk []byte // scratch for discarded bytes
+}
+
+// bodyCut tracks one body that limitConn is cutting.
+type bodyCut struct {
+	left uint64 // body bytes the broker still sends
+	keep uint64 // body bytes still to pass
+}
+
+func newLimitConn(c net.Conn, limit int) *limitConn {
+	return &limitConn{Conn: c, limit: uint64(limit), cuts: make(map[uint16]*bodyCut), end: [1]byte{frameEnd}}
+}
+
+// Read hands out the filtered stream.
+func (c *limitConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		switch {
+		case len(c.pending) > 0:
+			n := copy(p, c.pending)
+			c.pending = c.pending[n:]
+			return n, nil
+		case c.raw:
+			return c.Conn.Read(p)
+		case c.pass > 0:
+			n, err := c.Conn.Read(p[:min(int64(len(p)), c.pass)])
+			c.pass -= int64(n)
+			return n, err
+		case c.drop > 0:
+			if c.junk == nil {
+				c.junk = make([]byte, 32<<10)
+			}
+			n, err := c.Conn.Read(c.junk[:min(int64(len(c.junk)), c.drop)])
+			c.drop -= int64(n)
+			if err != nil {
+				return 0, err
+			}
+		case c.after != nil:
+			c.pending, c.after = c.after, nil
+		default:
+			if err := c.next(); err != nil {
+				return 0, err
+			}
+		}
+	}
+}
+
+// next reads the next frame's header and decides what to do with it.
+func (c *limitConn) next() error {
+	h := c.hdr[:frameHeaderLen]
+	if _, err := io.ReadFull(c.Conn, h); err != nil {
+		return err
+	}
+	if !c.started {
+		c.started = true
+		if h[0] == 'A' { // "AMQP" and a version: the broker refuses ours
+			c.raw, c.pending = true, h
+			return nil
+		}
+	}
+	typ, ch, size := h[0], binary.BigEndian.Uint16(h[1:3]), int64(binary.BigEndian.Uint32(h[3:7]))
+	switch {
+	case typ == frameHeader && size >= contentPrefixLen:
+		full := c.hdr[:]
+		if _, err := io.ReadFull(c.Conn, full[frameHeaderLen:]); err != nil {
+			return err
+		}
+		delete(c.cuts, ch) // a new content header ends whatever came before on ch
+		if n := binary.BigEndian.Uint64(full[frameHeaderLen+4:]); n > c.limit {
+			binary.BigEndian.PutUint64(full[frameHeaderLen+4:], c.limit+1)
+			c.cuts[ch] = &bodyCut{left: n, keep: c.limit + 1}
+		}
+		c.pending, c.pass = full, size-contentPrefixLen+1
+	case typ == frameBody && c.cuts[ch] != nil:
+		cut := c.cuts[ch]
+		n := uint64(size)
+		switch {
+		case n <= cut.keep: // wholly kept
+			cut.keep -= n
+			c.pending, c.pass = h, size+1
+		case cut.keep > 0: // kept up to the cut: a shorter frame
+			binary.BigEndian.PutUint32(h[3:7], uint32(cut.keep))
+			c.pending, c.pass, c.drop, c.after = h, int64(cut.keep), size-int64(cut.keep)+1, c.end[:]
+			cut.keep = 0
+		default: // wholly past the cut
+			c.drop = size + 1
+		}
+		if n >= cut.left {
+			delete(c.cuts, ch)
+		} else {
+			cut.left -= n
+		}
+	default:
+		if typ != frameBody { // a method (or heartbeat) ends content on its channel
+			delete(c.cuts, ch)
+		}
+		c.pending, c.pass = h, size+1
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package message_test
+
+import (
+	"testing"
+	"unicode/utf8"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// FuzzReplyAddress: the lenient reader of a refused request's reply
+// address never panics; what it returns is within the limits of an
+// envelope field (1 to 255 bytes of valid UTF-8), so the refusal reply
+// built from it always encodes; and on a request that DecodeEnvelope
+// accepts it agrees with DecodeEnvelope.
+func FuzzReplyAddress(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"a","kind":"request","type":"test.v1.StartVm","service_id":"vm.x","correlation_id":"c","reply_to":"cloudbus.reply.n","timeout_ns":1000}`,
+		`{"id":"a","kind":"request","type":"test.v1.StartVm","service_id":"vm.x","correlation_id":"c","reply_to":"r","timeout_ns":-1}`,
+		`{"kind":"request","reply_to":"cloudbus.reply.n","correlation_id":"c","headers":{"a":1}}`,
+		`{"kind":"request","Reply_To":"a","reply_to":"b","CORRELATION_ID":"c","ſervice_id":"x"}`,
+		`{"kind":"request","reply_to":"","correlation_id":"c"}`,
+		`{"kind":"send","reply_to":"r","correlation_id":"c"}`,
+		`{"kind":"request","reply_to":"r\ud800","correlation_id":"c"}`,
+		`{"kind":"request","reply_to":null,"correlation_id":"c"}`,
+		`{"kind":"request","reply_to":1,"correlation_id":"c"}`,
+		`{"kind":"request","reply_to":"r","correlation_id":"c"} trailing`,
+		`[]`, `null`, ``, "\xff",
+	} {
+		f.Add([]byte(s), 0)
+	}
+	f.Add([]byte(`{"kind":"request","reply_to":"r","correlation_id":"c"}`), 10)
+	f.Add([]byte(`{"kind":"request","reply_to":"r","correlation_id":"c","body":"xxxxxxxxxxxxxxxxxxx`), 60) // cut short: too large
+	f.Fuzz(func(t *testing.T, data []byte, maxSize int) {
+		if maxSize > 1<<20 {
+			maxSize = 1 << 20
+		}
+		replyTo, corr, ok := message.ReplyAddress(data, maxSize)
+		if !ok {
+			if replyTo != "" || corr != "" {
+				t.Fatalf("not ok, but returned %q, %q", replyTo, corr)
+			}
+		} else {
+			for _, s := range []string{replyTo, corr} {
+				if s == "" || len(s) > 255 || !utf8.ValidString(s) {
+					t.Fatalf("address part %q is not 1 to 255 bytes of UTF-8", s)
+				}
+			}
+			reply := &message.Envelope{ID: message.NewUUID(), Kind: message.KindReply, ServiceID: replyTo, CorrelationID: corr,
+				Source: "3694776ab31a45709259254a018913ca", Error: message.ErrBadRequest.WithDetails("refused")}
+			if _, err := message.EncodeEnvelope(reply, 0); err != nil {
+				t.Fatalf("the refusal to %q (correlation %q) does not encode: %v", replyTo, corr, err)
+			}
+		}
+		e, err := message.DecodeEnvelope(data, maxSize)
+		if err != nil || e.Kind != message.KindRequest {
+			return
+		}
+		if !ok || replyTo != e.ReplyTo || corr != e.CorrelationID {
+			t.Fatalf("DecodeEnvelope reads reply_to %q, correlation %q; ReplyAddress %q, %q, %v", e.ReplyTo, e.CorrelationID, replyTo, corr, ok)
+		}
+	})
+}
