@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -43,8 +44,14 @@ type CloudBus struct {
 	eventDone chan struct{}  // closed when the event dispatcher returns
 	closing   chan struct{}  // closed when Close starts
 	markers   sync.WaitGroup // foreign drain markers held before being given back; Close waits
-	closeOnce sync.Once
-	closeErr  error
+
+	freeTimer   *time.Timer    // pending return of memory to the OS (memory.go); under mu
+	lastRelease time.Time      // when memory was last returned; under mu
+	timers      sync.WaitGroup // a running release; Close waits
+
+	markersSeen map[string]time.Time // foreign drain markers given back: when first seen (drain.go); under mu
+	closeOnce   sync.Once
+	closeErr    error
 
 	lateReplies atomic.Uint64
 	rejected    atomic.Uint64
@@ -415,6 +422,8 @@ func (b *CloudBus) Close() error {
 		}
 		<-b.eventDone
 		b.markers.Wait() // at most markerGiveBackPause
+		b.stopRelease()
+		b.timers.Wait()
 
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
 		defer cancel()

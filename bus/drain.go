@@ -4,12 +4,73 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // headerDrain marks the drain marker a bus sends itself (see Drain).
 const headerDrain = "cloudbus-drain"
+
+// isMarker reports whether env is a drain marker: a one-way message of
+// the empty type with the drain header. A marker does nothing when
+// taken; it only tells its drainer that the messages before it were.
+func isMarker(env *message.Envelope) bool {
+	return env.Headers[headerDrain] != "" && env.Kind == message.KindSend && env.Type == message.TypeEmpty
+}
+
+// markerUnbounded reports whether a marker has no deadline, or one
+// further than markerTTL: no bus sends such a marker (each lives at most
+// markerTTL), and giving one back to its queue until it expires would
+// keep it circling between the broker and the consumers for good.
+func markerUnbounded(env *message.Envelope) bool {
+	return env.Timeout <= 0 && env.Deadline <= 0 || env.Timeout > markerTTL
+}
+
+// maxMarkersSeen bounds the markers a bus remembers giving back.
+const maxMarkersSeen = 4096
+
+// markerExpired reports whether this bus has been giving the marker id
+// back for longer than markerTTL: a marker whose deadline restarts at
+// every delivery (one with a timeout and no cluster-time deadline) would
+// otherwise circle for good. It remembers at most maxMarkersSeen markers,
+// forgetting the expired ones first; past that, every new one expires.
+func (b *CloudBus) markerExpired(id string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	first, ok := b.markersSeen[id]
+	if ok {
+		if now.Sub(first) > markerTTL {
+			delete(b.markersSeen, id)
+			return true
+		}
+		return false
+	}
+	if len(b.markersSeen) >= maxMarkersSeen {
+		for k, t := range b.markersSeen {
+			if now.Sub(t) > markerTTL {
+				delete(b.markersSeen, k)
+			}
+		}
+		if len(b.markersSeen) >= maxMarkersSeen {
+			return true
+		}
+	}
+	if b.markersSeen == nil {
+		b.markersSeen = make(map[string]time.Time)
+	}
+	b.markersSeen[id] = now
+	return false
+}
+
+// refuseReservedHeader returns an error if env carries the drain header
+// without being a marker: the header is the bus's own.
+func refuseReservedHeader(env *message.Envelope) error {
+	if env.Headers[headerDrain] != "" && !isMarker(env) {
+		return message.ErrBadRequest.WithDetails("header " + headerDrain + " is reserved for the bus's drain markers")
+	}
+	return nil
+}
 
 // drainWaiters maps a marker token to the channel closed when the
 // marker comes back; guarded by CloudBus.mu.
@@ -58,6 +119,7 @@ func (b *CloudBus) Drain(ctx context.Context) error {
 			env := &message.Envelope{
 				ID: message.NewUUID(), Kind: message.KindSend, Type: message.TypeEmpty,
 				ServiceID: s.id, Source: b.node, Headers: map[string]string{headerDrain: tokens[i]},
+				Timeout: markerTTL, // another bus that meets it gives it back until then
 			}
 			if err := b.publish(ctx, env); err != nil {
 				errs[i] = fmt.Errorf("bus: drain %s: %w", s.id, err)
@@ -95,8 +157,8 @@ func (b *CloudBus) drainPending(tok string) bool {
 // takeDrainMarker reports whether env is this bus's drain marker, and if
 // so signals its waiter.
 func (b *CloudBus) takeDrainMarker(env *message.Envelope) bool {
-	tok, ok := env.Headers[headerDrain]
-	if !ok || env.Source != b.node {
+	tok := env.Headers[headerDrain]
+	if !isMarker(env) || env.Source != b.node {
 		return false
 	}
 	b.mu.Lock()

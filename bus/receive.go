@@ -16,6 +16,7 @@ import (
 // never blocks: the scheduler queues the job or refuses it as busy.
 func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	arrived := time.Now()
+	b.noteSize(len(d.Body()))
 	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	if err != nil {
 		b.rejected.Add(1)
@@ -31,18 +32,22 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		}
 		return
 	}
+	if err := refuseReservedHeader(env); err != nil {
+		b.refuse(s.id, env, d, err)
+		return
+	}
 	if b.takeDrainMarker(env) {
 		_ = d.Ack()
 		return
 	}
-	if env.Headers[headerDrain] != "" {
+	if isMarker(env) {
 		// Another bus's marker (it drains this queue too, or drained it
 		// before): never handle it; give it back for its owner unless it
 		// is stale.
 		// The pause keeps a node that is the queue's only consumer (an
 		// evicted node still consuming while survivors drain it) from
 		// spinning the marker between the broker and itself.
-		if now := time.Now(); b.deadlineOf(env, arrived).late(now) {
+		if now := time.Now(); markerUnbounded(env) || b.deadlineOf(env, arrived).late(now) || b.markerExpired(env.ID, now) {
 			_ = d.Ack()
 		} else {
 			b.holdMarker(d)
@@ -278,6 +283,7 @@ func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, 
 
 // onReply hands a reply to its pending call, or counts it as late.
 func (b *CloudBus) onReply(d Delivery) {
+	b.noteSize(len(d.Body()))
 	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
 	if err != nil || env.Kind != message.KindReply {

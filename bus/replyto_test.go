@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,7 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 	}{
 		"invalid resource": {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF012345678","body":{}}`, message.CodeInvalidUUID},
 		"newer protocol":   {`{"protocol":2,` + base + `,"correlation_id":"c5","type":"example.v1.Greet","body":{}}`, message.CodeBadRequest},
+		"reserved header":  {`{` + base + `,"correlation_id":"c7","type":"example.v1.Greet","headers":{"cloudbus-drain":"x"},"body":{}}`, message.CodeBadRequest},
 		// Over the 4 MiB limit: the reply address comes before the body.
 		"too large":           {`{` + base + `,"correlation_id":"c6","type":"example.v1.Greet","body":{"name":"` + strings.Repeat("x", 5<<20) + `"}}`, message.CodeTooLarge},
 		"negative timeout":    {`{` + base + `,"correlation_id":"c2","type":"example.v1.Greet","timeout_ns":-5,"body":{}}`, message.CodeBadRequest},
@@ -151,4 +153,32 @@ func TestReplyNeverTooLarge(t *testing.T) {
 		return
 	}
 	t.Fatal("no header size let the request through")
+}
+
+// TestLargeDeliveryReturnsMemory: a delivery of a megabyte or more arms
+// one return of free memory to the OS (after releaseDelay); a burst arms
+// it once; Close cancels a pending one without waiting for it.
+func TestLargeDeliveryReturnsMemory(t *testing.T) {
+	_, b, net := pair(t, bus.Config{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		return nil, nil
+	})))
+	raw := net.Transport("raw")
+	t.Cleanup(func() { _ = raw.Close() })
+	queue := b.QueueName(bus.ServiceID("svc", b.Node()))
+	require.False(t, b.MemoryReleasePending())
+	require.NoError(t, raw.Publish(t.Context(), queue, []byte(`{"kind":"send"}`)))
+	require.Never(t, b.MemoryReleasePending, 50*time.Millisecond, 5*time.Millisecond, "a small message arms nothing")
+	for range 3 {
+		require.NoError(t, raw.Publish(t.Context(), queue, bytes.Repeat([]byte("x"), 2<<20)))
+	}
+	require.Eventually(t, b.MemoryReleasePending, 2*time.Second, 5*time.Millisecond, "a large message arms a release")
+	require.Eventually(t, func() bool { return !b.MemoryReleasePending() }, 5*time.Second, 10*time.Millisecond, "the release ran")
+
+	require.NoError(t, raw.Publish(t.Context(), queue, bytes.Repeat([]byte("x"), 2<<20)))
+	require.Eventually(t, b.MemoryReleasePending, 2*time.Second, 5*time.Millisecond)
+	start := time.Now()
+	require.NoError(t, b.Close())
+	assert.Less(t, time.Since(start), time.Second, "Close does not wait for a pending release")
+	assert.False(t, b.MemoryReleasePending())
 }

@@ -111,13 +111,13 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 				return
 			}
 			now := time.Now()
-			if tok := env.Headers[headerDrain]; tok != "" {
+			if tok := env.Headers[headerDrain]; isMarker(env) {
 				switch {
 				case tok == token && env.Source == b.node:
 					_ = d.Ack() // ours: every message before it was taken
 					end(nil)
-				case b.deadlineOf(env, now).late(now):
-					_ = d.Ack() // a marker of a drain that ended long ago
+				case markerUnbounded(env) || b.deadlineOf(env, now).late(now):
+					_ = d.Ack() // a marker of a drain that ended long ago, or no bus's
 				case env.Source == b.node && !b.drainPending(tok):
 					// Left by one of this bus's earlier rounds, which
 					// ended without it: giving it back would only bring

@@ -294,11 +294,11 @@ func checkSize(n, maxSize int) error {
 // request with the decoding error instead of silence (after checking the
 // address is a reply queue).
 //
-// Input longer than maxSize (DefaultMaxSize if <= 0), which a transport
-// may have cut short, is read from its first maxSize bytes: "kind",
-// "reply_to" and "correlation_id" are found if they come before the part
-// that makes it too long (as the fields before "body" do in what
-// [EncodeEnvelope] writes).
+// Input that is not JSON throughout (nested too deep, say), or longer
+// than maxSize (DefaultMaxSize if <= 0) and perhaps cut short by a
+// transport, is read up to the fault, or its first maxSize bytes: "kind",
+// "reply_to" and "correlation_id" are found if they come before it (as
+// the fields before "body" do in what [EncodeEnvelope] writes).
 func ReplyAddress(data []byte, maxSize int) (replyTo, correlationID string, ok bool) {
 	var kind string
 	if checkSize(len(data), maxSize) != nil {
@@ -312,10 +312,11 @@ func ReplyAddress(data []byte, maxSize int) (replyTo, correlationID string, ok b
 			ReplyTo       string `json:"reply_to"`
 			CorrelationID string `json:"correlation_id"`
 		}
-		if json.Unmarshal(data, &v) != nil {
-			return "", "", false
+		if json.Unmarshal(data, &v) == nil {
+			kind, replyTo, correlationID = v.Kind, v.ReplyTo, v.CorrelationID
+		} else { // nested too deep, cut, not JSON past the address: read up to the fault
+			kind, replyTo, correlationID = replyAddressPrefix(data)
 		}
-		kind, replyTo, correlationID = v.Kind, v.ReplyTo, v.CorrelationID
 	}
 	if kind != "request" || replyTo == "" || len(replyTo) > maxIDLen || correlationID == "" || len(correlationID) > maxIDLen ||
 		!utf8.ValidString(replyTo) || !utf8.ValidString(correlationID) {

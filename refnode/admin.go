@@ -66,6 +66,11 @@ type nodeStatus struct {
 	State string `json:"state"`
 	// Transport is the broker connection: connected, reconnecting, closed.
 	Transport string `json:"transport"`
+	// ConnectionsLost counts the broker connections lost since the node
+	// started (amqpbus.Transport.ConnectionsLost; 0 on the in-memory bus).
+	ConnectionsLost uint64 `json:"connections_lost"`
+	// Bus is the bus's counters (bus.Stats).
+	Bus busStatus `json:"bus"`
 	// Prefix is the queue prefix.
 	Prefix string `json:"prefix"`
 	// Uptime is the time since the process started.
@@ -99,6 +104,15 @@ type counterStatus struct {
 	HandleErrors map[string]uint64 `json:"handle_errors"`
 }
 
+// busStatus is bus.Stats: messages refused, late, released and lost.
+type busStatus struct {
+	Rejected    uint64 `json:"rejected"`
+	Late        uint64 `json:"late"`
+	Released    uint64 `json:"released"`
+	Lost        uint64 `json:"lost"`
+	LateReplies uint64 `json:"late_replies"`
+}
+
 // trackerStatus is the host tracker's counters (services.HostStats).
 type trackerStatus struct {
 	Tracked      int    `json:"tracked"`
@@ -124,14 +138,24 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 		handled, failed := maps.Clone(c.handled), maps.Clone(c.failed)
 		c.mu.Unlock()
 		hs := set.Host.Stats()
+		var bs bus.Stats
+		if b := n.Bus(); b != nil {
+			bs = b.Stats()
+		}
+		var lost uint64
+		if l, ok := tr.(interface{ ConnectionsLost() uint64 }); ok {
+			lost = l.ConnectionsLost()
+		}
 		st := nodeStatus{
-			Node:      n.UUID(),
-			Epoch:     n.Epoch(),
-			State:     n.State().String(),
-			Transport: transportState(tr),
-			Prefix:    prefix,
-			Uptime:    time.Since(start).Round(time.Millisecond).String(),
-			Ring:      ringStatus{Members: n.Members(), Fingerprint: n.Fingerprint().String()},
+			Node:            n.UUID(),
+			Epoch:           n.Epoch(),
+			State:           n.State().String(),
+			Transport:       transportState(tr),
+			ConnectionsLost: lost,
+			Bus:             busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies},
+			Prefix:          prefix,
+			Uptime:          time.Since(start).Round(time.Millisecond).String(),
+			Ring:            ringStatus{Members: n.Members(), Fingerprint: n.Fingerprint().String()},
 			Counters: counterStatus{
 				PortalForwarded: c.portal.Load(), PortalFailed: c.portalFailed.Load(),
 				Handled: handled, HandleErrors: failed,

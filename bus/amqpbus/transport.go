@@ -50,6 +50,8 @@ type Transport struct {
 	pauseEnd  atomic.Int64 // when the last pause the watchdog saw ended
 	probeMu   sync.Mutex
 	probeWake chan struct{} // closed and replaced at every successful probe
+
+	lostConns atomic.Uint64 // connections lost since Dial
 }
 
 var (
@@ -144,6 +146,7 @@ func (t *Transport) supervise(s *session) {
 		t.mu.Lock()
 		t.sess = nil
 		t.mu.Unlock()
+		t.lostConns.Add(1)
 		t.log.Warn("connection to the broker lost; reconnecting", "err", s.err)
 		t.setState(bus.TransportReconnecting)
 		start := time.Now()
@@ -181,6 +184,12 @@ func (t *Transport) supervise(s *session) {
 		}
 	}
 }
+
+// ConnectionsLost returns how many times the transport's connection to
+// the broker was lost (closed by the broker, cut, or dropped by the
+// transport as dead) since [Dial]. Each loss fails the calls waiting on
+// replies through it; a healthy node keeps it at 0.
+func (t *Transport) ConnectionsLost() uint64 { return t.lostConns.Load() }
 
 // jitter spreads d by ±20 % so that nodes do not reconnect in lockstep.
 func jitter(d time.Duration) time.Duration {

@@ -1,0 +1,9 @@
+package bus
+
+// MemoryReleasePending reports whether a return of memory to the OS is
+// armed (memory.go).
+func (b *CloudBus) MemoryReleasePending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.freeTimer != nil
+}
