@@ -82,4 +82,39 @@
 // carrying it that names no resource or a different one. [ResourceOf]
 // finds the method on a value or a pointer and returns the canonical UUID.
 // Creation messages and messages about no resource do not implement it.
+//
+// # Wire format and versions
+//
+// The wire format is specified for clients in any language in
+// docs/wire.md at the root of the repository ([wire protocol]): the
+// RabbitMQ queues and exchanges, the envelope's JSON fields and limits,
+// deadlines and cluster time, replies, every error code with its retry
+// class, and refnode's messages with worked examples. Tests in refnode
+// (TestWireDoc, TestWireDocExamples) fail when it and the code disagree.
+//
+// Every envelope carries the version of the protocol its sender speaks
+// ([Envelope].Protocol, JSON "protocol"); absent or 0 means 1.
+// [EncodeEnvelope] writes [ProtocolVersion], 1 in this release. A
+// receiver refuses an envelope of a higher version than it speaks:
+// a request is answered with
+// [ErrBadRequest] naming both versions, a send or an event is dropped
+// unrun. The protocol changes by these rules:
+//
+//  1. Adding an optional field whose absence keeps today's meaning, to
+//     the envelope or to a payload, needs no new version: receivers
+//     ignore unknown fields.
+//  2. New error codes need no new version: an older node reports a code
+//     it does not know as [RetryUnknown].
+//  3. A changed payload is registered under a new type name
+//     ("refnode.v2.StartVm"), never given a new meaning under an old one.
+//  4. Anything an older receiver would misread (a changed meaning, a
+//     renamed or removed field, a new required field) bumps the protocol
+//     version, and the upgrade takes two rolling steps: first deploy
+//     nodes that read both versions and still write the old one, then let
+//     them write the new one.
+//
+// Golden files in testdata/golden pin the encoding of the current
+// version: a change that alters them is a change of the wire format.
+//
+// [wire protocol]: https://github.com/cloudbus-go/cloudbus/blob/main/docs/wire.md
 package message
