@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -339,10 +340,16 @@ func (e *Error) UnmarshalJSON(data []byte) error {
 }
 
 // AsError converts any error into an *Error for the wire. nil stays nil.
-// An *Error is returned as is; an error that wraps one keeps that code and
-// takes its own message as the description; context.DeadlineExceeded
-// becomes [CodeTimeout], context.Canceled [CodeCanceled]; anything else
-// becomes [CodeInternal].
+// An *Error is returned as is. An error that wraps one (fmt.Errorf with
+// %w, errors.Join) is sent as the first *Error it wraps: its code,
+// description and cause, so that a client in any language reads the same
+// fields whichever node answered (a call forwarded by api.portal, or
+// refused while being decoded). The details are those of every *Error
+// the chain wraps, joined by "; ", after the text that wraps the first
+// one, if it wraps nothing else ("read vm: vm x" for
+// fmt.Errorf("read vm: %w", ErrNotFound.WithDetails("vm x"))). context.DeadlineExceeded becomes [CodeTimeout],
+// context.Canceled [CodeCanceled]; anything else becomes [CodeInternal],
+// with the error's text as the description.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
@@ -350,9 +357,25 @@ func AsError(err error) *Error {
 	if e, ok := err.(*Error); ok {
 		return e
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return &Error{Code: e.Code, Description: err.Error()}
+	var all []*Error
+	collectErrors(err, &all, 0)
+	if len(all) > 0 {
+		e := all[0]
+		var details []string
+		for _, x := range all {
+			if x.Details != "" && !slices.Contains(details, x.Details) {
+				details = append(details, x.Details)
+			}
+		}
+		d := strings.Join(details, "; ")
+		if context, ok := strings.CutSuffix(err.Error(), ": "+e.Error()); ok {
+			if d == "" {
+				d = context
+			} else {
+				d = context + ": " + d
+			}
+		}
+		return &Error{Code: e.Code, Description: e.Description, Details: d, Cause: e.Cause}
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -361,6 +384,26 @@ func AsError(err error) *Error {
 		return &Error{Code: CodeCanceled, Description: err.Error()}
 	}
 	return &Error{Code: CodeInternal, Description: err.Error()}
+}
+
+// collectErrors appends the *Errors err wraps, outermost first, without
+// looking inside an *Error (its Cause is its own).
+func collectErrors(err error, into *[]*Error, depth int) {
+	if err == nil || depth > maxCauseDepth {
+		return
+	}
+	if e, ok := err.(*Error); ok {
+		*into = append(*into, e)
+		return
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		collectErrors(u.Unwrap(), into, depth+1)
+	case interface{ Unwrap() []error }:
+		for _, x := range u.Unwrap() {
+			collectErrors(x, into, depth+1)
+		}
+	}
 }
 
 // CodeOf returns the code of err as [AsError] would assign it, or "" for nil.

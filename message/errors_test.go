@@ -130,7 +130,26 @@ func TestErrorWrappedStillMatches(t *testing.T) {
 	assert.ErrorIs(t, err, message.ErrNotFound)
 	wire := message.AsError(err)
 	assert.Equal(t, message.CodeNotFound, wire.Code)
-	assert.Equal(t, err.Error(), wire.Description)
+	assert.Equal(t, "not found", wire.Description, "the wrapped error's own fields, not a Go string of the chain")
+	assert.Equal(t, "bus: call refnode.v1.StartVm: vm x", wire.Details, "the wrapping text, then the details")
+
+	// Without details, the wrapping text is the details.
+	wire = message.AsError(fmt.Errorf("read vm: %w", message.ErrNotFound))
+	assert.Equal(t, message.ErrNotFound.Description, wire.Description)
+	assert.Equal(t, "read vm", wire.Details)
+
+	// Joined errors (Envelope.Validate): the first one's code, every
+	// one's details.
+	joined := fmt.Errorf("decode: %w", errors.Join(message.ErrBadRequest.WithDetails("id too long"),
+		message.ErrInvalidUUID.WithDetails("resource xyz"), message.ErrBadRequest.WithDetails("id too long")))
+	wire = message.AsError(joined)
+	assert.Equal(t, message.CodeBadRequest, wire.Code)
+	assert.Equal(t, "bad request", wire.Description)
+	assert.Equal(t, "id too long; resource xyz", wire.Details)
+
+	// The cause of the wrapped error travels too.
+	wire = message.AsError(fmt.Errorf("x: %w", message.ErrInternal.WithCause(io.EOF)))
+	assert.ErrorIs(t, wire, io.EOF)
 }
 
 func TestErrorContextInterop(t *testing.T) {

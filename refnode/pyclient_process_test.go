@@ -53,6 +53,7 @@ type pySummary struct {
 		UUID        string `json:"uuid"`
 		Code        string `json:"code"`
 		Description string `json:"description"`
+		Details     string `json:"details"`
 		Retry       string `json:"retry"`
 	} `json:"error"`
 }
@@ -149,7 +150,7 @@ func TestPythonClient(t *testing.T) {
 	assert.Equal(t, mustOwner(t, r, s.VM.UUID), s.VM.Node, "GetVm ran on the VM's owner")
 	assert.Equal(t, "not_found", s.Error.Code, "GetVm of an unknown VM")
 	assert.Equal(t, "never", s.Error.Retry, "not_found's retry class")
-	assert.Contains(t, s.Error.Description, s.Error.UUID, "the description names the unknown VM")
+	assert.Contains(t, s.Error.Description+" "+s.Error.Details, s.Error.UUID, "the error names the unknown VM")
 
 	// The cluster's own view, through the Go client.
 	cl := newClient(t, ctx, broker, prefix)

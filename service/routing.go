@@ -355,7 +355,15 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		// The bus checked that a Routed payload names this resource.
 		opts = append(opts, bus.WithResource(res))
 	}
-	return n.Call(ctx, service, r.Payload, opts...)
+	resp, err := n.Call(ctx, service, r.Payload, opts...)
+	var e *message.Error
+	if errors.As(err, &e) {
+		// The owner's error as it sent it: the client reads the same
+		// code, description, details and cause whichever node answered,
+		// not this node's account of the forward.
+		return nil, e
+	}
+	return resp, err
 }
 
 // portalID returns the id under which the portal forwards a message
