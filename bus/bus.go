@@ -49,6 +49,8 @@ type CloudBus struct {
 	lastRelease time.Time      // when memory was last returned; under mu
 	timers      sync.WaitGroup // a running release; Close waits
 
+	refusals logLimiter // refused messages logged (refusals.go)
+
 	markersSeen map[string]time.Time // foreign drain markers given back: when first seen (drain.go); under mu
 	closeOnce   sync.Once
 	closeErr    error

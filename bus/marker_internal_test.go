@@ -49,3 +49,28 @@ func TestForgedMarkersDoNotCircle(t *testing.T) {
 	assert.False(t, b.markerExpired("after they expired", now.Add(2*markerTTL)), "expired ones are forgotten to make room")
 	assert.LessOrEqual(t, len(b.markersSeen), 1)
 }
+
+// TestRefusalLogIsBounded: a flood of refused messages logs a burst,
+// then a few lines a second, and the next line logged says how many were
+// not.
+func TestRefusalLogIsBounded(t *testing.T) {
+	var l logLimiter
+	now := time.Now()
+	logged := 0
+	for range 1000 {
+		if ok, _ := l.allow(now); ok {
+			logged++
+		}
+	}
+	assert.Equal(t, refusalBurst, logged, "a burst at one instant")
+	ok, suppressed := l.allow(now.Add(time.Second))
+	assert.True(t, ok, "a second later")
+	assert.Equal(t, 1000-refusalBurst, suppressed)
+	logged = 0
+	for i := range 10_000 {
+		if ok, _ := l.allow(now.Add(time.Second + time.Duration(i)*time.Millisecond)); ok {
+			logged++
+		}
+	}
+	assert.InDelta(t, 10*refusalRate, logged, 5, "10 s of a steady flood (and the tokens left from the second before)")
+}

@@ -20,7 +20,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	if err != nil {
 		b.rejected.Add(1)
-		b.log.Warn("dropping undecodable message", "service", s.id, "err", err)
+		b.warnRefused("dropping undecodable message", "service", s.id, "err", err)
 		b.observe(Observation{Op: OpReject, ServiceID: s.id, Start: arrived, Err: err})
 		_ = d.Reject(false)
 		// A request that says where its reply goes learns why, instead
@@ -62,7 +62,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		// Replying would publish, with this node's rights, into whatever
 		// queue the sender named: never run it, never answer it.
 		b.rejected.Add(1)
-		b.log.Warn("dropping a request whose reply-to is not a reply queue", "service", s.id, "type", env.Type, "id", env.ID, "reply_to", truncate(env.ReplyTo, 64))
+		b.warnRefused("dropping a request whose reply-to is not a reply queue", "service", s.id, "type", env.Type, "id", env.ID, "reply_to", truncate(env.ReplyTo, 64))
 		b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Start: arrived,
 			Err: message.ErrBadRequest.WithDetails("reply-to is not a reply queue")})
 		_ = d.Reject(false)
@@ -236,7 +236,7 @@ func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, e
 	if env.Kind == message.KindRequest {
 		_ = b.sendReply(serviceID, env, nil, err)
 	} else {
-		b.log.Warn("refused a one-way message", "service", serviceID, "type", env.Type, "id", env.ID, "err", err)
+		b.warnRefused("refused a one-way message", "service", serviceID, "type", env.Type, "id", env.ID, "err", err)
 	}
 	_ = d.Ack()
 }
@@ -288,7 +288,7 @@ func (b *CloudBus) onReply(d Delivery) {
 	_ = d.Ack()
 	if err != nil || env.Kind != message.KindReply {
 		b.rejected.Add(1)
-		b.log.Warn("dropping malformed reply", "err", err)
+		b.warnRefused("dropping malformed reply", "err", err)
 		return
 	}
 	b.mu.Lock()

@@ -106,7 +106,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 			env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 			if err != nil {
 				count(func(s *RerouteStats) { s.Dropped++ })
-				b.log.Warn("reroute: dropping an undecodable message", "queue", queue, "err", err)
+				b.warnRefused("reroute: dropping an undecodable message", "queue", queue, "err", err)
 				_ = d.Reject(false)
 				return
 			}

@@ -83,7 +83,7 @@ func (b *CloudBus) onEvent(d Delivery) {
 	_ = d.Ack()
 	if err != nil || env.Kind != message.KindEvent {
 		b.rejected.Add(1)
-		b.log.Warn("dropping malformed event", "err", err)
+		b.warnRefused("dropping malformed event", "err", err)
 		return
 	}
 	payload, err := b.reg.Decode(env.Type, env.Body)
