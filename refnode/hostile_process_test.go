@@ -276,7 +276,7 @@ func TestHostileInput(t *testing.T) {
 		}
 		return nil
 	}), "every malformed request with a reply address gets a reply")
-	t.Logf("every request with a reply address answered %s after the last publish", time.Since(sendStart).Round(time.Millisecond))
+	t.Logf("every request with a reply address answered %s after the last publish", time.Since(sendEnd).Round(time.Millisecond))
 	stopValid()
 	callers.Wait()
 	stopSampling()
@@ -346,6 +346,11 @@ func TestHostileInput(t *testing.T) {
 		sort.Strings(codes)
 		fmt.Fprintf(&report, "%-34s %5d %8d %8d  %s\n", class, tl.sent, tl.withAddress, tl.answered, strings.Join(codes, ", "))
 	}
+	var sent, withAddress, answeredN int
+	for _, tl := range per {
+		sent, withAddress, answeredN = sent+tl.sent, withAddress+tl.withAddress, answeredN+tl.answered
+	}
+	fmt.Fprintf(&report, "%-34s %5d %8d %8d\n", "total", sent, withAddress, answeredN)
 	t.Logf("hostile messages per class:\n%s", report.String())
 	assert.Zero(t, undecodable.Load(), "replies that do not decode")
 
