@@ -117,7 +117,14 @@
 //     Config.ProbeTimeout (1 s) the transport cuts the TCP connection and
 //     reconnects. A link that silently drops everything is noticed within
 //     1.25 s, inside a node's 2 s lease (amqp091's own read deadline,
-//     three heartbeats, would take 3 s).
+//     three heartbeats, would take 3 s). A probe whose answer is late
+//     while the broker's bytes keep arriving is waited for: the answer
+//     is queued behind a long body still streaming on the same TCP
+//     connection, and that link is alive
+//     (TestProbeQueuedBehindALongBodyKeepsTheLink: 3 MiB at 2 MB/s with a
+//     200 ms probe timeout; cutting such links made a large message
+//     impossible to receive and cost every node its connection under
+//     50 MB hostile messages).
 //  3. A watchdog ticking every 100 ms: a tick more than 500 ms late means
 //     the process was paused (SIGSTOP, a frozen VM). From then on, a
 //     delivery read before (or read from the socket's buffer right after

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"sync/atomic"
 )
 
 // AMQP 0-9-1 frames (section 4.2.3 of the specification): type (1 byte),
@@ -47,6 +48,13 @@ type limitConn struct {
 	drop    int64  // bytes of the stream to discard, after pass
 	after   []byte // bytes to hand out after pass and drop: a frame end
 
+	// now, if set, reads a monotonic clock; lastRead is its reading at
+	// the last read that returned bytes. The liveness probe uses it: a
+	// broker whose bytes keep arriving (a long body streaming, with the
+	// probe's answer queued behind it) is not a dead one.
+	now      func() int64
+	lastRead atomic.Int64
+
 	cuts map[uint16]*bodyCut // channels whose current body is being cut
 	hdr  [frameHeaderLen + contentPrefixLen]byte
 	end  [1]byte
@@ -75,16 +83,16 @@ func (c *limitConn) Read(p []byte) (int, error) {
 			c.pending = c.pending[n:]
 			return n, nil
 		case c.raw:
-			return c.Conn.Read(p)
+			return c.read(p)
 		case c.pass > 0:
-			n, err := c.Conn.Read(p[:min(int64(len(p)), c.pass)])
+			n, err := c.read(p[:min(int64(len(p)), c.pass)])
 			c.pass -= int64(n)
 			return n, err
 		case c.drop > 0:
 			if c.junk == nil {
 				c.junk = make([]byte, 32<<10)
 			}
-			n, err := c.Conn.Read(c.junk[:min(int64(len(c.junk)), c.drop)])
+			n, err := c.read(c.junk[:min(int64(len(c.junk)), c.drop)])
 			c.drop -= int64(n)
 			if err != nil {
 				return 0, err
@@ -99,10 +107,30 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	}
 }
 
+// read reads from the connection, noting when bytes arrived.
+func (c *limitConn) read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.now != nil {
+		c.lastRead.Store(c.now())
+	}
+	return n, err
+}
+
+// readFull is io.ReadFull through read.
+func (c *limitConn) readFull(p []byte) error {
+	_, err := io.ReadFull(readerFunc(c.read), p)
+	return err
+}
+
+// readerFunc is a function as an io.Reader.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
 // next reads the next frame's header and decides what to do with it.
 func (c *limitConn) next() error {
 	h := c.hdr[:frameHeaderLen]
-	if _, err := io.ReadFull(c.Conn, h); err != nil {
+	if err := c.readFull(h); err != nil {
 		return err
 	}
 	if !c.started {
@@ -116,7 +144,7 @@ func (c *limitConn) next() error {
 	switch {
 	case typ == frameHeader && size >= contentPrefixLen:
 		full := c.hdr[:]
-		if _, err := io.ReadFull(c.Conn, full[frameHeaderLen:]); err != nil {
+		if err := c.readFull(full[frameHeaderLen:]); err != nil {
 			return err
 		}
 		delete(c.cuts, ch) // a new content header ends whatever came before on ch

@@ -294,3 +294,51 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	assert.Less(t, alloc, uint64(8<<20), "the node read the long body whole")
 	assert.Equal(t, bus.TransportConnected, tr.TransportState())
 }
+
+// slowConn reads at most 16 KiB every 8 ms: about 2 MB/s from the broker.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Read(p []byte) (int, error) {
+	time.Sleep(8 * time.Millisecond)
+	return c.Conn.Read(p[:min(len(p), 16<<10)])
+}
+
+// TestProbeQueuedBehindALongBodyKeepsTheLink: the liveness probe's
+// answer waits behind a body the broker is still sending (here 3 MiB at
+// about 2 MB/s, with a probe timeout of 200 ms); bytes arriving prove the
+// link alive, so the transport keeps its connection. Before, it dropped
+// it as dead, failing every call in flight on it (TestHostileInput under
+// load: all nodes at once, on 50 MB messages).
+func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	tr, err := Dial(t.Context(), Config{URL: url, ConnectionName: "cloudbus-test-slow", ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond,
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := net.DialTimeout(network, addr, 5*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return slowConn{c}, nil
+		}})
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	q := fmt.Sprintf("amqpbus-test-slow.message.q.%d", rand.Uint32())
+	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	got := make(chan int, 1)
+	_, err = tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) { got <- len(d.Body()); _ = d.Ack() })
+	require.NoError(t, err)
+
+	body := bytes.Repeat([]byte("y"), 3<<20)
+	start := time.Now()
+	require.NoError(t, tr.Publish(ctx, q, body))
+	select {
+	case n := <-got:
+		t.Logf("a %d-byte body arrived in %s at about 2 MB/s", n, time.Since(start).Round(time.Millisecond))
+		assert.Equal(t, len(body), n)
+	case <-ctx.Done():
+		t.Fatal("the body never arrived")
+	}
+	assert.Zero(t, tr.ConnectionsLost(), "the probe, queued behind the body, cost the connection")
+	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+}

@@ -24,7 +24,8 @@ import (
 type session struct {
 	t    *Transport
 	conn *amqp.Connection
-	raw  net.Conn // the TCP (or TLS) connection under conn, closed to kill it
+	raw  net.Conn   // the TCP (or TLS) connection under conn, closed to kill it
+	lim  *limitConn // what amqp091 reads: it knows when bytes last arrived
 	pubs []*publisher
 
 	probeCh  *amqp.Channel // the liveness probe's own channel
@@ -83,7 +84,8 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	var raw net.Conn // set by Dial below, before DialConfig returns
+	var raw net.Conn   // set by Dial below, before DialConfig returns
+	var lim *limitConn // the same, as amqp091 reads it
 	go func() {
 		c, err := amqp.DialConfig(url, amqp.Config{
 			Heartbeat:  t.cfg.Heartbeat,
@@ -104,7 +106,9 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 					}
 					conn = tc
 				}
-				return newLimitConn(conn, t.cfg.MaxMessageSize), nil
+				lim = newLimitConn(conn, t.cfg.MaxMessageSize)
+				lim.now = t.mono
+				return lim, nil
 			},
 		})
 		done <- result{c, err}
@@ -123,7 +127,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", t.masked, scrub(r.err, t.cfg.URL), message.ErrUnavailable)
 	}
-	s := &session{t: t, conn: r.c, raw: raw, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
+	s := &session{t: t, conn: r.c, raw: raw, lim: lim, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		s.close()
 		return nil, err
@@ -257,32 +261,57 @@ func (s *session) probe() {
 			defer t.wg.Done()
 			done <- s.probeCh.Qos(0, 0, false)
 		}()
-		timer := time.NewTimer(t.cfg.ProbeTimeout)
-		select {
-		case err := <-done:
-			timer.Stop()
-			if err != nil {
-				s.kill(fmt.Sprintf("the liveness probe failed: %v", scrub(err, t.cfg.URL)))
-				return
-			}
-			for {
-				old := s.proved.Load()
-				if sent <= old || s.proved.CompareAndSwap(old, sent) {
-					break
-				}
-			}
-			t.probed()
-		case <-timer.C:
-			s.kill(fmt.Sprintf("the broker did not answer a round trip within %s (a silently dropped link?)", t.cfg.ProbeTimeout))
+		answered, err := s.awaitProbe(done)
+		switch {
+		case !answered && err != nil:
+			s.kill(err.Error())
 			return
-		case <-s.lost:
-			timer.Stop()
+		case !answered: // the session or the transport ended
 			return
-		case <-t.closing:
-			timer.Stop()
+		case err != nil:
+			s.kill(fmt.Sprintf("the liveness probe failed: %v", scrub(err, t.cfg.URL)))
 			return
 		}
+		for {
+			old := s.proved.Load()
+			if sent <= old || s.proved.CompareAndSwap(old, sent) {
+				break
+			}
+		}
+		t.probed()
 	}
+}
+
+// awaitProbe waits for the probe's answer on done. It reports false if
+// the session or the transport ended first, or, with an error, if the
+// broker did not answer within ProbeTimeout while sending nothing else
+// either: an answer queued behind a long body the broker is still
+// sending is waited for, since that link is alive.
+func (s *session) awaitProbe(done <-chan error) (answered bool, err error) {
+	t := s.t
+	timer := time.NewTimer(t.cfg.ProbeTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-done:
+			return true, err
+		case <-timer.C:
+			if !s.streaming() {
+				return false, fmt.Errorf("the broker did not answer a round trip within %s (a silently dropped link?)", t.cfg.ProbeTimeout)
+			}
+			timer.Reset(t.cfg.ProbeTimeout)
+		case <-s.lost:
+			return false, nil
+		case <-t.closing:
+			return false, nil
+		}
+	}
+}
+
+// streaming reports whether bytes from the broker arrived within the
+// last ProbeTimeout.
+func (s *session) streaming() bool {
+	return s.lim != nil && s.t.mono()-s.lim.lastRead.Load() < int64(s.t.cfg.ProbeTimeout)
 }
 
 // askProbe asks the prober for a round trip now.
