@@ -112,6 +112,14 @@ func TestClusterOfProcesses(t *testing.T) {
 	ctl(t, ctx, broker, prefix, &img, "add-image", "-name", "ubuntu")
 	require.True(t, message.IsCanonicalUUID(img.Image.UUID))
 	assert.Equal(t, mustOwner(t, r, img.Image.UUID), img.Node, "AddImage ran on the image's owner")
+	var renamed, refused api.ImageNameSet
+	ctl(t, ctx, broker, prefix, &renamed, "set-image-name", "-if", "ubuntu", img.Image.UUID, "ubuntu-24.04")
+	assert.True(t, renamed.Set, "a compare-and-set from the image's name")
+	assert.Equal(t, "ubuntu-24.04", renamed.Image.Name)
+	assert.Equal(t, mustOwner(t, r, img.Image.UUID), renamed.Node, "SetImageName ran on the image's owner")
+	ctl(t, ctx, broker, prefix, &refused, "set-image-name", "-if", "ubuntu", img.Image.UUID, "other")
+	assert.False(t, refused.Set, "a compare-and-set from a name the image no longer has")
+	assert.Equal(t, "ubuntu-24.04", refused.Image.Name, "the reply holds the name the operation found")
 
 	// Two hosts and two VMs owned by each node.
 	hosts, vms := idsOwnedBy(t, r, ids, 2), idsOwnedBy(t, r, ids, 2)

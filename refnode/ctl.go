@@ -27,6 +27,7 @@ Commands:
   add-host [-name n] [-address a] [UUID]      add a host (a new UUID if none)
   add-image [-name n] [-url u] [-size-mb n] [UUID]
   create-vm [-name n] [-cpus n] [-memory-mb n] [-uuid u] IMAGE_UUID
+  set-image-name [-if n] UUID NAME            rename; -if n: only if named n now
   start-vm UUID | stop-vm UUID | reboot-vm UUID | destroy-vm UUID
   get-vm UUID | get-host UUID | get-image UUID
 
@@ -102,6 +103,25 @@ var ctlCommands = map[string]ctlCommand{
 			return api.AddImage{UUID: id, Name: *name, URL: *url, SizeMB: *size}, err
 		}
 	}, call: callAs[api.ImageReply]},
+	"set-image-name": {flags: func(fs *flag.FlagSet) func([]string) (any, error) {
+		ifName := fs.String("if", "", "")
+		return func(args []string) (any, error) {
+			if len(args) != 2 {
+				return nil, errors.New("give the image's UUID and its new name")
+			}
+			id, err := message.NormalizeUUID(args[0])
+			if err != nil {
+				return nil, err
+			}
+			m := api.SetImageName{UUID: id, Name: args[1]}
+			fs.Visit(func(f *flag.Flag) { // -if "" compares with the empty name
+				if f.Name == "if" {
+					m.IfName = ifName
+				}
+			})
+			return m, nil
+		}
+	}, call: callAs[api.ImageNameSet]},
 	"create-vm": {flags: func(fs *flag.FlagSet) func([]string) (any, error) {
 		name, id := fs.String("name", "", ""), fs.String("uuid", "", "")
 		cpus, mem := fs.Int("cpus", 0, ""), fs.Int("memory-mb", 0, "")

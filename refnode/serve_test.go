@@ -178,6 +178,9 @@ func TestCtlUsage(t *testing.T) {
 		{[]string{"ctl", "get-vm", "nope"}, 2, "invalid UUID"},
 		{[]string{"ctl", "create-vm"}, 2, "give the UUID of the image"},
 		{[]string{"ctl", "add-host", id, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"ctl", "set-image-name", id}, 2, "give the image's UUID and its new name"},
+		{[]string{"ctl", "set-image-name", "nope", "n"}, 2, "invalid UUID"},
+		{[]string{"ctl", "set-image-name", id, "n", "-if", "m"}, 2, "give the image's UUID and its new name"},
 		{[]string{"ctl", "get-vm", id}, 2, "-bus (or REFNODE_BUS) is required"},
 		{[]string{"ctl", "get-vm", "-bus", "http://127.0.0.1/", id}, 1, "not an amqp:// or amqps:// URL"},
 		{[]string{"ctl", "-bus", "amqp://u:" + password + "@127.0.0.1:1/", "get-vm", id}, 1, "connect to the broker"},
@@ -192,7 +195,7 @@ func TestCtlUsage(t *testing.T) {
 	}
 	code, out, _ := runCmd(t, nil, "ctl", "-h")
 	assert.Equal(t, 0, code)
-	for _, cmd := range []string{"add-host", "add-image", "create-vm", "start-vm", "stop-vm", "reboot-vm", "destroy-vm", "get-vm", "REFNODE_BUS"} {
+	for _, cmd := range []string{"add-host", "add-image", "set-image-name", "create-vm", "start-vm", "stop-vm", "reboot-vm", "destroy-vm", "get-vm", "REFNODE_BUS"} {
 		assert.Contains(t, out, cmd)
 	}
 }

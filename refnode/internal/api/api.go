@@ -3,7 +3,7 @@
 //
 // # Routing
 //
-// A message about an existing resource (StartVm, AddHost, GetImage, …)
+// A message about an existing resource (StartVm, AddHost, SetImageName, …)
 // implements message.Routed: the SDK routes it to its service on the node
 // that owns the resource's UUID on the ring (service.Node.Call,
 // service.Client.Call), and every receiver refuses it if it arrives
@@ -116,6 +116,35 @@ type ImageReply struct {
 	Handling
 }
 
+// SetImageName renames an image; routed by its UUID to the image service
+// of its owner. With IfName set it is a compare-and-set: the name is
+// written only if the image's name is *IfName at that moment. Each
+// message runs once (a resend with the same id gets the first reply),
+// and only on the image's current owner, so the names of one image form
+// a linearizable register. API.
+type SetImageName struct {
+	// UUID is the image's UUID.
+	UUID string `json:"uuid"`
+	// Name is the new name.
+	Name string `json:"name"`
+	// IfName, if set, is the name the image must have for Name to be
+	// written (compare-and-set); "" is the empty name. Nil: write
+	// unconditionally.
+	IfName *string `json:"if_name,omitempty"`
+}
+
+// ImageNameSet answers SetImageName.
+type ImageNameSet struct {
+	// Image is the image's record after the operation: with the new name
+	// if Set, else as the operation found it.
+	Image cloud.Image `json:"image"`
+	// Set reports whether the name was written: always for a plain
+	// SetImageName, for a compare-and-set only if the image had the name
+	// IfName.
+	Set bool `json:"set"`
+	Handling
+}
+
 // CreateVm creates a VM: a creation message, handled by the local node's
 // VM service, which asks its own host service for a host (AllocateHost)
 // and defines the VM there. Through api.portal, the portal's node is the
@@ -196,6 +225,9 @@ func (m AddImage) ResourceUUID() string { return m.UUID }
 // ResourceUUID returns the image's UUID: GetImage is message.Routed.
 func (m GetImage) ResourceUUID() string { return m.UUID }
 
+// ResourceUUID returns the image's UUID: SetImageName is message.Routed.
+func (m SetImageName) ResourceUUID() string { return m.UUID }
+
 // ResourceUUID returns the VM's UUID: StartVm is message.Routed.
 func (m StartVm) ResourceUUID() string { return m.UUID }
 
@@ -224,6 +256,8 @@ func Register(reg *message.Registry) error {
 		message.Register[AddImage](reg, "refnode.v1.AddImage"),
 		message.Register[GetImage](reg, "refnode.v1.GetImage"),
 		message.Register[ImageReply](reg, "refnode.v1.ImageReply"),
+		message.Register[SetImageName](reg, "refnode.v1.SetImageName"),
+		message.Register[ImageNameSet](reg, "refnode.v1.ImageNameSet"),
 		message.Register[CreateVm](reg, "refnode.v1.CreateVm"),
 		message.Register[VmCreated](reg, "refnode.v1.VmCreated"),
 		message.Register[StartVm](reg, "refnode.v1.StartVm"),

@@ -24,6 +24,7 @@ func TestRegister(t *testing.T) {
 		{api.AllocateHost{}, "refnode.v1.AllocateHost", false},
 		{api.AddImage{}, "refnode.v1.AddImage", true},
 		{api.GetImage{}, "refnode.v1.GetImage", true},
+		{api.SetImageName{}, "refnode.v1.SetImageName", true},
 		{api.CreateVm{}, "refnode.v1.CreateVm", false},
 		{api.StartVm{}, "refnode.v1.StartVm", true},
 		{api.StopVm{}, "refnode.v1.StopVm", true},
@@ -33,6 +34,7 @@ func TestRegister(t *testing.T) {
 		{api.HostReply{}, "refnode.v1.HostReply", false},
 		{api.HostAllocated{}, "refnode.v1.HostAllocated", false},
 		{api.ImageReply{}, "refnode.v1.ImageReply", false},
+		{api.ImageNameSet{}, "refnode.v1.ImageNameSet", false},
 		{api.VmCreated{}, "refnode.v1.VmCreated", false},
 		{api.VmReply{}, "refnode.v1.VmReply", false},
 	} {

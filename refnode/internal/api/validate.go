@@ -65,6 +65,17 @@ func (m AddImage) Validate() error {
 	return p.err("AddImage")
 }
 
+// Validate checks the fields against the domain limits: the name, and
+// the name to compare with, like AddImage's name.
+func (m SetImageName) Validate() error {
+	var p problems
+	p.text("name", m.Name, MaxNameBytes)
+	if m.IfName != nil {
+		p.text("if_name", *m.IfName, MaxNameBytes)
+	}
+	return p.err("SetImageName")
+}
+
 // Validate checks the fields against the domain limits.
 func (m CreateVm) Validate() error {
 	var p problems

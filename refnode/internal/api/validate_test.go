@@ -26,6 +26,11 @@ func TestValidate(t *testing.T) {
 		{api.AddHost{Name: strings.Repeat("h", 10*1024)}, "name"},
 		{api.AddHost{Address: "\xff"}, "address"},
 		{api.AddHost{Name: "h1", Address: "10.0.0.1"}, ""},
+		{api.SetImageName{Name: "ubuntu"}, ""},
+		{api.SetImageName{Name: "", IfName: new("")}, ""},
+		{api.SetImageName{Name: strings.Repeat("n", api.MaxNameBytes+1)}, "name"},
+		{api.SetImageName{Name: "n", IfName: new(strings.Repeat("n", api.MaxNameBytes+1))}, "if_name"},
+		{api.SetImageName{Name: "n", IfName: new("\xff")}, "if_name"},
 	} {
 		err := c.m.Validate()
 		if c.field == "" {

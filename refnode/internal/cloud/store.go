@@ -27,7 +27,9 @@ import (
 // running them one at a time on the resource's ring owner. The Update
 // methods are nevertheless atomic (a transaction in SQL), so that two
 // writers of different fields of one record (a VM operation and a host
-// ping, say) do not lose each other's writes.
+// ping, say) do not lose each other's writes; inside [Store.Do] an
+// update holds the record until the transaction ends, so a
+// compare-and-set made in the update function is atomic too.
 //
 // Times (Host.ConnectedAt) keep microsecond precision: a store may return
 // them truncated to the microsecond, in UTC and without a monotonic
@@ -55,6 +57,9 @@ type Store interface {
 	Image(ctx context.Context, uuid string) (Image, error)
 	// Images returns every image.
 	Images(ctx context.Context) ([]Image, error)
+	// UpdateImage applies update to the image atomically, like
+	// UpdateHost.
+	UpdateImage(ctx context.Context, uuid string, update func(*Image) error) (Image, error)
 
 	// AddVM inserts vm; an existing UUID fails like AddHost.
 	AddVM(ctx context.Context, vm VM) error
@@ -69,8 +74,11 @@ type Store interface {
 	// commits only while w.Claim holds, and runs once per w.Key: a later
 	// Do with the same key returns the first reply without running fn.
 	// fn reads and writes through tx, the store bound to the transaction
-	// (tx.Do fails). If fn fails, nothing is recorded for w.Key and its
-	// error is returned; a claim that does not hold fails with a
+	// (tx.Do fails). Its writes take effect together when Do commits, or
+	// not at all: nobody else sees them before, and if fn fails, ctx
+	// ends before the commit or the fence refuses the commit, none is
+	// applied. If fn fails, nothing is recorded for w.Key and its error
+	// is returned; a claim that does not hold fails with a
 	// *fence.StaleError (message.ErrNotOwner).
 	Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx Store) ([]byte, error)) ([]byte, error)
 

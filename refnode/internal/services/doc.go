@@ -8,12 +8,13 @@
 // # Routing
 //
 //   - AddHost, GetHost, ReconnectHost go to the host service of the
-//     host's ring owner; AddImage and GetImage to the image service of
-//     the image's owner; StartVm, StopVm, RebootVm, DestroyVm and GetVm
-//     to the VM service of the VM's owner. Each names its resource
-//     (message.Routed), so the bus refuses one that was not routed by that
-//     UUID, and its serial execution per resource covers it; a handler
-//     reads the UUID from the request (bus.Request.Resource).
+//     host's ring owner; AddImage, GetImage and SetImageName to the
+//     image service of the image's owner; StartVm, StopVm, RebootVm,
+//     DestroyVm and GetVm to the VM service of the VM's owner. Each
+//     names its resource (message.Routed), so the bus refuses one that
+//     was not routed by that UUID, and its serial execution per resource
+//     covers it; a handler reads the UUID from the request
+//     (bus.Request.Resource).
 //   - CreateVm is a creation message: the local node's VM service handles
 //     it, and asks its own host service for a host with AllocateHost, a
 //     message about no resource, which service.Call sends to the local

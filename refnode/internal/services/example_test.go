@@ -15,8 +15,9 @@ import (
 )
 
 // Two management nodes with refnode's services over one store and one
-// simulated hypervisor; a client adds a host and an image, creates a VM
-// and starts it, all through api.portal.
+// simulated hypervisor; a client adds a host and an image, renames the
+// image with a compare-and-set, creates a VM and starts it, all through
+// api.portal.
 func Example() {
 	ctx := context.Background()
 	reg := message.NewRegistry()
@@ -44,6 +45,10 @@ func Example() {
 	h, _ := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.11"})
 	fmt.Println("host", h.Host.Status, "by its owner:", h.Node == c.Owner(host))
 	_, _ = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: image, Name: "ubuntu"})
+	for _, want := range []string{"ubuntu", "debian"} { // the second finds "ubuntu-24.04"
+		n, err := service.CallAPI[api.ImageNameSet](ctx, cl, api.SetImageName{UUID: image, Name: "ubuntu-24.04", IfName: &want})
+		fmt.Println("image renamed from", want+":", n.Set, "now", n.Image.Name, err)
+	}
 
 	vm, _ := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: image})
 	fmt.Println("vm", vm.VM.State, "on the portal's node:", vm.Node == vm.Portal)
@@ -51,6 +56,8 @@ func Example() {
 	fmt.Println("vm", r.VM.State, "by its owner:", r.Node == c.Owner(vm.VM.UUID), err)
 	// Output:
 	// host connected by its owner: true
+	// image renamed from ubuntu: true now ubuntu-24.04 <nil>
+	// image renamed from debian: false now ubuntu-24.04 <nil>
 	// vm created on the portal's node: true
 	// vm running by its owner: true <nil>
 }

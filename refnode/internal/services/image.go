@@ -2,6 +2,7 @@ package services
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -11,28 +12,32 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
-// ImageService is the "image" service: it adds and reads images, each on
-// the image's ring owner. It implements service.Starter and
-// service.APIService. Safe for concurrent use once started.
+// ImageService is the "image" service: it adds, renames and reads
+// images, each on the image's ring owner. It implements service.Starter
+// and service.APIService. Safe for concurrent use once started.
 type ImageService struct {
 	store cloud.Store
 	log   *slog.Logger
 	node  *service.Node
 	mux   *bus.Mux
+	stall func(ctx context.Context, image, name string) // Config.StallImageWrite
 }
 
 func newImageService(cfg Config) *ImageService {
-	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux()}
+	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux(), stall: cfg.StallImageWrite}
 	bus.HandleRequest(s.mux, s.add)
 	bus.HandleRequest(s.mux, s.get)
+	bus.HandleRequest(s.mux, s.setName)
 	return s
 }
 
 // Name returns "image".
 func (s *ImageService) Name() string { return api.ImageService }
 
-// APIMessages returns AddImage and GetImage.
-func (s *ImageService) APIMessages() []any { return []any{api.AddImage{}, api.GetImage{}} }
+// APIMessages returns AddImage, GetImage and SetImageName.
+func (s *ImageService) APIMessages() []any {
+	return []any{api.AddImage{}, api.GetImage{}, api.SetImageName{}}
+}
 
 // Start binds the service to its node.
 func (s *ImageService) Start(ctx context.Context, n *service.Node) error {
@@ -74,4 +79,59 @@ func (s *ImageService) get(ctx context.Context, r *bus.Request, _ api.GetImage) 
 		return api.ImageReply{}, err
 	}
 	return api.ImageReply{Image: img, Handling: handling(r)}, nil
+}
+
+// errNameDiffers ends a compare-and-set's update when the image's name
+// is not the one expected; the reply says so (Set false).
+var errNameDiffers = errors.New("image: the name differs")
+
+// setName handles SetImageName on the image's owner: one transaction
+// fenced by this node's claim on the image and recorded under the
+// message's key reads the image, compares its name and writes the new
+// one. So a node that lost the image writes nothing (not_owner), and a
+// redelivered message gets its first reply without running again: a
+// compare-and-set that failed stays failed. The compare is made again
+// in the update function, which holds the image's record until the
+// commit, so it is atomic even against a writer outside the fence.
+func (s *ImageService) setName(ctx context.Context, r *bus.Request, m api.SetImageName) (api.ImageNameSet, error) {
+	if err := m.Validate(); err != nil {
+		return api.ImageNameSet{}, err
+	}
+	id := r.Resource() // m.UUID, canonical: the bus checked
+	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.ImageNameSet, error) {
+		img, err := tx.Image(ctx, id)
+		if err != nil {
+			return api.ImageNameSet{}, err
+		}
+		if m.IfName != nil && img.Name != *m.IfName {
+			return api.ImageNameSet{Image: img, Handling: handling(r)}, nil
+		}
+		if s.stall != nil {
+			s.stall(ctx, id, m.Name)
+		}
+		img, err = tx.UpdateImage(ctx, id, func(img *cloud.Image) error {
+			if m.IfName != nil && img.Name != *m.IfName {
+				return errNameDiffers
+			}
+			img.Name = m.Name
+			return nil
+		})
+		if errors.Is(err, errNameDiffers) { // changed since the read: only a writer outside the fence can
+			cur, err := tx.Image(ctx, id)
+			return api.ImageNameSet{Image: cur, Handling: handling(r)}, err
+		}
+		if err != nil {
+			return api.ImageNameSet{}, err
+		}
+		return api.ImageNameSet{Image: img, Set: true, Handling: handling(r)}, nil
+	})
+	if err != nil {
+		return api.ImageNameSet{}, stale(s.log, err)
+	}
+	if reply.Set {
+		s.log.Info("image renamed", "image", id, "name", m.Name, "msg", r.ID())
+	} else {
+		s.log.Info("image not renamed: its name differs", "image", id, "name", reply.Image.Name, "if_name", *m.IfName, "msg", r.ID())
+	}
+	return reply, nil
 }

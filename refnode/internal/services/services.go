@@ -49,6 +49,11 @@ type Config struct {
 	// records its outcome: fault tests cut the database there (refnode
 	// serve -test-stall-vm-final-write).
 	StallVMFinalWrite func(ctx context.Context, vm string)
+	// StallImageWrite, if set, runs in every SetImageName transaction
+	// that is about to write name, after the fence's check and the read
+	// of the image, before the write: fault tests stall a writer there,
+	// so that its node loses the image meanwhile.
+	StallImageWrite func(ctx context.Context, image, name string)
 	// VMSweepInterval is how often each node checks the VMs it owns
 	// against their hypervisor and repairs a record left transitional or
 	// contradicting the VM's power state; it also checks at every ring

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
@@ -63,6 +64,9 @@ func Run(t *testing.T, h Harness) {
 		{"PeersSeeWrites", testPeers},
 		{"AtomicUpdates", testAtomicUpdates},
 		{"ConcurrentAdds", testConcurrentAdds},
+		{"Transaction", testTransaction},
+		{"TransactionRollsBack", testTransactionRollback},
+		{"TransactionsSerialize", testTransactionsSerialize},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
@@ -158,6 +162,7 @@ func testUUIDs(t *testing.T, h Harness) {
 		assert.ErrorIs(t, second(s.Image(ctx, bad)), message.ErrInvalidUUID, "Image: %s", what)
 		assert.ErrorIs(t, second(s.VM(ctx, bad)), message.ErrInvalidUUID, "VM: %s", what)
 		assert.ErrorIs(t, second(s.UpdateHost(ctx, bad, func(*cloud.Host) error { return nil })), message.ErrInvalidUUID, "UpdateHost: %s", what)
+		assert.ErrorIs(t, second(s.UpdateImage(ctx, bad, func(*cloud.Image) error { return nil })), message.ErrInvalidUUID, "UpdateImage: %s", what)
 		assert.ErrorIs(t, second(s.UpdateVM(ctx, bad, func(*cloud.VM) error { return nil })), message.ErrInvalidUUID, "UpdateVM: %s", what)
 	}
 	hosts, err := s.Hosts(ctx)
@@ -174,6 +179,10 @@ func testNotFound(t *testing.T, h Harness) {
 		"Image": second(s.Image(ctx, uuidC)),
 		"VM":    second(s.VM(ctx, uuidC)),
 		"UpdateHost": second(s.UpdateHost(ctx, uuidC, func(*cloud.Host) error {
+			called = true
+			return nil
+		})),
+		"UpdateImage": second(s.UpdateImage(ctx, uuidC, func(*cloud.Image) error {
 			called = true
 			return nil
 		})),
@@ -240,6 +249,7 @@ func testUpdate(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s := h.New(t)
 	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
 	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
 
 	at := time.UnixMicro(1764480000999999).UTC()
@@ -263,6 +273,20 @@ func testUpdate(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	sameHost(t, want, read, "a failed update changes nothing")
 
+	img, err := s.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "renamed"; img.SizeMB = 7; return nil })
+	require.NoError(t, err)
+	wantImg := sampleImage(uuidA)
+	wantImg.Name, wantImg.SizeMB = "renamed", 7
+	assert.Equal(t, wantImg, img, "UpdateImage returns the record after the update")
+	readImg, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, wantImg, readImg, "UpdateImage stores the record it returns")
+	_, err = s.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "lost"; return boom })
+	assert.Same(t, boom, err, "the update's error is returned as is")
+	readImg, err = s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, wantImg, readImg, "a failed update changes nothing")
+
 	vm, err := s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMStopped; v.CPUs = 2; return nil })
 	require.NoError(t, err)
 	wantVM := sampleVM(uuidA)
@@ -284,6 +308,13 @@ func testUpdateUUID(t *testing.T, h Harness) {
 	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
 	_, err = s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.UUID = uuidB; return nil })
 	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	_, err = s.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.UUID = uuidB; img.Name = "moved"; return nil })
+	assert.ErrorIs(t, err, message.ErrBadRequest, "UUIDs never change")
+	gotImg, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleImage(uuidA), gotImg, "a refused update changes nothing")
+	assert.ErrorIs(t, second(s.Image(ctx, uuidB)), message.ErrNotFound, "a refused update creates nothing")
 	got, err := s.Host(ctx, uuidA)
 	require.NoError(t, err)
 	assert.Equal(t, sampleHost(uuidA).Name, got.Name, "a refused update changes nothing")
@@ -294,6 +325,7 @@ func testUpdateUUID(t *testing.T, h Harness) {
 func testCanceled(t *testing.T, h Harness) {
 	s := h.New(t)
 	require.NoError(t, s.AddHost(t.Context(), sampleHost(uuidA)))
+	require.NoError(t, s.AddImage(t.Context(), sampleImage(uuidA)))
 	require.NoError(t, s.AddVM(t.Context(), sampleVM(uuidA)))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -309,6 +341,10 @@ func testCanceled(t *testing.T, h Harness) {
 		"VM":       second(s.VM(ctx, uuidA)),
 		"VMs":      second(s.VMs(ctx)),
 		"UpdateHost": second(s.UpdateHost(ctx, uuidA, func(*cloud.Host) error {
+			called = true
+			return nil
+		})),
+		"UpdateImage": second(s.UpdateImage(ctx, uuidA, func(*cloud.Image) error {
 			called = true
 			return nil
 		})),
@@ -342,10 +378,16 @@ func testPeers(t *testing.T, h Harness) {
 	got, err = s.Host(ctx, uuidA)
 	require.NoError(t, err)
 	assert.Equal(t, uuidC, got.ManagedBy, "an update through one handle is seen through another")
+	_, err = s.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "renamed"; return nil })
+	require.NoError(t, err)
+	img, err := p.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, "renamed", img.Name, "an update through one handle is seen through another")
 }
 
-// testAtomicUpdates runs read-modify-write increments on one host and one
-// VM from many goroutines through two handles: none may be lost.
+// testAtomicUpdates runs read-modify-write increments on one host, one
+// image and one VM from many goroutines through two handles: none may be
+// lost.
 func testAtomicUpdates(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s := h.New(t)
@@ -356,10 +398,13 @@ func testAtomicUpdates(t *testing.T, h Harness) {
 	vm := sampleVM(uuidA)
 	vm.CPUs = 0
 	require.NoError(t, s.AddVM(ctx, vm))
+	img := sampleImage(uuidA)
+	img.SizeMB = 0
+	require.NoError(t, s.AddImage(ctx, img))
 
 	const writers, each = 6, 15
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*writers*each)
+	errs := make(chan error, 3*writers*each)
 	for w := range writers {
 		st := s
 		if w%2 == 1 {
@@ -372,6 +417,9 @@ func testAtomicUpdates(t *testing.T, h Harness) {
 				}
 				if _, err := st.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.CPUs++; return nil }); err != nil {
 					errs <- fmt.Errorf("UpdateVM: %w", err)
+				}
+				if _, err := st.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.SizeMB++; return nil }); err != nil {
+					errs <- fmt.Errorf("UpdateImage: %w", err)
 				}
 			}
 		})
@@ -387,6 +435,9 @@ func testAtomicUpdates(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.Equal(t, writers*each, gotHost.Takeovers, "UpdateHost is atomic: no increment is lost")
 	assert.Equal(t, writers*each, gotVM.CPUs, "UpdateVM is atomic: no increment is lost")
+	gotImg, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, int64(writers*each), gotImg.SizeMB, "UpdateImage is atomic: no increment is lost")
 }
 
 // testConcurrentAdds adds one UUID from many goroutines: exactly one wins.
@@ -414,6 +465,146 @@ func testConcurrentAdds(t *testing.T, h Harness) {
 		assert.ErrorIs(t, err, message.ErrBadRequest, "a losing concurrent add fails as a duplicate")
 	}
 	assert.Equal(t, 1, won, "exactly one of %d concurrent adds of one UUID succeeds", n)
+}
+
+// testTransaction: in Do, fn reads its own writes, nobody else sees them
+// before the commit, and everybody after.
+func testTransaction(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	reply, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		img, err := tx.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "in tx"; return nil })
+		if err != nil {
+			return nil, err
+		}
+		assert.Equal(t, "in tx", img.Name, "UpdateImage in a transaction returns the record after the update")
+		got, err := tx.Image(ctx, uuidA)
+		require.NoError(t, err)
+		assert.Equal(t, "in tx", got.Name, "a transaction reads its own writes")
+		if err := tx.AddVM(ctx, sampleVM(uuidB)); err != nil {
+			return nil, err
+		}
+		vms, err := tx.VMs(ctx)
+		require.NoError(t, err)
+		assert.Len(t, vms, 1, "a transaction lists what it added")
+		got, err = p.Image(ctx, uuidA)
+		require.NoError(t, err)
+		assert.Equal(t, sampleImage(uuidA).Name, got.Name, "nobody sees a transaction's update before it commits")
+		assert.ErrorIs(t, second(p.VM(ctx, uuidB)), message.ErrNotFound, "nobody sees a transaction's add before it commits")
+		_, err = tx.Do(ctx, fence.Write{}, func(context.Context, cloud.Store) ([]byte, error) { return nil, nil })
+		assert.Error(t, err, "transactions do not nest")
+		return []byte("done"), nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "done", string(reply), "Do returns fn's reply")
+	got, err := p.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, "in tx", got.Name, "a committed update is seen by everybody")
+	_, err = p.VM(ctx, uuidB)
+	assert.NoError(t, err, "a committed add is seen by everybody")
+}
+
+// testTransactionRollback: a transaction whose fn fails, or whose ctx
+// ends before the commit, writes nothing.
+func testTransactionRollback(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	boom := errors.New("boom")
+	write := func(ctx context.Context, tx cloud.Store) error {
+		if _, err := tx.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "rolled back"; return nil }); err != nil {
+			return err
+		}
+		return tx.AddHost(ctx, sampleHost(uuidB))
+	}
+	_, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if err := write(ctx, tx); err != nil {
+			return nil, err
+		}
+		return nil, boom
+	})
+	assert.ErrorIs(t, err, boom, "Do returns fn's error")
+	img, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleImage(uuidA), img, "a transaction whose fn failed changed nothing")
+	assert.ErrorIs(t, second(s.Host(ctx, uuidB)), message.ErrNotFound, "a transaction whose fn failed added nothing")
+
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = s.Do(cctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if err := write(ctx, tx); err != nil {
+			return nil, err
+		}
+		cancel() // after the writes, before the commit
+		return nil, nil
+	})
+	assert.ErrorIs(t, err, context.Canceled, "a transaction whose ctx ended before the commit fails with ctx's error")
+	img, err = s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleImage(uuidA), img, "a transaction whose ctx ended before the commit changed nothing")
+	assert.ErrorIs(t, second(s.Host(ctx, uuidB)), message.ErrNotFound, "a transaction whose ctx ended before the commit added nothing")
+
+	_, err = s.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "after"; return nil })
+	assert.NoError(t, err, "the record is not left locked")
+}
+
+// testTransactionsSerialize runs compare-and-set increments on one image
+// from many goroutines through two handles, half in transactions that
+// read the image first and update it last, half as plain updates: an
+// update in a transaction holds the record until the commit, so none is
+// lost and every compare in a transaction sees the last committed value.
+func testTransactionsSerialize(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	img := sampleImage(uuidA)
+	img.SizeMB = 0
+	require.NoError(t, s.AddImage(ctx, img))
+
+	const writers, each = 6, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		st := s
+		if w%2 == 1 {
+			st = p
+		}
+		wg.Go(func() {
+			for range each {
+				var err error
+				if w%3 == 2 {
+					_, err = st.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.SizeMB++; return nil })
+				} else {
+					_, err = st.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+						seen, err := tx.Image(ctx, uuidA)
+						if err != nil {
+							return nil, err
+						}
+						_, err = tx.UpdateImage(ctx, uuidA, func(img *cloud.Image) error {
+							if img.SizeMB < seen.SizeMB {
+								return fmt.Errorf("the locked record went back from %d to %d", seen.SizeMB, img.SizeMB)
+							}
+							img.SizeMB++
+							return nil
+						})
+						return nil, err
+					})
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err, "concurrent transactions must not fail (they wait for the record's lock)")
+	}
+	got, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, int64(writers*each), got.SizeMB, "an update in a transaction holds the record until the commit: no increment is lost")
 }
 
 func first[T any](v T, _ error) T { return v }

@@ -7,6 +7,19 @@
 // through that view then fails with an error matching [ErrUnreachable]
 // and changes nothing, so a killed node can no longer write what its new
 // owners wrote, as a dead process cannot.
+//
+// # Transactions
+//
+// [Store.Do] behaves as sqldb's does: fn's writes are staged and applied
+// together at commit, only if fn succeeded, ctx has not ended, the node
+// is still reachable and the fence lets the claim commit; otherwise none
+// is applied. Until then nobody else sees them. Reads in a transaction
+// see the committed records and the transaction's own writes. An update
+// or add in a transaction locks the record, as SELECT … FOR UPDATE and a
+// unique index do, until the transaction ends: another transaction's or
+// a plain update of that record waits (bounded by its ctx), so a
+// compare-and-set made in an update function holds at commit. Reads never
+// wait.
 package memdb
 
 import (
@@ -37,8 +50,9 @@ type Store struct {
 	hosts       map[string]cloud.Host
 	images      map[string]cloud.Image
 	vms         map[string]cloud.VM
-	unreachable map[string]bool // by node, for views
-	fence       *memfence.Fence // nil until UseFence
+	locks       map[rowKey]*rowLock // records locked by a transaction of Do
+	unreachable map[string]bool     // by node, for views
+	fence       *memfence.Fence     // nil until UseFence
 }
 
 var _ cloud.Store = (*Store)(nil)
@@ -49,6 +63,7 @@ func New() *Store {
 		hosts:       make(map[string]cloud.Host),
 		images:      make(map[string]cloud.Image),
 		vms:         make(map[string]cloud.VM),
+		locks:       make(map[rowKey]*rowLock),
 		unreachable: make(map[string]bool),
 	}
 }
@@ -88,6 +103,11 @@ func (s *Store) Images(ctx context.Context) ([]cloud.Image, error) {
 	return list(ctx, s, s.images)
 }
 
+// UpdateImage implements [cloud.Store.UpdateImage].
+func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud.Image) error) (cloud.Image, error) {
+	return modify(ctx, s, s.images, "image", uuid, update, func(img cloud.Image) string { return img.UUID })
+}
+
 // AddVM implements [cloud.Store.AddVM].
 func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error {
 	return add(ctx, s, s.vms, "vm", vm.UUID, vm)
@@ -115,7 +135,9 @@ func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid str
 	if err := cloud.CheckUUID(kind, uuid); err != nil {
 		return err
 	}
-	s.mu.Lock()
+	if err := s.lockFree(ctx, rowKey{kind, uuid}); err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
 	if _, ok := rows[uuid]; ok {
 		return cloud.Exists(kind, uuid)
@@ -163,7 +185,9 @@ func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid 
 	if err := cloud.CheckUUID(kind, uuid); err != nil {
 		return zero, err
 	}
-	s.mu.Lock()
+	if err := s.lockFree(ctx, rowKey{kind, uuid}); err != nil {
+		return zero, err
+	}
 	defer s.mu.Unlock()
 	rec, ok := rows[uuid]
 	if !ok {
@@ -188,52 +212,40 @@ func (s *Store) UseFence(members heartbeat.Store, cfg memfence.Config) {
 	s.fence = memfence.New(members, cfg)
 }
 
-// Do implements [cloud.Store.Do] with the fence of [Store.UseFence]. fn
-// writes to the store as it goes (tx is the store itself): an in-memory
-// store has no rollback, so a write fn made before failing stays, and a
-// writer whose claim stopped holding while fn ran has written; a node
-// that died is cut off with [Store.SetUnreachable] instead. The fence
-// still orders claimants by token, refuses stale ones before fn runs, and
-// runs each message once.
+// Do implements [cloud.Store.Do] with the fence of [Store.UseFence]:
+// fn runs on a transaction whose writes are applied together at commit,
+// if the fence commits the claim (see "Transactions" in the package
+// documentation). Without UseFence, a Do with a claim or a key fails.
 func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
-	return s.do(ctx, w, s, fn)
+	return s.do(ctx, w, "", fn)
 }
 
-func (s *Store) do(ctx context.Context, w fence.Write, tx cloud.Store, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+// do runs fn in a transaction of node ("" for the Store itself).
+func (s *Store) do(ctx context.Context, w fence.Write, node string, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	s.mu.Lock()
 	f := s.fence
 	s.mu.Unlock()
+	t := &txn{s: s, node: node, f: f, claim: w.Claim, staged: make(map[rowKey]any)}
+	defer t.release()
 	if f == nil {
 		if w != (fence.Write{}) {
 			return nil, errors.New("memdb: Do with a claim or a key needs a fence: call UseFence first")
 		}
-		return fn(ctx, tx)
+		reply, err := t.run(ctx, fn)
+		if err != nil {
+			return nil, err
+		}
+		t.commit()
+		return reply, nil
 	}
 	return f.Do(ctx, w, func(ctx context.Context, _ fence.Token) ([]byte, func(), error) {
-		reply, err := fn(ctx, bound{Store: tx, f: f, claim: w.Claim})
-		return reply, nil, err
+		reply, err := t.run(ctx, fn)
+		if err != nil {
+			return nil, nil, err
+		}
+		return reply, t.commit, nil // applied only if the claim still holds
 	})
 }
 
 // Verify implements [cloud.Store.Verify]: outside a transaction, nil.
 func (s *Store) Verify(context.Context) error { return nil }
-
-// bound is a store bound to a transaction: Do inside Do fails, Verify
-// checks the transaction's claim.
-type bound struct {
-	cloud.Store
-	f     *memfence.Fence
-	claim fence.Claim
-}
-
-// Verify implements [cloud.Store.Verify] with memfence.Fence.Verify.
-func (b bound) Verify(ctx context.Context) error {
-	if b.claim.IsZero() {
-		return nil
-	}
-	return b.f.Verify(ctx, b.claim)
-}
-
-func (bound) Do(context.Context, fence.Write, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
-	return nil, errors.New("memdb: Do inside Do: use the transaction's store")
-}

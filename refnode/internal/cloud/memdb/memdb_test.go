@@ -4,7 +4,13 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/cloudtest"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
@@ -48,17 +54,18 @@ func TestViews(t *testing.T) {
 	require.NoError(t, v.AddHost(ctx, cloud.Host{UUID: id}))
 	s.SetUnreachable(node, true)
 	calls := map[string]error{
-		"AddHost":    v.AddHost(ctx, cloud.Host{UUID: other}),
-		"AddImage":   v.AddImage(ctx, cloud.Image{UUID: id}),
-		"AddVM":      v.AddVM(ctx, cloud.VM{UUID: id}),
-		"Host":       second(v.Host(ctx, id)),
-		"Hosts":      second(v.Hosts(ctx)),
-		"UpdateHost": second(v.UpdateHost(ctx, id, func(*cloud.Host) error { return nil })),
-		"Image":      second(v.Image(ctx, id)),
-		"Images":     second(v.Images(ctx)),
-		"VM":         second(v.VM(ctx, id)),
-		"VMs":        second(v.VMs(ctx)),
-		"UpdateVM":   second(v.UpdateVM(ctx, id, func(*cloud.VM) error { return nil })),
+		"AddHost":     v.AddHost(ctx, cloud.Host{UUID: other}),
+		"AddImage":    v.AddImage(ctx, cloud.Image{UUID: id}),
+		"AddVM":       v.AddVM(ctx, cloud.VM{UUID: id}),
+		"Host":        second(v.Host(ctx, id)),
+		"Hosts":       second(v.Hosts(ctx)),
+		"UpdateHost":  second(v.UpdateHost(ctx, id, func(*cloud.Host) error { return nil })),
+		"Image":       second(v.Image(ctx, id)),
+		"Images":      second(v.Images(ctx)),
+		"UpdateImage": second(v.UpdateImage(ctx, id, func(*cloud.Image) error { return nil })),
+		"VM":          second(v.VM(ctx, id)),
+		"VMs":         second(v.VMs(ctx)),
+		"UpdateVM":    second(v.UpdateVM(ctx, id, func(*cloud.VM) error { return nil })),
 	}
 	for name, err := range calls {
 		assert.ErrorIs(t, err, memdb.ErrUnreachable, "%s through a cut-off view", name)
@@ -73,11 +80,81 @@ func TestViews(t *testing.T) {
 	require.NoError(t, w.AddVM(ctx, cloud.VM{UUID: id}))
 	_, err = w.UpdateVM(ctx, id, func(*cloud.VM) error { return nil })
 	assert.NoError(t, err)
+	_, err = w.UpdateImage(ctx, id, func(*cloud.Image) error { return nil })
+	assert.NoError(t, err)
 	_, err = w.UpdateHost(ctx, id, func(*cloud.Host) error { return nil })
 	assert.NoError(t, err)
 	for _, err := range []error{second(w.Image(ctx, id)), second(w.Images(ctx)), second(w.VM(ctx, id)), second(w.VMs(ctx))} {
 		assert.NoError(t, err)
 	}
+}
+
+// TestStaleWriteNotApplied: a node that stalls inside a fenced
+// transaction while peers evict it, and writes once it resumes, writes
+// nothing: its commit is refused (not_owner) and the new owner's write
+// stays, as with sqldb.
+func TestStaleWriteNotApplied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		members := memstore.New(memstore.Config{})
+		db := memdb.New()
+		db.UseFence(members, memfence.Config{MaxAge: time.Second, PollEvery: 10 * time.Millisecond})
+		const a, b = "11111111111111111111111111111111", "22222222222222222222222222222222"
+		const img = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		ea, err := members.Register(ctx, a)
+		require.NoError(t, err)
+		eb, err := members.Register(ctx, b)
+		require.NoError(t, err)
+		require.NoError(t, db.AddImage(ctx, cloud.Image{UUID: img, Name: "first"}))
+		rename := func(node string, epoch int64, name string, stall <-chan struct{}) error {
+			_, err := db.For(node).Do(ctx, fence.Write{Claim: fence.Claim{Resource: img, Node: node, Epoch: epoch}},
+				func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+					<-stall
+					_, err := tx.UpdateImage(ctx, img, func(i *cloud.Image) error { i.Name = name; return nil })
+					return nil, err
+				})
+			return err
+		}
+
+		resume := make(chan struct{})
+		stale := make(chan error, 1)
+		go func() { stale <- rename(a, ea, "from a", resume) }()
+		synctest.Wait() // a holds the image's fence, stalled
+		require.NoError(t, members.Deregister(ctx, a, ea), "peers evict a")
+		open := make(chan struct{})
+		close(open)
+		require.NoError(t, rename(b, eb, "from b", open), "the new owner takes the image over once a's claim died")
+		close(resume)
+		err = <-stale
+		assert.ErrorIs(t, err, message.ErrNotOwner, "the stalled node's commit is refused")
+		assert.ErrorIs(t, err, fence.ErrStale)
+		got, err := db.Image(ctx, img)
+		require.NoError(t, err)
+		assert.Equal(t, "from b", got.Name, "the stale write was not applied")
+	})
+}
+
+// TestCutOffBeforeCommit: a node cut off from the store after its
+// transaction wrote, before the commit, writes nothing.
+func TestCutOffBeforeCommit(t *testing.T) {
+	ctx := t.Context()
+	db := memdb.New()
+	const node, img = "11111111111111111111111111111111", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	require.NoError(t, db.AddImage(ctx, cloud.Image{UUID: img, Name: "first"}))
+	_, err := db.For(node).Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if _, err := tx.UpdateImage(ctx, img, func(i *cloud.Image) error { i.Name = "lost"; return nil }); err != nil {
+			return nil, err
+		}
+		db.SetUnreachable(node, true)
+		return nil, nil
+	})
+	assert.ErrorIs(t, err, memdb.ErrUnreachable)
+	got, err := db.Image(ctx, img)
+	require.NoError(t, err)
+	assert.Equal(t, "first", got.Name, "nothing was written")
+	db.SetUnreachable(node, false)
+	_, err = db.For(node).UpdateImage(ctx, img, func(i *cloud.Image) error { i.Name = "second"; return nil })
+	assert.NoError(t, err, "the record was not left locked")
 }
 
 func second[T any](_ T, err error) error { return err }

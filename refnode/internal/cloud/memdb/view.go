@@ -36,12 +36,19 @@ func (s *Store) SetUnreachable(node string, on bool) {
 	}
 }
 
-func (v *View) reach(op string) error {
-	v.s.mu.Lock()
-	cut := v.s.unreachable[v.node]
-	v.s.mu.Unlock()
+func (v *View) reach(op string) error { return v.s.reach(v.node, op) }
+
+// reach returns an error matching ErrUnreachable if node ("" for the
+// Store itself, always reachable) is cut off.
+func (s *Store) reach(node, op string) error {
+	if node == "" {
+		return nil
+	}
+	s.mu.Lock()
+	cut := s.unreachable[node]
+	s.mu.Unlock()
 	if cut {
-		return fmt.Errorf("memdb: %s from node %s: %w", op, v.node, ErrUnreachable)
+		return fmt.Errorf("memdb: %s from node %s: %w", op, node, ErrUnreachable)
 	}
 	return nil
 }
@@ -102,6 +109,14 @@ func (v *View) Images(ctx context.Context) ([]cloud.Image, error) {
 	return v.s.Images(ctx)
 }
 
+// UpdateImage implements [cloud.Store.UpdateImage] for the view's node.
+func (v *View) UpdateImage(ctx context.Context, uuid string, update func(*cloud.Image) error) (cloud.Image, error) {
+	if err := v.reach("update image"); err != nil {
+		return cloud.Image{}, err
+	}
+	return v.s.UpdateImage(ctx, uuid, update)
+}
+
 // AddVM implements [cloud.Store.AddVM] for the view's node.
 func (v *View) AddVM(ctx context.Context, vm cloud.VM) error {
 	if err := v.reach("add vm"); err != nil {
@@ -134,13 +149,14 @@ func (v *View) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM)
 	return v.s.UpdateVM(ctx, uuid, update)
 }
 
-// Do implements [cloud.Store.Do] for the view's node: fn writes through
-// the view, so a node cut off mid-transaction writes nothing more.
+// Do implements [cloud.Store.Do] for the view's node: fn reads and
+// writes as the node, and a node cut off before the commit writes
+// nothing.
 func (v *View) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	if err := v.reach("transaction"); err != nil {
 		return nil, err
 	}
-	return v.s.do(ctx, w, v, fn)
+	return v.s.do(ctx, w, v.node, fn)
 }
 
 // Verify implements [cloud.Store.Verify]: outside a transaction, nil.

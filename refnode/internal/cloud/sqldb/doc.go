@@ -39,12 +39,14 @@
 //
 // # Atomic updates
 //
-// UpdateHost and UpdateVM run in a transaction that locks the row first:
-// SELECT … FOR UPDATE on PostgreSQL and MySQL, and BEGIN IMMEDIATE on
-// SQLite, which takes the database's write lock (SQLite has one writer
-// at a time). The update function runs while the lock is held, so two
-// writers of one record, in one process or in several, never lose each
-// other's writes; it must therefore be quick and must not call the store.
+// UpdateHost, UpdateImage and UpdateVM run in a transaction that locks
+// the row first: SELECT … FOR UPDATE on PostgreSQL and MySQL, and BEGIN
+// IMMEDIATE on SQLite, which takes the database's write lock (SQLite has
+// one writer at a time). Inside [Store.Do] that transaction is the Do's,
+// which keeps the lock until it ends. The update function runs while the
+// lock is held, so two writers of one record, in one process or in
+// several, never lose each other's writes, and a compare-and-set made in
+// it is atomic; it must therefore be quick and must not call the store.
 // Adds are one INSERT each: of concurrent adds of one UUID exactly one
 // succeeds, the others fail with an error matching message.ErrBadRequest.
 //

@@ -80,9 +80,9 @@ func TestGolden(t *testing.T) {
 }
 
 // writeRecordsGolden writes the golden state with a real store of
-// today's code and returns the golden file's header. Hosts and VMs are
-// added and then changed by UpdateHost and UpdateVM, so both ways of
-// writing a row are in the file.
+// today's code and returns the golden file's header. Images, hosts and
+// VMs are added and then changed by UpdateImage, UpdateHost and
+// UpdateVM, so both ways of writing a row are in the file.
 func writeRecordsGolden(t *testing.T, p *sqlconn.Pool, _ string) []string {
 	ctx := t.Context()
 	s, err := sqldb.Open(ctx, p, sqldb.Config{Prefix: goldenPrefix})
@@ -90,12 +90,14 @@ func writeRecordsGolden(t *testing.T, p *sqlconn.Pool, _ string) []string {
 	defer s.Close()
 
 	for _, img := range []cloud.Image{
-		{UUID: goldenImgUbuntu, Name: "ubuntu-24.04", URL: "https://images.example.com/ubuntu-24.04-server-cloudimg-amd64.img", SizeMB: 2252},
+		{UUID: goldenImgUbuntu, Name: "ubuntu", URL: "https://images.example.com/ubuntu-24.04-server-cloudimg-amd64.img", SizeMB: 2252},
 		{UUID: goldenImgBlank},
 		{UUID: goldenImgOdd, Name: "Ünïcode 镜像 'quoted' \"double\"", URL: "file:///var/lib/images/with space.qcow2?x=1&y=2", SizeMB: 5 << 40},
 	} {
 		require.NoError(t, s.AddImage(ctx, img))
 	}
+	_, err = s.UpdateImage(ctx, goldenImgUbuntu, func(img *cloud.Image) error { img.Name = "ubuntu-24.04"; return nil })
+	require.NoError(t, err)
 
 	require.NoError(t, s.AddHost(ctx, cloud.Host{UUID: goldenHostUp, Name: "kvm-01", Address: "10.0.0.11", Status: cloud.HostDisconnected, ManagedBy: goldenNode2, Takeovers: 1}))
 	_, err = s.UpdateHost(ctx, goldenHostUp, func(h *cloud.Host) error {
@@ -239,6 +241,15 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 	h, err = s.Host(ctx, goldenHostNever)
 	require.NoError(t, err)
 	assert.Equal(t, wantHost, h, "an update of a golden row keeps its other columns")
+
+	img, err := s.UpdateImage(ctx, goldenImgOdd, func(img *cloud.Image) error { img.Name = "renamed"; return nil })
+	require.NoError(t, err)
+	wantImg := wantImages[2]
+	wantImg.Name = "renamed"
+	assert.Equal(t, wantImg, img)
+	img, err = s.Image(ctx, goldenImgOdd)
+	require.NoError(t, err)
+	assert.Equal(t, wantImg, img, "an update of a golden row keeps its other columns")
 
 	err = s.AddVM(ctx, cloud.VM{UUID: goldenVMCreated, ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, State: cloud.VMCreated})
 	assert.ErrorIs(t, err, message.ErrBadRequest, "a golden VM's UUID is taken")

@@ -217,6 +217,12 @@ func (s *Store) Images(ctx context.Context) ([]cloud.Image, error) {
 	return list(ctx, s, imageRecord)
 }
 
+// UpdateImage implements [cloud.Store.UpdateImage] in a transaction that
+// locks the image's row first.
+func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud.Image) error) (cloud.Image, error) {
+	return modify(ctx, s, imageRecord, uuid, update)
+}
+
 // AddVM implements [cloud.Store.AddVM] with one INSERT.
 func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error { return add(ctx, s, vmRecord, &vm) }
 
