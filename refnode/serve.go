@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,9 @@ For audits and fault tests:
                      "test stall" at WARN: for fault tests only
   -test-stall-vm-final-write d  the same, after the hypervisor call and  REFNODE_TEST_STALL_VM_FINAL_WRITE
                      before the write of its outcome
+  -test-pprof        serve the goroutine profile on the admin server,      REFNODE_TEST_PPROF
+                     GET /debug/pprof/goroutine[?debug=2] (off): for
+                     tests that count a node's goroutines
 
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
 `
@@ -82,6 +86,7 @@ type serveOptions struct {
 	clockSkew               time.Duration // added to time.Now for heartbeat.Config.Now
 	stallVMWrite            time.Duration // -test-stall-vm-write
 	stallVMFinal            time.Duration // -test-stall-vm-final-write
+	testPprof               bool          // -test-pprof
 	vmSweep                 time.Duration
 }
 
@@ -103,13 +108,14 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.clockSkew, "clock-skew", 0, "")
 	fs.DurationVar(&o.stallVMWrite, "test-stall-vm-write", 0, "")
 	fs.DurationVar(&o.stallVMFinal, "test-stall-vm-final-write", 0, "")
+	fs.BoolVar(&o.testPprof, "test-pprof", false, "")
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
 		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
 		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE", "test-stall-vm-final-write": "REFNODE_TEST_STALL_VM_FINAL_WRITE",
-		"vm-sweep": "REFNODE_VM_SWEEP",
+		"vm-sweep": "REFNODE_VM_SWEEP", "test-pprof": "REFNODE_TEST_PPROF",
 	})
 	if err != nil {
 		return o, err
@@ -283,7 +289,11 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	}()
 	closers = append(closers, closer{"message record sweeper", func() error { stopSweep(); <-swept; return nil }})
 
-	srv := &http.Server{Handler: newAdmin(node, tr, set, counts, o.prefix, start), ReadHeaderTimeout: 5 * time.Second}
+	admin := newAdmin(node, tr, set, counts, o.prefix, start)
+	if o.testPprof {
+		admin = withGoroutineProfile(admin)
+	}
+	srv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	closers = append(closers, closer{"admin HTTP", func() error {
@@ -338,6 +348,23 @@ func nodes(n int) string {
 		return "1 node"
 	}
 	return fmt.Sprintf("%d nodes", n)
+}
+
+// withGoroutineProfile serves h, and GET /debug/pprof/goroutine: the
+// goroutine profile in runtime/pprof's text form ("goroutine profile:
+// total N" first; ?debug=2 for every goroutine's stack). -test-pprof.
+func withGoroutineProfile(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("GET /debug/pprof/goroutine", func(w http.ResponseWriter, r *http.Request) {
+		debug, err := strconv.Atoi(r.URL.Query().Get("debug"))
+		if err != nil || debug < 1 {
+			debug = 1
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_ = pprof.Lookup("goroutine").WriteTo(w, debug)
+	})
+	return mux
 }
 
 // tableBase turns a queue prefix into the start of table names: lower

@@ -1,0 +1,505 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// The chaos test of issue 17: "linearizable per resource, nothing lost,
+// no late or double execution", on real processes under a random
+// schedule of faults.
+
+var (
+	chaosDuration = flag.Duration("chaos.duration", 0,
+		"TestChaos: the load's length, e.g. 30m: faults run until it has passed, one round of every kind at least (default: the short form, 100s)")
+	chaosSeed = flag.Uint64("chaos.seed", 0,
+		"TestChaos: the seed of the fault schedule and of the clients' choices (default: from the clock; the test prints it)")
+)
+
+const (
+	chaosInitName   = "init"                 // every image's name when it is added
+	chaosPerNode    = 2                      // images owned by each node at the start: 6 registers
+	chaosClients    = 3                      // client processes, each one client per image: 3 clients per image
+	chaosTimeout    = fdTimeout              // each call's deadline (5 s)
+	chaosMaxPause   = 100 * time.Millisecond // between a client's calls, at random
+	chaosShort      = 100 * time.Second      // the short form's load: one round of faults, then more until this has passed
+	chaosTail       = 5 * time.Second        // healthy load after the last recovery
+	chaosDrainBound = 30 * time.Second       // every queue drained after the clients stopped
+	chaosSegment    = 2000                   // operations per porcupine check, at least (see splitHistory)
+	chaosCheckLimit = 2 * time.Minute        // porcupine's limit per segment; Unknown fails the test
+	chaosMinOKShare = 0.90                   // of the calls invoked outside every fault window
+	chaosMinWrites  = 20                     // acknowledged writes per image, at least: the load ran
+	// chaosGoroutineSlack bounds the goroutines a node that ran through
+	// the whole test may have gained (47-52 measured, start and end).
+	chaosGoroutineSlack = 50
+)
+
+// TestChaos runs three `refnode serve` processes (built without -race)
+// on RabbitMQ and PostgreSQL with the default heartbeat timing, each
+// through its own broker and database proxies, and three client
+// processes (this test binary again: TestClientProcessForChaos), each
+// running one client per image on six images (two owned by each node at
+// the start): three clients per image, each calling through api.portal
+// one operation at a time: GetImage, SetImageName with a unique name,
+// or SetImageName with if_name (a compare-and-set from the name it last
+// saw), with a 5 s deadline. Clients 1 and 2 let the portal resend after
+// node_left (bus.WithRetry(2)); client 0 does not.
+//
+// Meanwhile a nemesis, drawn from a printed seed (-chaos.seed), runs one
+// fault at a time after a healthy gap: SIGKILL and SIGTERM of a node
+// (a new process in its slot after the hold), SIGSTOP past the eviction
+// then SIGCONT, one node's broker link cut or blackholed, every broker
+// link cut, the database cut, and two of those at once; after each heal
+// every node must be back in every ring within chaosRecoverBound. The
+// short form runs every kind once and one pair, then more faults until
+// 100 s of load have passed (about 2 minutes in all); -chaos.duration
+// sets that time.
+//
+// Then it checks:
+//
+//   - each image's history is linearizable (porcupine, package
+//     chaoscheck; Ok, not Unknown): a call of unknown outcome may take
+//     effect until its deadline + fdBound, not later. A client waits out
+//     that bound after such a call, so it has one operation at a time
+//     on its image, and linearizability also says that its operations
+//     take effect in the order it issued them;
+//   - no silent call: every call ends with a reply or a typed error by
+//     its deadline + fdBound;
+//   - at least 90% of the calls invoked outside every fault window (from
+//     the injection until every node is back in every ring) succeed;
+//   - after the nemesis, every node is back in every ring, and every
+//     queue of the prefix is drained (no message left, no queue of a
+//     dead node) within chaosDrainBound;
+//   - the database (chaos_audit_test.go): no acknowledged write lost,
+//     none applied twice or though refused, no stale write, no two-owner
+//     commit, no commit after its caller's deadline + fdBound, no broken
+//     chain of names, no client's writes out of issue order;
+//   - the op logs: no operation started after its caller's deadline +
+//     fdBound.
+//
+// It prints the seed, the faults by kind, the calls by outcome, these
+// figures, and each node's goroutines and RSS at the start and the end.
+func TestChaos(t *testing.T) {
+	if raceEnabled {
+		t.Skip("skipped under -race: its timing assumes full speed; run it without -race: go test -count=1 -run TestChaos ./refnode")
+	}
+	if testing.Short() {
+		t.Skip("the chaos test runs processes for about two minutes; run it without -short")
+	}
+	broker, dsn := failoverEnv(t)
+	require.NoError(t, buildErr, "build refnode")
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	duration := *chaosDuration
+	if duration <= 0 {
+		duration = chaosShort
+	}
+	t.Logf("seed %d (-chaos.seed=%d repeats the schedule of faults and the clients' choices)", seed, seed)
+	testStart := time.Now()
+	budget := 8*time.Minute + duration
+	ctx, cancel := context.WithTimeout(t.Context(), budget)
+	defer cancel()
+
+	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "chaos"})
+	m := &nemesis{fc: fc, flags: []string{"-test-pprof"}}
+	for _, n := range fc.Nodes() {
+		startWithFlags(t, n, m.flags...)
+	}
+	for _, n := range fc.Nodes() {
+		require.NoError(t, n.Proc().awaitHealthy(ctx), "node %s", n.Label())
+	}
+	require.NoError(t, poll(ctx, fc.Agreed), "the rings agree")
+	audit := newChaosAudit(fc.pg.db, fc.pg.base)
+	t.Cleanup(func() { // before the cluster's cleanup drops the tables
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, audit.remove(cctx), "remove the audit trigger")
+	})
+	require.NoError(t, audit.install(ctx))
+
+	admin := fc.Client(t, ctx)
+	var ids []string
+	for _, c := range fc.Running() {
+		ids = append(ids, c.id)
+	}
+	images := idsOwnedBy(t, ringOver(t, ids), ids, chaosPerNode)
+	imageIndex := map[string]int{}
+	for k, img := range images {
+		_, err := service.CallAPI[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
+		require.NoError(t, err, "add image %d", k)
+		imageIndex[img] = k
+	}
+	startRes := snapshot(fc)
+	t.Logf("3 nodes serving, %d images added, %s after the test began: %s", len(images), since(testStart), fc.describe())
+
+	dir := t.ArtifactDir() // the clients' records and output: kept with go test -artifacts
+	run := randomHex(3)
+	var procs []*clientProc
+	for i := range chaosClients {
+		procs = append(procs, startClientProc(t, dir, chaosClientConfig{Broker: broker, Prefix: fc.Prefix(), Images: images,
+			Client: i, Run: run, Seed: seed, Timeout: chaosTimeout, MaxPause: chaosMaxPause, Retry: i > 0,
+			Out: filepath.Join(dir, fmt.Sprintf("client-%d.jsonl", i))}))
+	}
+	for _, p := range procs {
+		require.NoError(t, p.awaitReady(ctx))
+	}
+	loadStart := time.Now()
+	t.Logf("%d client processes calling, %s after the test began", len(procs), since(testStart))
+
+	sched := newChaosSchedule(seed, len(fc.Nodes()))
+	var windows []chaosWindow
+	for {
+		f := sched.next()
+		w := m.run(t, ctx, f)
+		windows = append(windows, w)
+		t.Logf("fault %d (round %d) at +%s: %s for %s; every node back in every ring %s after the heal",
+			len(windows), sched.rounds, w.start.Sub(loadStart).Round(time.Millisecond), f, f.hold,
+			w.recovered.Sub(w.healed).Round(time.Millisecond))
+		if (sched.rounds > 1 || sched.roundDone()) && time.Since(loadStart) >= duration {
+			break // every kind ran, and the time is up
+		}
+	}
+	last := windows[len(windows)-1]
+	sleepUntil(ctx, time.Now().Add(chaosTail))
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	require.NoError(t, poll(actx, fc.Agreed), "the rings still agree after %s of healthy load", chaosTail)
+	cancel()
+	for _, p := range procs {
+		require.NoError(t, p.stop(chaosTimeout+fdBound+15*time.Second), "client process %d stops and exits 0", p.index)
+	}
+	loadEnd := time.Now()
+	var ops []chaosOp
+	for _, p := range procs {
+		o, err := readChaosOps(p.out)
+		require.NoError(t, err, "read the records of client process %d", p.index)
+		ops = append(ops, o...)
+	}
+	// A last read of each image, after everything settled.
+	for k, img := range images {
+		o := chaosOp{Image: k, Client: chaosClients, Kind: chaosRead, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
+		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
+		dl, _ := rctx.Deadline()
+		rep, err := service.CallAPI[api.ImageReply](rctx, admin, api.GetImage{UUID: img}, bus.WithHeader(HeaderOp, o.OpID))
+		cancel()
+		require.NoError(t, err, "the last read of image %d", k)
+		o.Done, o.Deadline, o.Outcome, o.Class, o.Got, o.Node = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK, rep.Image.Name, rep.Node
+		ops = append(ops, o)
+	}
+	sortOps(ops)
+
+	drainedIn, queueState, drainErr := awaitDrained(ctx, fc, loadEnd)
+	endRes := snapshot(fc)
+	fc.Terminate(t, 20*time.Second) // the op logs complete
+	nodeOps, err := collectOps(fc.OpLogs(), fc.Labels())
+	require.NoError(t, err, "read the op logs")
+	rows, err := audit.rows(ctx)
+	require.NoError(t, err)
+	db := analyzeAudit(rows, ops, imageIndex, chaosInitName, 3*time.Second)
+
+	// The calls: outcomes, silent ones, the share outside the windows.
+	fig := tallyCalls(ops, windows)
+	lateStarts, refusedLate := lateStarts(ops, nodeOps)
+	// Linearizability, image by image.
+	var checks []imageCheck
+	for k := range images {
+		var mine []chaosOp
+		for _, o := range ops {
+			if o.Image == k {
+				mine = append(mine, o)
+			}
+		}
+		checks = append(checks, checkHistory(k, imageHistory(mine), chaosInitName, chaosSegment, chaosCheckLimit, t.ArtifactDir()))
+	}
+
+	t.Log("\n" + chaosReport(chaosSummary{seed: seed, took: time.Since(testStart), load: loadEnd.Sub(loadStart), windows: windows,
+		rounds: sched.rounds, fig: fig, db: db, checks: checks, lateStarts: lateStarts, refusedLate: refusedLate,
+		backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes}))
+
+	for _, c := range checks {
+		assert.Equal(t, porcupine.Ok, c.result, "image %d: its history is linearizable (Illegal: a violation; Unknown: porcupine's limit %s was too short): %s",
+			c.image, chaosCheckLimit, c.evidence)
+	}
+	assert.Empty(t, fig.silent, "every call ends with a reply or a typed error by its deadline + %s:\n%s", fdBound, firstLines(fig.silent, 10))
+	assert.Empty(t, fig.never, "no fault makes a call fail as a bad request, not found, or bad reply:\n%s", firstLines(fig.never, 10))
+	assert.GreaterOrEqual(t, fig.outsideShare(), chaosMinOKShare, "calls invoked outside every fault window succeed: %d of %d",
+		fig.outsideOK, fig.outside)
+	require.NoError(t, drainErr, "every queue of %s drained, none of a dead node left, within %s of the clients' stop: %s",
+		fc.Prefix(), chaosDrainBound, queueState)
+	for name, list := range db.violations() {
+		assert.Empty(t, list, "database: %s:\n%s", name, firstLines(list, 10))
+	}
+	assert.Positive(t, db.commits, "the audit trigger recorded the commits")
+	assert.Empty(t, lateStarts, "no operation starts on a node after its caller's deadline + %s:\n%s", fdBound, firstLines(lateStarts, 10))
+	for k := range images {
+		assert.GreaterOrEqual(t, fig.ackWrites[k], chaosMinWrites, "image %d: the clients' writes went through", k)
+	}
+	kinds := map[string]int{}
+	for _, w := range windows {
+		kinds[w.fault.Kind()]++
+	}
+	for _, k := range chaosKinds {
+		assert.Positive(t, kinds[k.String()], "the nemesis ran %s", k)
+	}
+	assert.Positive(t, kinds["double"], "the nemesis ran two faults at once")
+	// A node that ran through every fault keeps about the goroutines it
+	// started with (a leak per fault or per call would show).
+	for _, a := range startRes {
+		for _, b := range endRes {
+			if a.label == b.label && a.err == nil && b.err == nil {
+				assert.LessOrEqual(t, b.goroutines, a.goroutines+chaosGoroutineSlack, "node %s's goroutines at the end, after every fault", a.label)
+			}
+		}
+		assert.NoError(t, a.err, "measure node %s", a.label)
+	}
+	for _, b := range endRes {
+		assert.NoError(t, b.err, "measure node %s", b.label)
+	}
+}
+
+// chaosFigures are the calls' figures.
+type chaosFigures struct {
+	calls         int
+	byOutcome     map[string]int // "write ok", "cas not set", "read timeout", …
+	byClass       map[string]int
+	silent, never []string
+	outside       int // calls invoked outside every fault window
+	outsideOK     int
+	ackWrites     map[int]int // image -> writes and swapped cas with a reply
+	longestCall   time.Duration
+}
+
+// outsideShare is the share of the calls outside every window that
+// succeeded.
+func (f chaosFigures) outsideShare() float64 {
+	if f.outside == 0 {
+		return 0
+	}
+	return float64(f.outsideOK) / float64(f.outside)
+}
+
+// tallyCalls counts the calls, and those of each window.
+func tallyCalls(ops []chaosOp, windows []chaosWindow) chaosFigures {
+	f := chaosFigures{byOutcome: map[string]int{}, byClass: map[string]int{}, ackWrites: map[int]int{}}
+	for i := range windows {
+		windows[i].calls = map[string]int{}
+	}
+	for _, o := range ops {
+		f.calls++
+		what := o.Kind + " " + o.Outcome
+		if o.Kind == chaosCAS && o.Class == classOK {
+			what = map[bool]string{true: "cas set", false: "cas not set"}[o.Swapped]
+		}
+		f.byOutcome[what]++
+		f.byClass[o.Class]++
+		f.longestCall = max(f.longestCall, o.done().Sub(o.invoked()))
+		if o.Class == classUntyped || o.done().After(o.deadline().Add(fdBound)) {
+			f.silent = append(f.silent, o.String())
+		}
+		if o.Class == classNever || o.Class == classRan {
+			f.never = append(f.never, o.String())
+		}
+		if o.Class == classOK && (o.Kind == chaosWrite || o.Swapped) {
+			f.ackWrites[o.Image]++
+		}
+		in := false
+		for i := range windows {
+			if windows[i].contains(o.invoked()) {
+				windows[i].calls[o.Outcome]++
+				windows[i].slowest = max(windows[i].slowest, o.done().Sub(o.invoked()))
+				in = true
+			}
+		}
+		if !in {
+			f.outside++
+			if o.Class == classOK {
+				f.outsideOK++
+			}
+		}
+	}
+	return f
+}
+
+// lateStarts lists the runs of the calls' operations that started on a
+// node after the caller's deadline + fdBound, and counts the messages
+// nodes refused as late.
+func lateStarts(ops []chaosOp, c *collected) (late []string, refused int) {
+	byID := map[string]chaosOp{}
+	for _, o := range ops {
+		byID[o.OpID] = o
+	}
+	for id, execs := range c.Owner {
+		o, ok := byID[id]
+		if !ok {
+			continue
+		}
+		for _, e := range execs {
+			switch {
+			case !e.Ran() && e.Err == string(message.CodeTimeout):
+				refused++
+			case e.Ran() && e.Start.After(o.deadline().Add(fdBound)):
+				late = append(late, fmt.Sprintf("%s: %s", o, e))
+			}
+		}
+	}
+	for id, execs := range c.Portal {
+		if _, ok := byID[id]; ok {
+			for _, e := range execs {
+				if !e.Ran() && e.Err == string(message.CodeTimeout) {
+					refused++
+				}
+			}
+		}
+	}
+	slices.Sort(late)
+	return late, refused
+}
+
+// nodeResources are a node's goroutines and RSS at one moment.
+type nodeResources struct {
+	label      string
+	goroutines int
+	rss        uint64
+	err        error
+}
+
+// snapshot measures every running node.
+func snapshot(fc *faultCluster) []nodeResources {
+	var out []nodeResources
+	for _, c := range fc.Running() {
+		r := nodeResources{label: c.label}
+		r.goroutines, r.err = goroutinesOf(c)
+		if rss, err := rssOf(c.cmd.Process.Pid); err == nil {
+			r.rss = rss
+		} else if r.err == nil {
+			r.err = err
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// goroutinesOf reads a node's goroutine count from its admin server
+// (refnode serve -test-pprof).
+func goroutinesOf(c *child) (int, error) {
+	resp, err := httpClient.Get(c.admin + "/debug/pprof/goroutine")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("node %s's goroutine profile: %w", c.label, err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "goroutine profile: total %d", &n); err != nil {
+		return 0, fmt.Errorf("node %s's goroutine profile begins %q: %w", c.label, line, err)
+	}
+	return n, nil
+}
+
+// awaitDrained waits until every queue of the cluster's prefix holds no
+// message and no queue of a node that is not running is left, and
+// returns how long that took after since, with the last state seen.
+func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.Duration, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, chaosDrainBound)
+	defer cancel()
+	live := map[string]bool{}
+	for _, c := range fc.Running() {
+		live[c.id] = true
+	}
+	known := []string{fc.Prefix() + ".message.api.portal", fc.Prefix() + ".dead"}
+	for id := range fc.Labels() {
+		known = append(known, nodeQueues(fc.Prefix(), id)...)
+	}
+	var state string
+	err := pollEvery(ctx, 250*time.Millisecond, func() error {
+		qs, err := queueMessages(ctx, fc.broker, fc.Prefix(), known)
+		if err != nil {
+			return err
+		}
+		var bad []string
+		for _, q := range slices.Sorted(maps.Keys(qs)) {
+			dead := ""
+			for id, label := range fc.Labels() {
+				if strings.HasSuffix(q, "."+id) && !live[id] {
+					dead = label
+				}
+			}
+			switch {
+			case dead != "":
+				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages", q, dead, qs[q]))
+			case qs[q] > 0:
+				bad = append(bad, fmt.Sprintf("%s: %d messages", q, qs[q]))
+			}
+		}
+		state = fmt.Sprintf("%d queues", len(qs))
+		if len(bad) > 0 {
+			state += ": " + strings.Join(bad, "; ")
+			return fmt.Errorf("%s", state)
+		}
+		return nil
+	})
+	return time.Since(since), state, err
+}
+
+// queueMessages returns the queues of prefix with their messages (ready
+// and unacknowledged), from rabbitmqctl; without it, from a passive
+// declare of each known name (ready messages only).
+func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]int, error) {
+	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages")
+	if ok {
+		if err != nil {
+			return nil, err
+		}
+		qs := map[string]int{}
+		for _, line := range strings.Split(out, "\n") {
+			var name string
+			var n int
+			if _, err := fmt.Sscanf(line, "%s %d", &name, &n); err == nil && strings.HasPrefix(name, prefix+".") {
+				qs[name] = n
+			}
+		}
+		return qs, nil
+	}
+	j, err := dialJanitor(broker)
+	if err != nil {
+		return nil, err
+	}
+	defer j.conn.Close()
+	states, err := j.inspectAll(known)
+	if err != nil {
+		return nil, err
+	}
+	qs := map[string]int{}
+	for _, s := range existing(states) {
+		qs[s.Name] = s.Messages
+	}
+	return qs, nil
+}
+
+// firstLines is the first n of lines, one a line, and how many more.
+func firstLines(lines []string, n int) string {
+	if len(lines) <= n {
+		return strings.Join(lines, "\n")
+	}
+	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
+}

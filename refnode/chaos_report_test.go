@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The chaos test's report: what ran, and every figure it checks.
+
+// chaosSummary is everything the report shows.
+type chaosSummary struct {
+	seed                   uint64
+	took, load             time.Duration
+	windows                []chaosWindow
+	rounds                 int
+	fig                    chaosFigures
+	db                     *dbFigures
+	checks                 []imageCheck
+	lateStarts             []string
+	refusedLate            int
+	backInRings, drainedIn time.Duration
+	drainErr               error
+	start, end             []nodeResources
+}
+
+// chaosReport formats the summary as markdown.
+func chaosReport(s chaosSummary) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("### Chaos (seed %d)", s.seed)
+	p("")
+	p("%s in all; %s of load by %d client processes, %d faults in %d round(s). Reproduce the schedule: -chaos.seed=%d",
+		s.took.Round(time.Second), s.load.Round(time.Second), chaosClients, len(s.windows), s.rounds, s.seed)
+	p("")
+	kinds := map[string]int{}
+	for _, w := range s.windows {
+		kinds[w.fault.Kind()]++
+	}
+	p("Faults by kind: %s", counts(kinds))
+	p("")
+	p("| # | at | fault | hold | evicted (from the injection) | back in every ring after the heal | calls invoked in the window | slowest |")
+	p("| ---: | ---: | --- | ---: | --- | ---: | --- | ---: |")
+	t0 := time.Time{}
+	if len(s.windows) > 0 {
+		t0 = s.windows[0].start.Add(-s.windows[0].fault.gap)
+	}
+	for i, w := range s.windows {
+		note := ""
+		if w.termExit != "" {
+			note = " (SIGTERM exit: " + w.termExit + ")"
+		}
+		evicted := strings.Join(w.evictions, ", ")
+		if evicted == "" {
+			evicted = "-"
+		}
+		p("| %d | +%s | %s%s | %s | %s | %s | %s | %s |", i+1, w.start.Sub(t0).Round(100*time.Millisecond), w.fault, note,
+			w.fault.hold.Round(100*time.Millisecond), evicted, w.recovered.Sub(w.healed).Round(time.Millisecond), counts(w.calls),
+			w.slowest.Round(time.Millisecond))
+	}
+	p("")
+	f := s.fig
+	p("Calls: %d; by outcome: %s", f.calls, counts(f.byOutcome))
+	p("By class: %s; longest call %s", counts(f.byClass), f.longestCall.Round(time.Millisecond))
+	p("")
+	p("| figure | value |")
+	p("| --- | --- |")
+	for _, c := range s.checks {
+		p("| image %d: porcupine | %s (%d operations, %d segments, %s); %d acknowledged writes |", c.image, c.result, c.ops, c.segments,
+			c.took.Round(time.Millisecond), f.ackWrites[c.image])
+	}
+	p("| silent calls (no reply or typed error by the deadline + %s) | %d |", fdBound, len(f.silent))
+	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
+	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
+	p("| every node back in every ring after the last heal | %s |", s.backInRings.Round(time.Millisecond))
+	drained := s.drainedIn.Round(time.Millisecond).String() + " after the clients stopped"
+	if s.drainErr != nil {
+		drained = "NOT within " + chaosDrainBound.String() + ": " + s.drainErr.Error()
+	}
+	p("| every queue drained, none of a dead node left | %s |", drained)
+	d := s.db
+	p("| database: committed name changes (audit trigger) | %d |", d.commits)
+	p("| database: acknowledged writes lost | %d |", len(d.lost))
+	p("| database: applied twice | %d |", len(d.twice))
+	p("| database: applied though refused | %d |", len(d.refusedApplied))
+	p("| database: names no call wrote | %d |", len(d.foreign))
+	p("| database: stale writes (token below an earlier commit's) | %d |", len(d.stale))
+	p("| database: two-owner commits (one token, two claims) | %d |", len(d.twoOwners))
+	p("| database: late executions (commit after the deadline + %s) | %d (latest %s) |", fdBound, len(d.late), d.lateMax.Round(time.Millisecond))
+	p("| database: broken chains of names | %d |", len(d.chainBreaks))
+	p("| database: a client's writes out of issue order | %d |", len(d.reordered))
+	p("| database: commits after the writer lost its lease (allowed) | %d |", d.afterLease)
+	p("| database: calls of unknown outcome applied / not applied | %d / %d |", d.unknownApplied, d.unknownNot)
+	p("| op logs: runs started after the deadline + %s | %d |", fdBound, len(s.lateStarts))
+	p("| op logs: messages refused as late | %d |", s.refusedLate)
+	p("")
+	p("Nodes, at the start and the end (after the clients stopped and the queues drained):")
+	p("")
+	p("| slot | start: process, goroutines, RSS | end: process, goroutines, RSS |")
+	p("| --- | --- | --- |")
+	for i := range max(len(s.start), len(s.end)) {
+		cell := func(rs []nodeResources) string {
+			if i >= len(rs) {
+				return "-"
+			}
+			r := rs[i]
+			if r.err != nil {
+				return r.label + ": " + r.err.Error()
+			}
+			return fmt.Sprintf("%s, %d, %.1f MiB", r.label, r.goroutines, mib(r.rss))
+		}
+		p("| %c | %s | %s |", 'A'+i, cell(s.start), cell(s.end))
+	}
+	return b.String()
+}
+
+// counts is "a 3, b 1", sorted by key.
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dialJanitor is newJanitor outside a test: the caller closes j.conn.
+func dialJanitor(broker string) (*janitor, error) {
+	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": "refnode chaos test"}})
+	if err != nil {
+		return nil, fmt.Errorf("janitor: %w", err)
+	}
+	return &janitor{conn: conn}, nil
+}
