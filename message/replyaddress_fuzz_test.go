@@ -10,8 +10,9 @@ import (
 // FuzzReplyAddress: the lenient reader of a refused request's reply
 // address never panics; what it returns is within the limits of an
 // envelope field (1 to 255 bytes of valid UTF-8), so the refusal reply
-// built from it always encodes; and on a request that DecodeEnvelope
-// accepts it agrees with DecodeEnvelope.
+// built from it always encodes; of input over maxSize it reads the first
+// maxSize bytes only; and on a request that DecodeEnvelope accepts it
+// agrees with DecodeEnvelope.
 func FuzzReplyAddress(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"a","kind":"request","type":"test.v1.StartVm","service_id":"vm.x","correlation_id":"c","reply_to":"cloudbus.reply.n","timeout_ns":1000}`,
@@ -49,6 +50,20 @@ func FuzzReplyAddress(f *testing.F) {
 				Source: "3694776ab31a45709259254a018913ca", Error: message.ErrBadRequest.WithDetails("refused")}
 			if _, err := message.EncodeEnvelope(reply, 0); err != nil {
 				t.Fatalf("the refusal to %q (correlation %q) does not encode: %v", replyTo, corr, err)
+			}
+		}
+		// Past maxSize a transport may have cut the input short: nothing
+		// beyond the first maxSize bytes counts.
+		limit := maxSize
+		if limit <= 0 {
+			limit = message.DefaultMaxSize
+		}
+		if len(data) > limit {
+			other := append(data[:limit:limit], `,"kind":"x","reply_to":"y","correlation_id":"z"}`...)
+			r2, c2, ok2 := message.ReplyAddress(other, maxSize)
+			if r2 != replyTo || c2 != corr || ok2 != ok {
+				t.Fatalf("input over maxSize %d: what follows its first %d bytes changes the address from %q, %q, %v to %q, %q, %v",
+					maxSize, limit, replyTo, corr, ok, r2, c2, ok2)
 			}
 		}
 		e, err := message.DecodeEnvelope(data, maxSize)

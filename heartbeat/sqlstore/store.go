@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,8 +324,8 @@ func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 		if err := rows.Scan(&r.Node, &r.Epoch, &r.Seq, &ageUS, &busDownUS); err != nil {
 			return nil, s.fail(ctx, op, err)
 		}
-		r.Age = time.Duration(ageUS) * time.Microsecond
-		r.BusDown = time.Duration(busDownUS) * time.Microsecond
+		r.Age = micros(ageUS)
+		r.BusDown = micros(busDownUS)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -386,4 +387,14 @@ func (s *Store) Drop(ctx context.Context) error {
 // the driver's error and, if ctx ended, ctx's error, for errors.Is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("sqlstore: %w", s.url.Fail(ctx, op, err))
+}
+
+// micros converts a non-negative count of microseconds to a Duration,
+// saturating at the largest Duration (292 years) instead of wrapping to
+// a negative one.
+func micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(max(us, 0)) * time.Microsecond
 }

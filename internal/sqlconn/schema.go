@@ -102,6 +102,9 @@ func (s Schema) migrateLocked(ctx context.Context, ex execer) (int, error) {
 	if err := ex.QueryRowContext(ctx, "SELECT version FROM "+m+" WHERE id = 1").Scan(&found); err != nil {
 		return 0, fmt.Errorf("read the schema version: %w", err)
 	}
+	if found < 0 {
+		return found, fmt.Errorf("the meta table %s holds schema version %d, which nothing writes: the table is damaged; restore it from a backup", s.Meta, found)
+	}
 	if found > s.Version() {
 		return found, fmt.Errorf("the tables have schema version %d, newer than this %s knows (%d): upgrade this node, or %s", found, s.Owner, s.Version(), s.Elsewhere)
 	}

@@ -80,7 +80,7 @@ func inferDialect(raw string) Dialect {
 
 // mysqlDSN matches go-sql-driver/mysql's DSN with an explicit network:
 // [user[:password]@]tcp(address)/db.
-var mysqlDSN = regexp.MustCompile(`^([^/]*@)?(tcp|tcp4|tcp6|unix)\([^)]*\)/`)
+var mysqlDSN = regexp.MustCompile(`^(.*@)?(tcp|tcp4|tcp6|unix)\([^)]*\)/`)
 
 // sqliteEscaper escapes the characters that end or escape a path in a
 // SQLite URI filename.
@@ -120,6 +120,9 @@ func parseSQLite(raw string) (URL, error) {
 // pgKeywordPassword matches a password in a key=value connection string.
 var pgKeywordPassword = regexp.MustCompile(`((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
 
+// pgUnquote undoes the escapes of a quoted value of a key=value string.
+var pgUnquote = strings.NewReplacer(`\'`, `'`, `\\`, `\`)
+
 // parsePostgres accepts a postgres:// URL or a key=value string.
 func parsePostgres(raw string) (URL, error) {
 	u := URL{Dialect: Postgres, dsn: raw}
@@ -135,7 +138,13 @@ func parsePostgres(raw string) (URL, error) {
 		return URL{}, fmt.Errorf("URL %s is neither a postgres:// URL nor a key=value connection string", MaskURL(raw))
 	}
 	for _, m := range pgKeywordPassword.FindAllStringSubmatch(raw, -1) {
-		u.secrets = append(u.secrets, strings.Trim(m[2], "'"))
+		v := m[2]
+		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = v[1 : len(v)-1]
+			u.secrets = append(u.secrets, v, pgUnquote.Replace(v)) // as written, and as the driver reads it
+		} else {
+			u.secrets = append(u.secrets, v)
+		}
 	}
 	u.Masked = pgKeywordPassword.ReplaceAllString(raw, "${1}"+mask)
 	return u, nil
@@ -211,6 +220,11 @@ func maskURL(u *url.URL) (string, []string) {
 		}
 		m.RawQuery = q.Encode()
 	}
+	if strings.Contains(u.Opaque+u.Path+u.RawQuery+u.Fragment, "@") {
+		// An '@' past the host: user info cut short by a '/', '?' or
+		// '#' typed unescaped in it, the password after it.
+		return m.Scheme + "://(masked: an '@' outside the user info)", secrets
+	}
 	return m.Redacted(), secrets
 }
 
@@ -220,13 +234,13 @@ func maskURL(u *url.URL) (string, []string) {
 // "(unparsable URL)".
 func MaskURL(u string) string {
 	d := inferDialect(u)
-	if d == Auto && strings.Contains(u, "=") && !strings.Contains(u, "://") {
+	if d == Auto && strings.Contains(u, "=") && !strings.Contains(u, "://") && !strings.Contains(u, "@") {
 		d = Postgres // a key=value connection string
 	}
 	if d == Auto {
 		p, err := url.Parse(u)
-		if err != nil || p.Scheme == "" {
-			return "(unparsable URL)"
+		if err != nil || p.Scheme == "" || p.Opaque != "" {
+			return "(unparsable URL)" // an opaque part may hold a password
 		}
 		s, _ := maskURL(p)
 		return s
@@ -247,8 +261,11 @@ func (u URL) Scrub(s string) string {
 	for _, pw := range u.secrets {
 		if pw != "" {
 			s = strings.ReplaceAll(s, pw, mask)
-			if esc := url.QueryEscape(pw); esc != pw {
-				s = strings.ReplaceAll(s, esc, mask)
+			// Escaped as in a query, a path, or a URL's user info.
+			for _, esc := range []string{url.QueryEscape(pw), url.PathEscape(pw), strings.TrimPrefix(url.UserPassword("", pw).String(), ":")} {
+				if esc != pw {
+					s = strings.ReplaceAll(s, esc, mask)
+				}
 			}
 		}
 	}
