@@ -298,7 +298,7 @@ const maxForwardHops = 3
 
 func forwardHops(r *bus.Request) int {
 	n, _ := strconv.Atoi(r.Header(HeaderHops))
-	return n
+	return max(n, 0) // a forged negative count must not buy more forwards
 }
 
 // forward sends r's message on to its service on owner, unchanged but

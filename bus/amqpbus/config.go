@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -156,8 +157,8 @@ func (c *Config) Validate() error {
 // errors. A string that does not parse as a URL is replaced whole.
 func MaskURL(u string) string {
 	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return "(unparsable URL)"
+	if err != nil || p.Host == "" || strings.Contains(p.Opaque+p.Path+p.RawQuery+p.Fragment, "@") {
+		return "(unparsable URL)" // an '@' past the host: the password may follow it
 	}
 	if p.User != nil {
 		if _, has := p.User.Password(); has {

@@ -192,15 +192,16 @@ func (c *consumer) recount(d amqp.Delivery) {
 // deliveries reads the delivery count header (1 when absent: the first
 // delivery was not counted in a header).
 func deliveries(h amqp.Table) int {
+	n := 1
 	switch v := h[headerDeliveries].(type) {
 	case int64:
-		return int(v)
+		n = int(v)
 	case int32:
-		return int(v)
+		n = int(v)
 	case int:
-		return v
+		n = v
 	}
-	return 1
+	return max(n, 1) // a publisher's negative count must not buy more deliveries
 }
 
 // stop cancels delivery; the channel stays open for acknowledgements of

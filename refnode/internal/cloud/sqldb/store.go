@@ -132,7 +132,7 @@ type record[T any] struct {
 	sql  func(*Store) tableSQL
 	uuid func(*T) string
 	args func(*T) []any // column values in table order, uuid first
-	dest func(*T) (dest []any, done func())
+	dest func(*T) (dest []any, done func() error)
 }
 
 var hostRecord = record[cloud.Host]{
@@ -146,15 +146,19 @@ var hostRecord = record[cloud.Host]{
 		}
 		return []any{h.UUID, h.Name, h.Address, string(h.Status), h.ManagedBy, int64(h.Takeovers), at}
 	},
-	dest: func(h *cloud.Host) ([]any, func()) {
+	dest: func(h *cloud.Host) ([]any, func() error) {
 		var status string
 		var takeovers int64
 		var at sql.NullInt64
-		return []any{&h.UUID, &h.Name, &h.Address, &status, &h.ManagedBy, &takeovers, &at}, func() {
+		return []any{&h.UUID, &h.Name, &h.Address, &status, &h.ManagedBy, &takeovers, &at}, func() error {
 			h.Status, h.Takeovers = cloud.HostStatus(status), int(takeovers)
 			if at.Valid {
 				h.ConnectedAt = time.UnixMicro(at.Int64).UTC()
+				if y := h.ConnectedAt.Year(); y < 1 || y > 9999 {
+					return fmt.Errorf("host %s: connected_us %d is in year %d, outside 1 to 9999", h.UUID, at.Int64, y)
+				}
 			}
+			return nil
 		}
 	},
 }
@@ -164,8 +168,8 @@ var imageRecord = record[cloud.Image]{
 	sql:  func(s *Store) tableSQL { return s.st.images },
 	uuid: func(img *cloud.Image) string { return img.UUID },
 	args: func(img *cloud.Image) []any { return []any{img.UUID, img.Name, img.URL, img.SizeMB} },
-	dest: func(img *cloud.Image) ([]any, func()) {
-		return []any{&img.UUID, &img.Name, &img.URL, &img.SizeMB}, func() {}
+	dest: func(img *cloud.Image) ([]any, func() error) {
+		return []any{&img.UUID, &img.Name, &img.URL, &img.SizeMB}, func() error { return nil }
 	},
 }
 
@@ -176,11 +180,12 @@ var vmRecord = record[cloud.VM]{
 	args: func(vm *cloud.VM) []any {
 		return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State)}
 	},
-	dest: func(vm *cloud.VM) ([]any, func()) {
+	dest: func(vm *cloud.VM) ([]any, func() error) {
 		var cpus, mem int64
 		var state string
-		return []any{&vm.UUID, &vm.Name, &vm.ImageUUID, &vm.HostUUID, &cpus, &mem, &state}, func() {
+		return []any{&vm.UUID, &vm.Name, &vm.ImageUUID, &vm.HostUUID, &cpus, &mem, &state}, func() error {
 			vm.CPUs, vm.MemoryMB, vm.State = int(cpus), int(mem), cloud.VMState(state)
+			return nil
 		}
 	},
 }
@@ -288,8 +293,7 @@ func scan[T any](sc scanner, r record[T]) (T, error) {
 	if err := sc.Scan(dest...); err != nil {
 		return rec, err
 	}
-	done()
-	return rec, nil
+	return rec, done()
 }
 
 func get[T any](ctx context.Context, s *Store, r record[T], uuid string) (T, error) {
