@@ -159,7 +159,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("bus: config: Node %q is not a canonical UUID (32 lower-case hex digits; see message.NormalizeUUID)", c.Node))
 	}
 	if !validPrefix(c.Prefix) {
-		errs = append(errs, fmt.Errorf("bus: config: Prefix %q: use letters, digits, '_' and '-' in dot-separated segments", c.Prefix))
+		errs = append(errs, fmt.Errorf("bus: config: Prefix %q: use letters, digits, '_' and '-' in dot-separated segments, not starting with the broker's reserved \"amq\"", c.Prefix))
 	}
 	for _, f := range []struct {
 		name string

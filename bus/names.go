@@ -73,6 +73,12 @@ func validPrefix(p string) bool {
 	if p == "" || len(p) > 128 {
 		return false
 	}
+	// RabbitMQ reserves "amq." names, and a prefix starting "amq.gen-"
+	// would make the bus's own queues look like broker-named reply queues
+	// to ValidReplyTo (found by FuzzEnvelopeAddresses).
+	if first, _, _ := strings.Cut(p, "."); strings.EqualFold(first, "amq") {
+		return false
+	}
 	for _, seg := range strings.Split(p, ".") {
 		if !validService(seg) {
 			return false

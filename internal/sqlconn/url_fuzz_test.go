@@ -42,7 +42,7 @@ func buildRaw(form byte, user, pw, host, db, query string) (string, sqlconn.Dial
 	case 3: // a PostgreSQL key=value string: an unquoted value ends at a space
 		return "host=" + host + " user=" + user + " password=" + unquotedValue(pw) + " dbname=" + db, sqlconn.Postgres
 	case 4: // a PostgreSQL key=value string, the password quoted
-		return "host=" + host + " password='" + strings.ReplaceAll(pw, "'", `\'`) + "' dbname=" + db, sqlconn.Postgres
+		return "host=" + host + " password='" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(pw) + "' dbname=" + db, sqlconn.Postgres
 	case 6, 7: // a URL typed by hand: nothing escaped
 		s := []string{"postgres", "mysql"}[form%2] + "://" + user + ":" + pw + "@" + host + "/" + db
 		if query != "" {
