@@ -434,7 +434,17 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 			return nil, true, f.explain(ctx, w.Claim, err)
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// database/sql rolls the transaction back when ctx ends; say so
+		// rather than racing it to a "transaction done" error.
+		return nil, true, fmt.Errorf("sqlfence: not committed: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// ctx ended between the check above and the commit, and
+			// database/sql rolled the transaction back: nothing committed.
+			return nil, true, fmt.Errorf("sqlfence: not committed: %w", ctx.Err())
+		}
 		return nil, true, fmt.Errorf("sqlfence: commit (outcome unknown: it may have committed): %w", err)
 	}
 	committed = true
