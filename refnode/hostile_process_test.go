@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,32 +83,7 @@ func TestHostileInput(t *testing.T) {
 
 	tag := randomHex(4)
 	prefix := "refnode-test-hostile-" + tag
-	dir := t.TempDir()
-	args := []string{"-db", "sqlite:" + filepath.Join(dir, "hostile.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
-		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
-	var nodes []*child
-	for _, label := range []string{"A", "B", "C"} {
-		nodes = append(nodes, startChild(t, dir, label, args, []string{"REFNODE_BUS=" + broker}))
-	}
-	t.Cleanup(func() {
-		for _, c := range nodes {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
-			}
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cleanBroker(t, cctx, broker, prefix)
-	})
-	ids := make([]string, len(nodes))
-	for i, c := range nodes {
-		require.NoError(t, c.awaitHealthy(ctx))
-		ids[i] = c.id
-	}
-	r := ringOver(t, ids)
-	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	nodes, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
 	cl := newClient(t, ctx, broker, prefix)
 
 	// What the valid calls and the hostile copies are about.

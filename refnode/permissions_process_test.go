@@ -20,6 +20,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/ring"
 )
 
 // TestBrokerPermissions runs a cluster under the least-privilege broker
@@ -49,33 +50,7 @@ func TestBrokerPermissions(t *testing.T) {
 	nodeURL := brokerUser(t, ctx, broker, nodeUser, `^`+p+`\..*`, `^(`+p+`\..*|amq\.default)$`, `^`+p+`\..*`)
 
 	// Two nodes as the node user (by REFNODE_BUS: no password in argv).
-	dir := t.TempDir()
-	args := []string{"-db", "sqlite:" + filepath.Join(dir, "perm.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
-		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
-	var nodes []*child
-	for _, label := range []string{"A", "B"} {
-		nodes = append(nodes, startChild(t, dir, label, args, []string{"REFNODE_BUS=" + nodeURL}))
-	}
-	t.Cleanup(func() {
-		for _, c := range nodes {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 3000 bytes):\n%s", c.label, out, c.label, tail(errOut, 3000))
-			}
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cleanBroker(t, cctx, broker, prefix)
-	})
-	ids := make([]string, len(nodes))
-	for i, c := range nodes {
-		require.NoError(t, c.awaitHealthy(ctx))
-		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
-		ids[i] = c.id
-	}
-	r := ringOver(t, ids)
-	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	nodes, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B"}, []string{"REFNODE_BUS=" + nodeURL})
 	t.Logf("2 nodes as broker user %s healthy, rings agreeing, %s after the test began", nodeUser, time.Since(testStart).Round(time.Millisecond))
 
 	// refnode ctl as the client user: an image added, then read back.
@@ -277,4 +252,42 @@ func cleanBroker(t *testing.T, ctx context.Context, broker, prefix string) {
 			t.Errorf("delete exchange %s: %v", x, derr)
 		}
 	}
+}
+
+// sqliteCluster starts one `refnode serve` per label on one SQLite file in
+// a temporary directory, under prefix, with env (the broker URL by
+// REFNODE_BUS), waits until each is healthy and every ring agrees, and
+// returns the nodes, their UUIDs and the ring. At the end of the test it
+// kills them, prints their output if the test failed, and deletes the
+// prefix's queues through broker.
+func sqliteCluster(t *testing.T, ctx context.Context, broker, prefix string, labels, env []string) ([]*child, []string, ring.Ring) {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"-db", "sqlite:" + filepath.Join(dir, "cluster.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
+		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
+	var nodes []*child
+	for _, label := range labels {
+		nodes = append(nodes, startChild(t, dir, label, args, env))
+	}
+	t.Cleanup(func() {
+		for _, c := range nodes {
+			_ = c.signal(syscall.SIGKILL, 10*time.Second)
+			if t.Failed() {
+				out, errOut := c.output()
+				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cleanBroker(t, cctx, broker, prefix)
+	})
+	ids := make([]string, len(nodes))
+	for i, c := range nodes {
+		require.NoError(t, c.awaitHealthy(ctx))
+		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
+		ids[i] = c.id
+	}
+	r := ringOver(t, ids)
+	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	return nodes, ids, r
 }

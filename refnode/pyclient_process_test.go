@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,34 +81,8 @@ func TestPythonClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 	defer cancel()
 
-	dir := t.TempDir()
 	prefix := "refnode-test-py-" + randomHex(4)
-	args := []string{"-db", "sqlite:" + filepath.Join(dir, "py.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
-		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
-	var nodes []*child
-	for _, label := range []string{"A", "B", "C"} {
-		nodes = append(nodes, startChild(t, dir, label, args, []string{"REFNODE_BUS=" + broker}))
-	}
-	t.Cleanup(func() {
-		for _, c := range nodes {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 3000 bytes):\n%s", c.label, out, c.label, tail(errOut, 3000))
-			}
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cleanBroker(t, cctx, broker, prefix)
-	})
-	ids := make([]string, len(nodes))
-	for i, c := range nodes {
-		require.NoError(t, c.awaitHealthy(ctx))
-		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
-		ids[i] = c.id
-	}
-	r := ringOver(t, ids)
-	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	_, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
 	t.Logf("3 nodes healthy, rings agreeing, %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
 	// The client, as the README runs it; the broker URL by its variable.
