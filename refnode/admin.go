@@ -64,6 +64,11 @@ type nodeStatus struct {
 	Epoch int64 `json:"epoch"`
 	// State is service.State: starting, serving, leaving, …
 	State string `json:"state"`
+	// Fenced reports that the node serves but could not write its
+	// heartbeat for longer than the lease: it refuses messages about
+	// resources (not_owner) until a beat goes through, or its peers
+	// evict it (service.Node.Fenced).
+	Fenced bool `json:"fenced"`
 	// Transport is the broker connection: connected, reconnecting, closed.
 	Transport string `json:"transport"`
 	// ConnectionsLost counts the broker connections lost since the node
@@ -150,6 +155,7 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 			Node:            n.UUID(),
 			Epoch:           n.Epoch(),
 			State:           n.State().String(),
+			Fenced:          n.Fenced(),
 			Transport:       transportState(tr),
 			ConnectionsLost: lost,
 			Bus:             busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies},

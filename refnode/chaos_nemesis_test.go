@@ -31,12 +31,13 @@ const (
 	kindPause                    // SIGSTOP a node past its eviction; SIGCONT
 	kindBusCut                   // one node's broker link reset, and refused until the heal
 	kindBusHole                  // one node's broker link blackholed (bytes stall)
+	kindDBHole                   // one node's database link blackholed (its transactions stall, then go on)
 	kindBusAll                   // every node's broker link reset
 	kindDBCut                    // the database cut: every node's link reset
 )
 
 // chaosKinds are the single kinds, in the order a round draws them.
-var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindBusAll, kindDBCut}
+var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindDBHole, kindBusAll, kindDBCut}
 
 // String names the kind; "kind(n)" for a value not defined here.
 func (k chaosKind) String() string {
@@ -51,6 +52,8 @@ func (k chaosKind) String() string {
 		return "bus-cut"
 	case kindBusHole:
 		return "bus-blackhole"
+	case kindDBHole:
+		return "db-blackhole"
 	case kindBusAll:
 		return "bus-cut-all"
 	case kindDBCut:
@@ -60,7 +63,7 @@ func (k chaosKind) String() string {
 }
 
 // targeted reports whether the kind hits one node.
-func (k chaosKind) targeted() bool { return k <= kindBusHole }
+func (k chaosKind) targeted() bool { return k <= kindDBHole }
 
 // The nemesis's timing. The pause outlasts the eviction (default
 // -evict-after 3 s, checked every 500 ms beat).
@@ -69,8 +72,14 @@ const (
 	chaosHoldMin, chaosHoldMax = 1 * time.Second, 6 * time.Second // how long a fault lasts
 	chaosPauseMin              = 4 * time.Second                  // a pause's least hold
 	chaosTermBound             = 30 * time.Second                 // a SIGTERMed node's exit
-	chaosRecoverBound          = 60 * time.Second                 // every node back in every ring after a heal
-	chaosStartBound            = 60 * time.Second                 // a new process healthy
+	chaosRecoverBound          = 60 * time.Second                 // every node serving and in every ring after a heal
+	// chaosReconcileBound is one reconcile of refnode's default timing:
+	// a ring copy that missed an event is set from the store once two
+	// reads of it, a beat (500 ms) apart, differ alike, at the next
+	// tick: 1.5 s at most; plus 500 ms for the test's polls. Every
+	// ring agrees within it of every node serving and connected.
+	chaosReconcileBound = 2 * time.Second
+	chaosStartBound     = 60 * time.Second // a new process healthy
 )
 
 // faultPart is one kind of a fault, on node (a slot index; -1 for every
@@ -179,12 +188,14 @@ func (s *chaosSchedule) between(lo, hi time.Duration) time.Duration {
 // chaosWindow is one fault as it ran: from its injection until every
 // node was back in every ring.
 type chaosWindow struct {
-	fault                    chaosFault
-	start, healed, recovered time.Time
-	termExit                 string         // a SIGTERMed node's exit, if not 0
-	evictions                []string       // "A1 after 3.1s" for each node hit that a peer evicted in the window
-	calls                    map[string]int // calls invoked in the window, by outcome
-	slowest                  time.Duration  // the longest of them
+	fault         chaosFault
+	start, healed time.Time
+	ready         time.Time      // every node serving and connected to the broker again
+	recovered     time.Time      // and every ring agrees
+	termExit      string         // a SIGTERMed node's exit, if not 0
+	evictions     []string       // "A1 after 3.1s" for each node hit that a peer evicted in the window
+	calls         map[string]int // calls invoked in the window, by outcome
+	slowest       time.Duration  // the longest of them
 }
 
 // contains reports whether at falls in the window.
@@ -243,6 +254,9 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 		case kindBusHole:
 			nodes[p.node].Bus.Stall()
 			heals[0] = append(heals[0], nodes[p.node].Bus.Heal)
+		case kindDBHole:
+			nodes[p.node].DB.Stall()
+			heals[0] = append(heals[0], nodes[p.node].DB.Heal)
 		case kindBusAll:
 			for _, n := range nodes {
 				n.Bus.Cut()
@@ -264,8 +278,12 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	w.healed = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, chaosRecoverBound)
 	defer cancel()
+	require.NoError(t, poll(rctx, func() error { return serving(m.fc) }), "%s: every node serving and connected within %s of the heal", f, chaosRecoverBound)
+	w.ready = time.Now()
 	require.NoError(t, poll(rctx, m.fc.Agreed), "%s: every node back in every ring within %s of the heal", f, chaosRecoverBound)
 	w.recovered = time.Now()
+	assert.LessOrEqual(t, w.recovered.Sub(w.ready), chaosReconcileBound,
+		"%s: every ring agrees within one reconcile (%s) of every node serving and connected", f, chaosReconcileBound)
 	for _, p := range f.parts {
 		c := hit[p]
 		if c == nil {
@@ -286,6 +304,22 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 		}
 	}
 	return w
+}
+
+// serving reports whether every running node serves, unfenced (its
+// heartbeat goes through), and is connected to the broker, whatever its
+// ring.
+func serving(fc *faultCluster) error {
+	for _, c := range fc.Running() {
+		st, err := c.status()
+		if err != nil {
+			return err
+		}
+		if st.State != "serving" || st.Fenced || st.Transport != "connected" {
+			return fmt.Errorf("node %s is %s (fenced %t), transport %s", c.label, st.State, st.Fenced, st.Transport)
+		}
+	}
+	return nil
 }
 
 // evictedAt returns when one of peers first logged that it evicted node

@@ -23,6 +23,7 @@ type chaosSummary struct {
 	checks                 []imageCheck
 	lateStarts             []string
 	refusedLate            int
+	fenced                 int // writes the fence refused to a node that had lost the resource
 	backInRings, drainedIn time.Duration
 	drainErr               error
 	start, end             []nodeResources
@@ -43,12 +44,13 @@ func chaosReport(s chaosSummary) string {
 	}
 	p("Faults by kind: %s", counts(kinds))
 	p("")
-	p("| # | at | fault | hold | evicted (from the injection) | back in every ring after the heal | calls invoked in the window | slowest |")
-	p("| ---: | ---: | --- | ---: | --- | ---: | --- | ---: |")
+	p("| # | at | fault | hold | evicted (from the injection) | every node serving after the heal | every ring agreeing after that | calls invoked in the window | slowest |")
+	p("| ---: | ---: | --- | ---: | --- | ---: | ---: | --- | ---: |")
 	t0 := time.Time{}
 	if len(s.windows) > 0 {
 		t0 = s.windows[0].start.Add(-s.windows[0].fault.gap)
 	}
+	var agreeMax time.Duration
 	for i, w := range s.windows {
 		note := ""
 		if w.termExit != "" {
@@ -58,9 +60,10 @@ func chaosReport(s chaosSummary) string {
 		if evicted == "" {
 			evicted = "-"
 		}
-		p("| %d | +%s | %s%s | %s | %s | %s | %s | %s |", i+1, w.start.Sub(t0).Round(100*time.Millisecond), w.fault, note,
-			w.fault.hold.Round(100*time.Millisecond), evicted, w.recovered.Sub(w.healed).Round(time.Millisecond), counts(w.calls),
-			w.slowest.Round(time.Millisecond))
+		p("| %d | +%s | %s%s | %s | %s | %s | %s | %s | %s |", i+1, w.start.Sub(t0).Round(100*time.Millisecond), w.fault, note,
+			w.fault.hold.Round(100*time.Millisecond), evicted, w.ready.Sub(w.healed).Round(time.Millisecond),
+			w.recovered.Sub(w.ready).Round(time.Millisecond), counts(w.calls), w.slowest.Round(time.Millisecond))
+		agreeMax = max(agreeMax, w.recovered.Sub(w.ready))
 	}
 	p("")
 	f := s.fig
@@ -77,6 +80,7 @@ func chaosReport(s chaosSummary) string {
 	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
 	p("| every node back in every ring after the last heal | %s |", s.backInRings.Round(time.Millisecond))
+	p("| every ring agreeing after every node served again, longest of every fault (one reconcile: %s) | %s |", chaosReconcileBound, agreeMax.Round(time.Millisecond))
 	drained := s.drainedIn.Round(time.Millisecond).String() + " after the clients stopped"
 	if s.drainErr != nil {
 		drained = "NOT within " + chaosDrainBound.String() + ": " + s.drainErr.Error()
@@ -95,10 +99,12 @@ func chaosReport(s chaosSummary) string {
 	p("| database: a client's writes out of issue order | %d |", len(d.reordered))
 	p("| database: commits after the writer lost its lease (allowed) | %d |", d.afterLease)
 	p("| database: calls of unknown outcome applied / not applied | %d / %d |", d.unknownApplied, d.unknownNot)
+	p("| writes the fence refused to a node that had lost the resource (node logs) | %d |", s.fenced)
 	p("| op logs: runs started after the deadline + %s | %d |", fdBound, len(s.lateStarts))
 	p("| op logs: messages refused as late | %d |", s.refusedLate)
 	p("")
-	p("Nodes, at the start and the end (after the clients stopped and the queues drained):")
+	p("Nodes, at the start and the end (after the clients stopped and the queues drained; bound: the slot's start + %d goroutines, + %d MiB RSS):",
+		chaosGoroutineSlack, chaosRSSSlack>>20)
 	p("")
 	p("| slot | start: process, goroutines, RSS | end: process, goroutines, RSS |")
 	p("| --- | --- | --- |")
