@@ -127,7 +127,14 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 		b.refuse(s.id, env, d, err)
 		return
 	}
+	// The last check, with the instant the handler starts: a long decode,
+	// or a pause of the process since the checks above, cannot start it
+	// late. A pause from here on finds ctx already ended when it resumes.
 	start := time.Now()
+	if dl.late(start) {
+		b.refuseLate(s.id, env, d, arrived, dl)
+		return
+	}
 	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b, deadline: dl.at})
 	obs := Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Duration: time.Since(start), Queued: start.Sub(arrived), Err: err}
