@@ -76,8 +76,10 @@ const (
 	// chaosReconcileBound is one reconcile of refnode's default timing:
 	// a ring copy that missed an event is set from the store once two
 	// reads of it, a beat (500 ms) apart, differ alike, at the next
-	// tick: 1.5 s at most; plus 500 ms for the test's polls. Every
-	// ring agrees within it of every node serving and connected.
+	// tick: 1.5 s at most; plus 500 ms for the test's polls. Once every
+	// node serves, connected, and the heartbeat store holds the records
+	// of the running nodes and no other (a killed node's stays until its
+	// eviction), every ring agrees within it.
 	chaosReconcileBound = 2 * time.Second
 	chaosStartBound     = 60 * time.Second // a new process healthy
 )
@@ -278,7 +280,12 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	w.healed = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, chaosRecoverBound)
 	defer cancel()
-	require.NoError(t, poll(rctx, func() error { return serving(m.fc) }), "%s: every node serving and connected within %s of the heal", f, chaosRecoverBound)
+	require.NoError(t, poll(rctx, func() error {
+		if err := serving(m.fc); err != nil {
+			return err
+		}
+		return inStore(rctx, m.fc)
+	}), "%s: every node serving and connected, and the store's records those of the running nodes, within %s of the heal", f, chaosRecoverBound)
 	w.ready = time.Now()
 	require.NoError(t, poll(rctx, m.fc.Agreed), "%s: every node back in every ring within %s of the heal", f, chaosRecoverBound)
 	w.recovered = time.Now()
@@ -318,6 +325,37 @@ func serving(fc *faultCluster) error {
 		if st.State != "serving" || st.Fenced || st.Transport != "connected" {
 			return fmt.Errorf("node %s is %s (fenced %t), transport %s", c.label, st.State, st.Fenced, st.Transport)
 		}
+	}
+	return nil
+}
+
+// inStore reports whether the heartbeat store holds a record of every
+// running node and of no other: a killed node's record stays until its
+// peers evict it, whatever the rings say.
+func inStore(ctx context.Context, fc *faultCluster) error {
+	rows, err := fc.pg.db.QueryContext(ctx, `SELECT node FROM "`+fc.pg.base+`_heartbeat" ORDER BY node`)
+	if err != nil {
+		return fmt.Errorf("read the heartbeat store: %w", err)
+	}
+	defer rows.Close()
+	var stored []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("read the heartbeat store: %w", err)
+		}
+		stored = append(stored, id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the heartbeat store: %w", err)
+	}
+	var running []string
+	for _, c := range fc.Running() {
+		running = append(running, c.id)
+	}
+	slices.Sort(running)
+	if !slices.Equal(stored, running) {
+		return fmt.Errorf("the heartbeat store holds %v, the running nodes are %v", stored, running)
 	}
 	return nil
 }

@@ -74,8 +74,9 @@ const (
 // database link blackholed (its transactions stall and go on at the
 // heal, past its eviction when the hold outlasts it), every broker link
 // cut, the database cut, and two of those at once. After each heal every
-// node must serve again (unfenced, connected) within chaosRecoverBound,
-// and then every ring agree within one reconcile (chaosReconcileBound). The
+// node must serve again (unfenced, connected) and the heartbeat store hold
+// the running nodes' records and no other within chaosRecoverBound, and
+// then every ring agree within one reconcile (chaosReconcileBound). The
 // short form runs every kind once and one pair, then more faults until
 // 100 s of load have passed (about 2 minutes in all); -chaos.duration
 // sets that time.
@@ -184,7 +185,7 @@ func TestChaos(t *testing.T) {
 		f := sched.next()
 		w := m.run(t, ctx, f)
 		windows = append(windows, w)
-		t.Logf("fault %d (round %d) at +%s: %s for %s; every node serving %s after the heal, every ring agreeing %s after that",
+		t.Logf("fault %d (round %d) at +%s: %s for %s; every node serving and the store theirs %s after the heal, every ring agreeing %s after that",
 			len(windows), sched.rounds, w.start.Sub(loadStart).Round(time.Millisecond), f, f.hold,
 			w.ready.Sub(w.healed).Round(time.Millisecond), w.recovered.Sub(w.ready).Round(time.Millisecond))
 		if (sched.rounds > 1 || sched.roundDone()) && time.Since(loadStart) >= duration {

@@ -44,7 +44,7 @@ func chaosReport(s chaosSummary) string {
 	}
 	p("Faults by kind: %s", counts(kinds))
 	p("")
-	p("| # | at | fault | hold | evicted (from the injection) | every node serving after the heal | every ring agreeing after that | calls invoked in the window | slowest |")
+	p("| # | at | fault | hold | evicted (from the injection) | every node serving, the store theirs, after the heal | every ring agreeing after that | calls invoked in the window | slowest |")
 	p("| ---: | ---: | --- | ---: | --- | ---: | ---: | --- | ---: |")
 	t0 := time.Time{}
 	if len(s.windows) > 0 {
@@ -80,7 +80,7 @@ func chaosReport(s chaosSummary) string {
 	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
 	p("| every node back in every ring after the last heal | %s |", s.backInRings.Round(time.Millisecond))
-	p("| every ring agreeing after every node served again, longest of every fault (one reconcile: %s) | %s |", chaosReconcileBound, agreeMax.Round(time.Millisecond))
+	p("| every ring agreeing after every node served again and the store held their records, longest of every fault (one reconcile: %s) | %s |", chaosReconcileBound, agreeMax.Round(time.Millisecond))
 	drained := s.drainedIn.Round(time.Millisecond).String() + " after the clients stopped"
 	if s.drainErr != nil {
 		drained = "NOT within " + chaosDrainBound.String() + ": " + s.drainErr.Error()
