@@ -246,7 +246,7 @@ func TestChaos(t *testing.T) {
 
 	t.Log("\n" + chaosReport(chaosSummary{seed: seed, took: time.Since(testStart), load: loadEnd.Sub(loadStart), windows: windows,
 		rounds: sched.rounds, fig: fig, db: db, checks: checks, lateStarts: lateStarts, refusedLate: refusedLate,
-		fenced: fenceRefusals(fc), backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes}))
+		fenced: fenceRefusals(fc), overlaps: handlerOverlaps(nodeOps, imageIndex), backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes}))
 
 	for _, c := range checks {
 		assert.Equal(t, porcupine.Ok, c.result, "image %d: its history is linearizable (Illegal: a violation; Unknown: porcupine's limit %s was too short): %s",
@@ -403,6 +403,59 @@ func fenceRefusals(fc *faultCluster) int {
 	return n
 }
 
+// overlaps are handler runs of one image on two nodes at once.
+type overlaps struct {
+	pairs int      // pairs of runs on different nodes whose intervals overlap
+	both  int      // of them, pairs where both runs passed the node's guard
+	first []string // the first few pairs, for the report
+}
+
+// handlerOverlaps finds, image by image, the handler runs (op logs:
+// handle and release) on different nodes whose intervals [start, start +
+// duration] overlap: a stale owner paused or cut off may start a handler
+// while the new owner runs one. The fence must keep the stale one from
+// committing (the database checks); the figure is reported, not asserted.
+func handlerOverlaps(c *collected, images map[string]int) overlaps {
+	byImage := map[string][]execution{}
+	for _, execs := range c.Owner {
+		for _, e := range execs {
+			if _, ok := images[e.Resource]; ok && e.Ran() {
+				byImage[e.Resource] = append(byImage[e.Resource], e)
+			}
+		}
+	}
+	var o overlaps
+	for _, img := range slices.Sorted(maps.Keys(byImage)) {
+		runs := byImage[img]
+		slices.SortFunc(runs, func(a, b execution) int { return a.Start.Compare(b.Start) })
+		var active []execution
+		for _, r := range runs {
+			kept := active[:0]
+			for _, a := range active {
+				if a.Start.Add(a.Duration).After(r.Start) {
+					kept = append(kept, a)
+				}
+			}
+			active = kept
+			for _, a := range active {
+				if a.Node == r.Node {
+					continue
+				}
+				o.pairs++
+				if a.Did() && r.Did() {
+					o.both++
+				}
+				if len(o.first) < 3 {
+					o.first = append(o.first, fmt.Sprintf("image %d: %s (%s) and %s (%s)", images[img], a, a.Duration.Round(time.Millisecond),
+						r, r.Duration.Round(time.Millisecond)))
+				}
+			}
+			active = append(active, r)
+		}
+	}
+	return o
+}
+
 // nodeResources are a node's goroutines and RSS at one moment.
 type nodeResources struct {
 	label      string
@@ -532,4 +585,28 @@ func firstLines(lines []string, n int) string {
 		return strings.Join(lines, "\n")
 	}
 	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
+}
+
+// TestHandlerOverlaps: runs of one image on two nodes whose intervals
+// overlap are counted once a pair, with those where both passed the
+// guard; runs on one node, of another image, or that did not run are not.
+func TestHandlerOverlaps(t *testing.T) {
+	img, other := message.NewUUID(), message.NewUUID()
+	t0 := time.Unix(1000, 0)
+	run := func(node, res string, start, dur int, err string) execution {
+		return execution{Node: node, Label: node, Op: bus.OpHandle.String(), Resource: res, Err: err,
+			Start: t0.Add(time.Duration(start) * time.Millisecond), Duration: time.Duration(dur) * time.Millisecond}
+	}
+	c := &collected{Owner: map[string][]execution{
+		"a": {run("A1", img, 0, 100, "")},
+		"b": {run("B1", img, 50, 100, string(message.CodeNotOwner))}, // overlaps a: one pair, guard refused
+		"c": {run("C1", img, 120, 10, "")},                             // overlaps b only: both passed? b did not
+		"d": {run("A1", img, 125, 10, "")},                             // overlaps b (B1) and c (C1)
+		"e": {run("B1", other, 0, 500, "")},                            // another image
+		"f": {{Node: "C1", Op: bus.OpReject.String(), Resource: img, Start: t0}},
+	}}
+	o := handlerOverlaps(c, map[string]int{img: 0, other: 1})
+	assert.Equal(t, 4, o.pairs, "a-b, b-c, b-d, c-d: %v", o.first)
+	assert.Equal(t, 1, o.both, "only c-d both passed the guard")
+	assert.Len(t, o.first, 3)
 }

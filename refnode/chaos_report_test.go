@@ -24,6 +24,7 @@ type chaosSummary struct {
 	lateStarts             []string
 	refusedLate            int
 	fenced                 int // writes the fence refused to a node that had lost the resource
+	overlaps               overlaps
 	backInRings, drainedIn time.Duration
 	drainErr               error
 	start, end             []nodeResources
@@ -100,8 +101,13 @@ func chaosReport(s chaosSummary) string {
 	p("| database: commits after the writer lost its lease (allowed) | %d |", d.afterLease)
 	p("| database: calls of unknown outcome applied / not applied | %d / %d |", d.unknownApplied, d.unknownNot)
 	p("| writes the fence refused to a node that had lost the resource (node logs) | %d |", s.fenced)
+	p("| op logs: handler runs of one image on two nodes at once (reported, not asserted) | %d pairs, %d of them with both past the node's guard |", s.overlaps.pairs, s.overlaps.both)
 	p("| op logs: runs started after the deadline + %s | %d |", fdBound, len(s.lateStarts))
 	p("| op logs: messages refused as late | %d |", s.refusedLate)
+	for _, l := range s.overlaps.first {
+		p("")
+		p("Overlap: %s", l)
+	}
 	p("")
 	p("Nodes, at the start and the end (after the clients stopped and the queues drained; bound: the slot's start + %d goroutines, + %d MiB RSS):",
 		chaosGoroutineSlack, chaosRSSSlack>>20)

@@ -22,11 +22,13 @@ type execution struct {
 	Op        string // handle, reject or release
 	ServiceID string
 	Type      string
-	Start     time.Time // when the handler started, or the refusal
-	Deadline  time.Time // the message's deadline as the node saw it; zero if none
-	Err       string    // error code
-	Detail    string    // error text
-	Where     string    // file:line of the op log
+	Start     time.Time     // when the handler started, or the refusal
+	Deadline  time.Time     // the message's deadline as the node saw it; zero if none
+	Resource  string        // the resource the message is about, if any
+	Duration  time.Duration // how long the handler ran (handle, release)
+	Err       string        // error code
+	Detail    string        // error text
+	Where     string        // file:line of the op log
 }
 
 // Ran reports whether a handler started: handle and release (a handler
@@ -80,6 +82,7 @@ func collectOps(paths []string, labels map[string]string) (*collected, error) {
 				continue
 			}
 			x := execution{Node: e.Node, Label: e.Node, Op: e.Op, ServiceID: e.ServiceID, Type: e.Type, Err: e.Err, Detail: e.Detail,
+				Resource: e.Resource, Duration: time.Duration(e.DurationNS),
 				Where: fmt.Sprintf("%s:%d", filepath.Base(path), line)}
 			if l, ok := labels[e.Node]; ok {
 				x.Label = l
