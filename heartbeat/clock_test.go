@@ -85,3 +85,43 @@ func TestMonitorMeasuresTheStoreClock(t *testing.T) {
 		require.NoError(t, m.Leave(t.Context()))
 	})
 }
+
+// noClock is a store that tells no time.
+type noClock struct{ heartbeat.Store }
+
+// TestSyncClockBeforeJoin: SyncClock measures the cluster time without
+// joining, once; it fails while the store is unreachable and succeeds,
+// with no clock to learn, on a store that tells no time.
+func TestSyncClockBeforeJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.Config{})
+		cfg := heartbeat.LocalConfig()
+		cfg.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+		id := message.NewUUID()
+		store.SetUnreachable(id, true)
+		m, err := heartbeat.NewMonitor(store.For(id), id, cfg, nil, nil)
+		require.NoError(t, err)
+		err = m.SyncClock(t.Context())
+		require.Error(t, err, "the store is unreachable")
+		assert.Contains(t, err.Error(), id)
+		_, _, ok := m.ClusterTime()
+		assert.False(t, ok)
+
+		store.SetUnreachable(id, false)
+		require.NoError(t, m.SyncClock(t.Context()))
+		now, bound, ok := m.ClusterTime()
+		require.True(t, ok, "known before Join")
+		assert.InDelta(t, float64(time.Now().UnixNano()), float64(now.UnixNano()), float64(bound+time.Millisecond), "the hour of skew is measured away")
+		recs, err := store.List(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, recs, "SyncClock registers nothing")
+		store.SetUnreachable(id, true)
+		assert.NoError(t, m.SyncClock(t.Context()), "known already: no round trip")
+
+		m2, err := heartbeat.NewMonitor(noClock{memstore.New(memstore.Config{})}, id, cfg, nil, nil)
+		require.NoError(t, err)
+		assert.NoError(t, m2.SyncClock(t.Context()), "a store that tells no time: nothing to measure")
+		_, _, ok = m2.ClusterTime()
+		assert.False(t, ok)
+	})
+}

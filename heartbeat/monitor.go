@@ -241,6 +241,12 @@ func (m *Monitor) sampleClock(ctx context.Context) {
 	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 {
 		return
 	}
+	_ = m.readClock(ctx, ts)
+}
+
+// readClock makes one round trip to the store's clock and keeps the
+// reading.
+func (m *Monitor) readClock(ctx context.Context, ts TimeSource) error {
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	defer cancel()
 	sent := m.cfg.Now()
@@ -248,9 +254,37 @@ func (m *Monitor) sampleClock(ctx context.Context) {
 	received := m.cfg.Now()
 	if err != nil {
 		m.log.Debug("heartbeat: read the store's time", "err", err)
-		return
+		return err
 	}
 	m.clock.Sample(sent, received, remote, res)
+	return nil
+}
+
+// SyncClock measures the cluster time (one round trip to the store's
+// clock) unless it is already known. A node calls it before it takes any
+// message, Join included: a message that waited in its queue (for a node
+// rejoining after an eviction, in the queue of its earlier life) carries
+// its deadline in cluster time, and a receiver that cannot read it counts
+// the relative timeout from the arrival, as if the message were fresh.
+// It returns nil once the cluster time is known, or if the store tells no
+// time (it is no [TimeSource]: there is none to know); otherwise the
+// round trip's error (ctx ended, or the store did not answer within
+// Config.OpTimeout). Safe for concurrent use.
+func (m *Monitor) SyncClock(ctx context.Context) error {
+	if _, _, known := m.clock.Offset(); known {
+		return nil
+	}
+	ts, ok := m.store.(TimeSource)
+	if !ok {
+		return nil
+	}
+	if err := m.readClock(ctx, ts); err != nil {
+		return fmt.Errorf("heartbeat: node %s: read the store's clock: %w; check the store and retry", m.node, err)
+	}
+	if _, _, known := m.clock.Offset(); !known {
+		return fmt.Errorf("heartbeat: node %s: the store's clock reading was unusable (this process's clock stepped back during it); retry", m.node)
+	}
+	return nil
 }
 
 // Leave says goodbye: it stops Run if it is running and waits for it to

@@ -2,13 +2,16 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -223,4 +226,65 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestNoMessageBeforeTheClusterTime: a request waits in a node's queue
+// before the node starts, as one waits in the queue of a node that
+// rejoins after its eviction (from its earlier life). Its deadline in
+// cluster time passed long ago, but its relative timeout still looks
+// fresh. The node measures the cluster time before it takes any message,
+// so it refuses the request as late: no handler runs and no reply goes
+// out (not even not_owner from a node still starting).
+func TestNoMessageBeforeTheClusterTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		net := membus.New()
+		store := memstore.New(memstore.Config{})
+		const prefix = "clocktest"
+		id, res := message.NewUUID(), message.NewUUID()
+
+		feeder := net.Transport("feeder")
+		defer feeder.Close()
+		queue := prefix + ".message." + bus.ServiceID("recorder", id)
+		replyTo := prefix + ".reply.feeder"
+		require.NoError(t, feeder.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable}))
+		require.NoError(t, feeder.DeclareQueue(ctx, replyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
+		replies := make(chan string, 4)
+		cons, err := feeder.Consume(ctx, replyTo, bus.ConsumeOptions{}, func(d bus.Delivery) {
+			replies <- string(d.Body())
+			_ = d.Ack()
+		})
+		require.NoError(t, err)
+		defer cons.Cancel()
+		body, err := json.Marshal(Touch{Resource: res, Seq: 1})
+		require.NoError(t, err)
+		data, err := message.EncodeEnvelope(&message.Envelope{ID: message.NewUUID(), Kind: message.KindRequest, Type: "svctest.v1.Touch",
+			ServiceID: bus.ServiceID("recorder", id), ResourceUUID: res, CorrelationID: message.NewUUID(), ReplyTo: replyTo,
+			Timeout: time.Hour, Deadline: time.Now().Add(-time.Minute).UnixNano(), Body: body}, 0)
+		require.NoError(t, err)
+		require.NoError(t, feeder.Publish(ctx, queue, data))
+
+		j := newJournal()
+		store.SetLatency(id, 20*time.Millisecond) // each round trip to the store, the clock's included
+		n, err := service.NewNode(service.Config{Node: id, Prefix: prefix, Transport: net.Transport(id), Store: store.For(id),
+			Registry: registry(), Services: []service.Service{&recorder{j: j}}, Heartbeat: heartbeat.LocalConfig(), NoRejoin: true})
+		require.NoError(t, err)
+		require.NoError(t, n.Start(ctx))
+		defer n.Close()
+		start := time.Now()
+		for n.Bus().Stats().Late == 0 {
+			time.Sleep(10 * time.Millisecond) // virtual time
+			if time.Since(start) > time.Minute {
+				t.Fatalf("the waiting request was not refused as late within a minute: %+v", n.Bus().Stats())
+			}
+		}
+		synctest.Wait()
+		assert.EqualValues(t, 1, n.Bus().Stats().Late)
+		assert.Empty(t, j.all(), "no handler ran it")
+		select {
+		case r := <-replies:
+			t.Errorf("a request whose caller gave up long ago was answered: %s", r)
+		default:
+		}
+	})
 }

@@ -166,9 +166,17 @@ func (n *Node) stopServices() {
 	}
 }
 
-// join opens the bus, starts services (in the first life), declares the
-// queues, joins the membership and fills the ring, in that order.
+// join measures the cluster time, opens the bus, starts services (in
+// the first life), declares the queues, joins the membership and fills
+// the ring, in that order.
 func (n *Node) join(ctx context.Context, first bool) error {
+	// No message before the cluster time is known: one that waited in a
+	// queue of this node (from its earlier life, before an eviction)
+	// carries its deadline in cluster time, and without it the bus would
+	// count the relative timeout from the arrival, as if it were fresh.
+	if err := n.monitor.Load().SyncClock(ctx); err != nil {
+		return fmt.Errorf("service: start node %s: measure the cluster time before taking messages: %w", n.id, err)
+	}
 	bc := n.cfg.Bus
 	bc.Transport = n.cfg.Transport
 	bc.Node = n.id
