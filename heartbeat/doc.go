@@ -136,7 +136,9 @@
 // is written in (message.Envelope.Deadline), so that a message that
 // waited anywhere, for any reason, is known to be late when it is
 // finally read. A store that implements [TimeSource] tells its time; the
-// monitor reads it at Join and after every successful beat, and keeps an
+// monitor reads it at Join (or before, with [Monitor.SyncClock], which a
+// node calls before it takes any message) and after every successful
+// beat, and keeps an
 // estimate of this node's offset to it ([ClockSync],
 // [Monitor.ClusterTime]), the rules being:
 //
