@@ -8,7 +8,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,50 +15,10 @@ import (
 	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/rawrows"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 )
-
-// sqlValue returns one column's value for a raw row: kind picks its SQL
-// type whatever the column's declared type (SQLite keeps what it is
-// given unless the column's affinity converts it), so the fence reads
-// what another program, a manual fix or a damaged file may have left.
-func sqlValue(kind uint64, natural any, i int64, fl float64, s string, b []byte) any {
-	switch kind & 7 {
-	case 1:
-		return fl
-	case 2:
-		return s
-	case 3:
-		return b // a BLOB
-	case 4:
-		return nil
-	case 5:
-		return i
-	case 6:
-		if n, ok := natural.(int64); ok {
-			return strconv.FormatInt(n, 10) // an integer as text: INTEGER affinity converts it
-		}
-		return natural
-	default:
-		return natural
-	}
-}
-
-// rawRow reads the columns of the only row of a query as the driver
-// gives them: int64, float64, string, []byte or nil.
-func rawRow(t *testing.T, db *sql.DB, q string, n int) []any {
-	t.Helper()
-	vals := make([]any, n)
-	ptrs := make([]any, n)
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if err := db.QueryRowContext(context.Background(), q).Scan(ptrs...); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return vals
-}
 
 // FuzzFenceRows writes arbitrary values into the fence's SQLite tables
 // with raw statements, a resource's token row and a message's record
@@ -130,7 +89,7 @@ func FuzzFenceRows(f *testing.F) {
 			if i == 7 {
 				b = reply
 			}
-			return sqlValue(kinds>>(3*i), natural, alt, fl, str, b)
+			return rawrows.Value(kinds>>(3*i), natural, alt, fl, str, b)
 		}
 		for _, q := range []string{`DELETE FROM "fz_tokens"`, `DELETE FROM "fz_once"`} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
@@ -145,7 +104,7 @@ func FuzzFenceRows(f *testing.F) {
 		if rows&1 != 0 {
 			if _, err := db.ExecContext(ctx, `INSERT INTO "fz_tokens" (resource, token, node, epoch, uses) VALUES (?, ?, ?, ?, ?)`,
 				claim.Resource, col(0, token), col(1, holder), col(2, holderEpoch), col(3, int64(1))); err == nil {
-				tokenRow = rawRow(t, db, `SELECT token, node, epoch FROM "fz_tokens"`, 3)
+				tokenRow = rawrows.Row(t, db, `SELECT token, node, epoch FROM "fz_tokens"`, 3)
 			}
 		}
 		if typ == "" {
@@ -158,7 +117,7 @@ func FuzzFenceRows(f *testing.F) {
 		if rows&2 != 0 {
 			if _, err := db.ExecContext(ctx, `INSERT INTO "fz_once" (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, ?, ?, ?)`,
 				key.ID, col(4, typ), col(5, hash), col(6, done), col(7, reply), time.Now().UnixMicro()); err == nil {
-				record = rawRow(t, db, `SELECT type, hash, done, reply FROM "fz_once"`, 4)
+				record = rawrows.Row(t, db, `SELECT type, hash, done, reply FROM "fz_once"`, 4)
 			}
 		}
 

@@ -5,40 +5,14 @@ import (
 	"database/sql"
 	"math"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
+	"github.com/cloudbus-go/cloudbus/internal/rawrows"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
-
-// sqlValue returns one column's value for a raw row: kind picks its SQL
-// type whatever the column's declared type (SQLite keeps what it is
-// given unless the column's affinity converts it), so the store reads
-// what another program, a manual fix or a damaged file may have left.
-func sqlValue(kind uint64, natural any, i int64, fl float64, s string, b []byte) any {
-	switch kind & 7 {
-	case 1:
-		return fl
-	case 2:
-		return s
-	case 3:
-		return b // a BLOB
-	case 4:
-		return nil
-	case 5:
-		return i
-	case 6:
-		if n, ok := natural.(int64); ok {
-			return strconv.FormatInt(n, 10) // an integer as text: INTEGER affinity converts it
-		}
-		return natural
-	default:
-		return natural
-	}
-}
 
 // FuzzHeartbeatRows writes arbitrary values into the heartbeat store's
 // SQLite tables with raw statements (a membership row, the meta row's
@@ -85,7 +59,7 @@ func FuzzHeartbeatRows(f *testing.F) {
 	f.Add(uint64(0o6666_6666), node, int64(1), int64(1), now, int64(0), int64(0), "q", int64(0), 0.0, "", []byte(nil))
 	f.Add(uint64(0o0005_0000), node, int64(1), int64(1), now, int64(0), int64(0), "q", int64(-1)<<62, 0.0, "", []byte(nil))
 	f.Fuzz(func(t *testing.T, kinds uint64, nodeV string, epoch, seq, beat, busDown, lastEpoch int64, queue string, alt int64, fl float64, str string, blob []byte) {
-		col := func(i int, natural any) any { return sqlValue(kinds>>(3*i), natural, alt, fl, str, blob) }
+		col := func(i int, natural any) any { return rawrows.Value(kinds>>(3*i), natural, alt, fl, str, blob) }
 		for _, q := range []string{`DELETE FROM "hb"`, `DELETE FROM "hb_queues"`} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)
@@ -108,26 +82,11 @@ func FuzzHeartbeatRows(f *testing.F) {
 	})
 }
 
-// rawRow reads the columns of the only row of a query as the driver
-// gives them: int64, float64, string, []byte or nil.
-func rawRow(t *testing.T, db *sql.DB, q string, n int) []any {
-	t.Helper()
-	vals := make([]any, n)
-	ptrs := make([]any, n)
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if err := db.QueryRowContext(context.Background(), q).Scan(ptrs...); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return vals
-}
-
 // checkList: List returns the row true to its stored values, or an error.
 func checkList(t *testing.T, s *sqlstore.Store, db *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
-	stored := rawRow(t, db, `SELECT node, epoch, seq, beat_us, bus_down_us FROM "hb"`, 5)
+	stored := rawrows.Row(t, db, `SELECT node, epoch, seq, beat_us, bus_down_us FROM "hb"`, 5)
 	recs, err := s.List(ctx)
 	if err != nil {
 		checkWrapped(t, "list", err)
@@ -170,7 +129,7 @@ func checkList(t *testing.T, s *sqlstore.Store, db *sql.DB) {
 func checkRegister(t *testing.T, s *sqlstore.Store, db *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
-	stored := rawRow(t, db, `SELECT last_epoch FROM "hb_meta" WHERE id = 1`, 1)
+	stored := rawrows.Row(t, db, `SELECT last_epoch FROM "hb_meta" WHERE id = 1`, 1)
 	const other = "5c0a3a1d0c9f4b2e8a2f1b6c7d8e9f00"
 	epoch, err := s.Register(ctx, other)
 	if err != nil {
@@ -193,7 +152,7 @@ func checkRegister(t *testing.T, s *sqlstore.Store, db *sql.DB) {
 func checkQueues(t *testing.T, s *sqlstore.Store, db *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
-	stored := rawRow(t, db, `SELECT node, queue FROM "hb_queues"`, 2)
+	stored := rawrows.Row(t, db, `SELECT node, queue FROM "hb_queues"`, 2)
 	got, err := s.Queues(ctx)
 	if err != nil {
 		checkWrapped(t, "list queues", err)

@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/internal/rawrows"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
@@ -45,47 +45,6 @@ func openFuzz(f *testing.F) (*sqldb.Store, *sql.DB) {
 		_ = p.Close()
 	})
 	return s, p.DB
-}
-
-// sqlValue returns one column's value for a raw row: kind picks its SQL
-// type whatever the column's declared type (SQLite keeps what it is
-// given unless the column's affinity converts it), so the store reads
-// what another program, a manual fix or a damaged file may have left.
-func sqlValue(kind uint64, natural any, i int64, fl float64, s string, b []byte) any {
-	switch kind & 7 {
-	case 1:
-		return fl
-	case 2:
-		return s
-	case 3:
-		return b // a BLOB
-	case 4:
-		return nil
-	case 5:
-		return i
-	case 6:
-		if n, ok := natural.(int64); ok {
-			return strconv.FormatInt(n, 10) // an integer as text: INTEGER affinity converts it
-		}
-		return natural
-	default:
-		return natural
-	}
-}
-
-// rawRow reads the columns of the only row of a query as the driver
-// gives them: int64, float64, string, []byte or nil.
-func rawRow(t *testing.T, db *sql.DB, q string, n int) []any {
-	t.Helper()
-	vals := make([]any, n)
-	ptrs := make([]any, n)
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if err := db.QueryRowContext(context.Background(), q).Scan(ptrs...); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return vals
 }
 
 // checkStoreError fails unless err is a coded *message.Error or says what
@@ -244,13 +203,13 @@ func FuzzRecordRows(f *testing.F) {
 		}
 		args := make([]any, len(k.columns))
 		for i, c := range k.columns {
-			args[i] = sqlValue(kindBits>>(3*i), natural[c], alt, fl, str, blob)
+			args[i] = rawrows.Value(kindBits>>(3*i), natural[c], alt, fl, str, blob)
 		}
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
 		if _, err := db.ExecContext(ctx, `INSERT INTO "`+k.table+`" (`+strings.Join(k.columns, ", ")+`) VALUES (`+marks+`)`, args...); err != nil {
 			return // a NOT NULL column given NULL
 		}
-		stored := rawRow(t, db, `SELECT `+strings.Join(k.columns, ", ")+` FROM "`+k.table+`"`, len(k.columns))
+		stored := rawrows.Row(t, db, `SELECT `+strings.Join(k.columns, ", ")+` FROM "`+k.table+`"`, len(k.columns))
 
 		recs, err := k.list(ctx, s)
 		if err != nil {
@@ -374,10 +333,10 @@ func FuzzRecordedReply(f *testing.F) {
 			t.Fatal(err)
 		}
 		if _, err := db.ExecContext(ctx, `INSERT INTO `+once+` (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, ?, ?, ?)`,
-			key.ID, key.Type, key.Hash, done, sqlValue(uint64(kind), reply, int64(len(reply)), float64(len(reply)), string(reply), reply), time.Now().UnixMicro()); err != nil {
+			key.ID, key.Type, key.Hash, done, rawrows.Value(uint64(kind), reply, int64(len(reply)), float64(len(reply)), string(reply), reply), time.Now().UnixMicro()); err != nil {
 			t.Fatal(err)
 		}
-		stored := rawRow(t, db, `SELECT reply FROM `+once, 1)[0]
+		stored := rawrows.Row(t, db, `SELECT reply FROM `+once, 1)[0]
 		ran := false
 		got, err := cloud.Run(ctx, s, fence.Write{Key: key}, func(context.Context, cloud.Store) (api.VmReply, error) {
 			ran = true
