@@ -16,14 +16,20 @@ import (
 // (debug.FreeOSMemory: a garbage collection and a scavenge), releaseDelay
 // later and at most once per releaseEvery, so that a node's memory goes
 // back to its baseline within seconds of the burst (TestHostileInput in
-// refnode measures it). Small messages never trigger it.
+// refnode measures it). The release is armed when a large delivery has
+// been taken or refused, and again when its handling ends: a release
+// that ran while a slow handler still held the body would otherwise be
+// the last, and an idle process could keep the heap until the runtime's
+// next forced collection, two minutes later. Small messages never
+// trigger it.
 const (
 	largeBody    = 1 << 20
 	releaseDelay = time.Second
 	releaseEvery = 5 * time.Second
 )
 
-// noteSize is told the size of every delivery the bus takes.
+// noteSize is told the size of every delivery the bus takes, when it is
+// taken or refused and when its handling ends.
 func (b *CloudBus) noteSize(n int) {
 	if n < largeBody {
 		return

@@ -16,7 +16,10 @@ import (
 // never blocks: the scheduler queues the job or refuses it as busy.
 func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	arrived := time.Now()
-	b.noteSize(len(d.Body()))
+	size := len(d.Body())
+	// A large body's memory is free once it is settled: the release is
+	// armed when this returns, and again when its handling ends.
+	defer b.noteSize(size)
 	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	if err != nil {
 		b.rejected.Add(1)
@@ -74,7 +77,10 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		return
 	}
 	j := &job{
-		run:     func() { b.handle(s, env, d, arrived, dl) },
+		run: func() {
+			b.handle(s, env, d, arrived, dl)
+			b.noteSize(size)
+		},
 		requeue: func() { _ = d.Reject(true) },
 	}
 	key := ""

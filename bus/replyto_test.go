@@ -182,3 +182,24 @@ func TestLargeDeliveryReturnsMemory(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second, "Close does not wait for a pending release")
 	assert.False(t, b.MemoryReleasePending())
 }
+
+// TestLargeDeliveryReturnsMemoryAfterItsHandler: a release that ran while
+// a slow handler still held a large body is not the last one; the end of
+// the handling arms another, so an idle node does not keep the heap.
+func TestLargeDeliveryReturnsMemoryAfterItsHandler(t *testing.T) {
+	a, b, _ := pair(t, bus.Config{})
+	running, finish := make(chan struct{}), make(chan struct{})
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		close(running)
+		<-finish
+		return nil, nil
+	})))
+	require.NoError(t, a.Send(t.Context(), bus.ServiceID("svc", b.Node()), Greet{Name: strings.Repeat("x", 2<<20)}))
+	<-running
+	require.Eventually(t, b.MemoryReleasePending, 2*time.Second, 5*time.Millisecond, "the delivery arms a release")
+	require.Eventually(t, func() bool { return !b.MemoryReleasePending() }, 5*time.Second, 10*time.Millisecond,
+		"the release armed at the delivery ran while the handler held the body")
+	close(finish)
+	require.Eventually(t, b.MemoryReleasePending, 2*time.Second, 5*time.Millisecond, "the end of the handling arms another")
+	require.Eventually(t, func() bool { return !b.MemoryReleasePending() }, 10*time.Second, 10*time.Millisecond, "and it runs")
+}
