@@ -138,7 +138,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config) (*Fence, error) {
 		Lock: "cloudbus.fence." + cfg.Table, Owner: "cloudbus fence", Elsewhere: "use another Table",
 	}
 	if _, err := f.schema.Migrate(ctx, db); err != nil {
-		return nil, fmt.Errorf("sqlfence: open tables %s_*: %w", cfg.Table, err)
+		return nil, fmt.Errorf("sqlfence: open tables %s_*: %w", cfg.Table, sqlconn.Mark(err))
 	}
 	return f, nil
 }
@@ -203,10 +203,10 @@ func (f *Fence) move(ctx context.Context, tx *sql.Tx, c fence.Claim, maxAge int6
 		}
 		n, err := res.RowsAffected()
 		if err != nil || n == 0 {
-			return 0, false, err
+			return 0, false, sqlconn.Mark(err)
 		}
 		tok, err := res.LastInsertId()
-		return fence.Token(tok), err == nil, err
+		return fence.Token(tok), err == nil, sqlconn.Mark(err)
 	}
 	var tok int64
 	switch err := tx.QueryRowContext(ctx, f.st.check, args...).Scan(&tok); {
@@ -226,7 +226,7 @@ func (f *Fence) insertFirst(ctx context.Context, tx *sql.Tx, c fence.Claim, maxA
 			return 0, false, f.fail(ctx, c, "claim the resource", err)
 		}
 		n, err := res.RowsAffected()
-		return 1, err == nil && n == 1, err
+		return 1, err == nil && n == 1, sqlconn.Mark(err)
 	}
 	var tok int64
 	switch err := tx.QueryRowContext(ctx, f.st.first, args...).Scan(&tok); {
@@ -248,7 +248,7 @@ func (f *Fence) fail(ctx context.Context, c fence.Claim, op string, err error) e
 	if reason := f.why(ctx, c); reason != "" {
 		return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
 	}
-	return fmt.Errorf("sqlfence: %s %s: %w", op, c, err)
+	return fmt.Errorf("sqlfence: %s %s: %w", op, c, sqlconn.Mark(err))
 }
 
 // stale returns the StaleError for c, with the reason read from the
@@ -317,17 +317,17 @@ func (f *Fence) Begin(ctx context.Context, tx *sql.Tx, k fence.Key) (reply []byt
 	}
 	res, err := tx.ExecContext(ctx, f.st.onceInsert, k.ID, k.Type, k.Hash)
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, err)
+		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, sqlconn.Mark(err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, err)
+		return nil, false, fmt.Errorf("sqlfence: record message %s: %w", k.ID, sqlconn.Mark(err))
 	} else if n == 1 {
 		return nil, false, nil
 	}
 	var typ, hash string
 	var isDone int64
 	if err := tx.QueryRowContext(ctx, f.st.onceGet, k.ID).Scan(&typ, &hash, &isDone, &reply); err != nil {
-		return nil, false, fmt.Errorf("sqlfence: read the record of message %s: %w", k.ID, err)
+		return nil, false, fmt.Errorf("sqlfence: read the record of message %s: %w", k.ID, sqlconn.Mark(err))
 	}
 	if typ != k.Type || hash != k.Hash {
 		return nil, false, fence.Reused(k, typ, hash)
@@ -349,7 +349,7 @@ func (f *Fence) Finish(ctx context.Context, tx *sql.Tx, k fence.Key, reply []byt
 		reply = []byte{}
 	}
 	if _, err := tx.ExecContext(ctx, f.st.onceFinish, reply, k.ID); err != nil {
-		return fmt.Errorf("sqlfence: record the reply to message %s: %w", k.ID, err)
+		return fmt.Errorf("sqlfence: record the reply to message %s: %w", k.ID, sqlconn.Mark(err))
 	}
 	return nil
 }
@@ -402,7 +402,7 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 		if !w.Claim.IsZero() {
 			return nil, false, f.fail(ctx, w.Claim, "begin", err)
 		}
-		return nil, false, fmt.Errorf("sqlfence: begin: %w", err)
+		return nil, false, fmt.Errorf("sqlfence: begin: %w", sqlconn.Mark(err))
 	}
 	committed := false
 	defer func() {
@@ -445,7 +445,7 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 			// database/sql rolled the transaction back: nothing committed.
 			return nil, true, fmt.Errorf("sqlfence: not committed: %w", ctx.Err())
 		}
-		return nil, true, fmt.Errorf("sqlfence: commit (outcome unknown: it may have committed): %w", err)
+		return nil, true, fmt.Errorf("sqlfence: commit (outcome unknown: it may have committed): %w", sqlconn.Mark(err))
 	}
 	committed = true
 	return reply, true, nil
@@ -472,11 +472,11 @@ func (f *Fence) explain(ctx context.Context, c fence.Claim, err error) error {
 func (f *Fence) Sweep(ctx context.Context) (int64, error) {
 	res, err := f.db.ExecContext(ctx, f.st.sweep, f.cfg.Retention.Microseconds())
 	if err != nil {
-		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", err)
+		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", sqlconn.Mark(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", err)
+		return 0, fmt.Errorf("sqlfence: sweep the message records: %w", sqlconn.Mark(err))
 	}
 	if n > 0 {
 		f.cfg.Logger.Debug("sqlfence: swept message records", "deleted", n, "retention", f.cfg.Retention)
@@ -492,7 +492,7 @@ func (f *Fence) Holder(ctx context.Context, resource string) (c fence.Claim, tok
 	case errors.Is(err, sql.ErrNoRows):
 		return c, 0, false, nil
 	case err != nil:
-		return c, 0, false, fmt.Errorf("sqlfence: read the holder of %s: %w", resource, err)
+		return c, 0, false, fmt.Errorf("sqlfence: read the holder of %s: %w", resource, sqlconn.Mark(err))
 	}
 	return c, tok, true, nil
 }
@@ -501,7 +501,7 @@ func (f *Fence) Holder(ctx context.Context, resource string) (c fence.Claim, tok
 func (f *Fence) Drop(ctx context.Context) error {
 	for _, q := range append(f.st.drop, f.schema.DropMeta()) {
 		if _, err := f.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("sqlfence: drop tables %s_*: %w", f.cfg.Table, err)
+			return fmt.Errorf("sqlfence: drop tables %s_*: %w", f.cfg.Table, sqlconn.Mark(err))
 		}
 	}
 	return nil

@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/fence"
@@ -18,6 +21,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -148,4 +152,25 @@ func TestConformancePostgres(t *testing.T) {
 
 func TestConformanceMySQL(t *testing.T) {
 	suite(t, func(t *testing.T) string { return testenv.MySQLDSN(t) })
+}
+
+// TestDatabaseErrorsAreMarked: the fence's own statements fail with
+// errors sqlconn.IsDatabaseError recognizes (their text may name the
+// database: for logs, not for a remote caller), while fn's own errors
+// come back as they are.
+func TestDatabaseErrorsAreMarked(t *testing.T) {
+	e := open(t, "sqlite:"+filepath.Join(t.TempDir(), "fence.db"), time.Hour)
+	ctx := t.Context()
+	key := func() fence.Key { return fence.NewKey(message.NewUUID(), "test", []byte("{}")) }
+
+	own := errors.New("the hypervisor is down")
+	_, err := e.f.Do(ctx, fence.Write{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, own })
+	require.ErrorIs(t, err, own)
+	assert.False(t, sqlconn.IsDatabaseError(err), "fn's error is not the database's: %v", err)
+
+	_, err = e.db.ExecContext(ctx, "DROP TABLE "+sqlconn.QuoteIdent(e.d, e.f.Tables()[1]))
+	require.NoError(t, err)
+	_, err = e.f.Do(ctx, fence.Write{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, nil })
+	require.Error(t, err)
+	assert.True(t, sqlconn.IsDatabaseError(err), "a failed statement of the fence: %v", err)
 }

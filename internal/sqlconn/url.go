@@ -284,6 +284,28 @@ func (u URL) Fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("%s on %s: %w", op, u.Masked, de)
 }
 
+// Mark returns err marked as a database error (see [IsDatabaseError]),
+// with its text unchanged; nil for nil. A package that holds a *sql.DB
+// but no URL (sqlfence) marks its driver's errors with it; [URL.Fail]
+// marks its own.
+func Mark(err error) error {
+	if err == nil || IsDatabaseError(err) {
+		return err
+	}
+	return &driverError{err: err, text: err.Error()}
+}
+
+// IsDatabaseError reports whether err's chain holds a driver's error
+// wrapped by [URL.Fail] or [Mark]. Its text names the database (host,
+// port, database name, user: the masked URL, or the driver's own words)
+// and is meant for the process's log, not for a remote caller: refnode
+// answers such errors with their code and a text that does not name the
+// database.
+func IsDatabaseError(err error) bool {
+	var de *driverError
+	return errors.As(err, &de)
+}
+
 // driverError is a driver's error whose text had any password removed;
 // Unwrap gives the driver's error itself.
 type driverError struct {

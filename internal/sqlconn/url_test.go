@@ -3,6 +3,7 @@ package sqlconn_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -103,6 +104,21 @@ func TestScrubAndFail(t *testing.T) {
 
 	named := sqlconn.URL{Dialect: sqlconn.SQLite, Masked: "sqlite (caller's *sql.DB)"}
 	assert.Equal(t, "list on sqlite (caller's *sql.DB): boom", named.Fail(t.Context(), "list", errors.New("boom")).Error())
+	assert.True(t, sqlconn.IsDatabaseError(err), "Fail marks its error")
+	assert.True(t, sqlconn.IsDatabaseError(fmt.Errorf("wrapped: %w", err)))
+}
+
+func TestMark(t *testing.T) {
+	assert.NoError(t, sqlconn.Mark(nil))
+	assert.False(t, sqlconn.IsDatabaseError(nil))
+	driverErr := errors.New("dial tcp 10.0.0.1:5432: connection refused")
+	assert.False(t, sqlconn.IsDatabaseError(driverErr))
+	marked := sqlconn.Mark(driverErr)
+	assert.True(t, sqlconn.IsDatabaseError(marked))
+	assert.Equal(t, driverErr.Error(), marked.Error(), "the text is unchanged")
+	assert.ErrorIs(t, marked, driverErr, "the driver's error stays in the chain")
+	assert.Same(t, marked, sqlconn.Mark(marked), "marking twice wraps once")
+	assert.True(t, sqlconn.IsDatabaseError(fmt.Errorf("sqlfence: begin: %w", marked)))
 }
 
 func TestDialect(t *testing.T) {
