@@ -414,6 +414,11 @@ func TestChaosClientRecords(t *testing.T) {
 	assert.Equal(t, classSafe, classOf(message.ErrNotOwner))
 	assert.Equal(t, classNever, classOf(message.ErrNotFound))
 
+	assert.True(t, namesDatabase("internal: sqldb: read image x on postgres://postgres@127.0.0.1:5432/test: timeout"))
+	assert.True(t, namesDatabase("internal: sqlfence: begin: dial tcp 127.0.0.1:41234: connect: connection refused"))
+	assert.True(t, namesDatabase("internal: sqlfence: record message x: ERROR: canceling statement due to user request (SQLSTATE 57014)"))
+	assert.False(t, namesDatabase("bus: call refnode.v1.GetImage on api.portal: internal: the database failed; node ab logged the cause with message id cd"))
+
 	path := filepath.Join(t.TempDir(), "ops.jsonl")
 	f, err := os.Create(path)
 	require.NoError(t, err)

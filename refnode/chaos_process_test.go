@@ -254,6 +254,7 @@ func TestChaos(t *testing.T) {
 	}
 	assert.Empty(t, fig.silent, "every call ends with a reply or a typed error by its deadline + %s:\n%s", fdBound, firstLines(fig.silent, 10))
 	assert.Empty(t, fig.never, "no fault makes a call fail as a bad request, not found, or bad reply:\n%s", firstLines(fig.never, 10))
+	assert.Empty(t, fig.namesDB, "no reply names the database or quotes its driver:\n%s", firstLines(fig.namesDB, 10))
 	assert.GreaterOrEqual(t, fig.outsideShare(), chaosMinOKShare, "calls invoked outside every fault window succeed: %d of %d",
 		fig.outsideOK, fig.outside)
 	require.NoError(t, drainErr, "every queue of %s drained, none of a dead node left, within %s of the clients' stop: %s",
@@ -299,7 +300,8 @@ type chaosFigures struct {
 	byOutcome     map[string]int // "write ok", "cas not set", "read timeout", …
 	byClass       map[string]int
 	silent, never []string
-	outside       int // calls invoked outside every fault window
+	namesDB       []string // calls whose error names the database or quotes its driver
+	outside       int      // calls invoked outside every fault window
 	outsideOK     int
 	ackWrites     map[int]int // image -> writes and swapped cas with a reply
 	longestCall   time.Duration
@@ -312,6 +314,19 @@ func (f chaosFigures) outsideShare() float64 {
 		return 0
 	}
 	return float64(f.outsideOK) / float64(f.outside)
+}
+
+// namesDatabase reports whether a call's error text names the database
+// (a URL, the server's name) or quotes a database driver (a dial, a
+// SQLSTATE): what a node logs and never answers.
+func namesDatabase(text string) bool {
+	lower := strings.ToLower(text)
+	for _, s := range []string{"://", "postgres", "dial tcp", "sqlstate"} {
+		if strings.Contains(lower, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // tallyCalls counts the calls, and those of each window.
@@ -334,6 +349,9 @@ func tallyCalls(ops []chaosOp, windows []chaosWindow) chaosFigures {
 		}
 		if o.Class == classNever || o.Class == classRan {
 			f.never = append(f.never, o.String())
+		}
+		if namesDatabase(o.Err) {
+			f.namesDB = append(f.namesDB, o.String())
 		}
 		if o.Class == classOK && (o.Kind == chaosWrite || o.Swapped) {
 			f.ackWrites[o.Image]++

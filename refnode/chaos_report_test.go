@@ -79,6 +79,7 @@ func chaosReport(s chaosSummary) string {
 	}
 	p("| silent calls (no reply or typed error by the deadline + %s) | %d |", fdBound, len(f.silent))
 	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
+	p("| calls whose error names the database or quotes its driver | %d |", len(f.namesDB))
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
 	p("| every node back in every ring after the last heal | %s |", s.backInRings.Round(time.Millisecond))
 	p("| every ring agreeing after every node served again and the store held their records, longest of every fault (one reconcile: %s) | %s |", chaosReconcileBound, agreeMax.Round(time.Millisecond))

@@ -26,6 +26,18 @@
 // its owner, a handler reads a record, calls the hypervisor and writes the
 // record back without any lock.
 //
+// # Errors
+//
+// A handler's error crosses the bus as a message.Error: a request's own
+// fault with its code and details (bad_request, invalid_uuid, not_found),
+// a lost claim as not_owner, a hypervisor's failure as internal with the
+// hypervisor's words (the VM's state says what holds). A database error
+// is answered with its class only (internal, or timeout when a deadline
+// ended it: outcome unknown either way) and "the database failed; node N
+// logged the cause with message id M": its text names the database's
+// host, port, name and user, which is for the node's log (logged at Warn
+// with the message id), not for API clients.
+//
 // # Hosts and takeover
 //
 // The owner of a host tracks it: a goroutine of the [HostService], started

@@ -151,7 +151,8 @@ func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 	if err := started(s.node, api.HostService); err != nil {
 		return nil, err
 	}
-	return s.mux.Handle(ctx, r)
+	resp, err := s.mux.Handle(ctx, r)
+	return resp, answer(s.log, r, err)
 }
 
 // add handles AddHost on the host's owner: connect, record, track. The

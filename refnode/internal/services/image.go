@@ -51,7 +51,8 @@ func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) 
 	if err := started(s.node, api.ImageService); err != nil {
 		return nil, err
 	}
-	return s.mux.Handle(ctx, r)
+	resp, err := s.mux.Handle(ctx, r)
+	return resp, answer(s.log, r, err)
 }
 
 func (s *ImageService) add(ctx context.Context, r *bus.Request, m api.AddImage) (api.ImageReply, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -139,6 +140,31 @@ func started(n *service.Node, name string) error {
 		return fmt.Errorf("services: %s received a message before Start: %w", name, message.ErrClosed)
 	}
 	return nil
+}
+
+// answer is what a handler's error becomes on the wire. An error meant
+// for the caller (one holding a *message.Error: bad request, not found,
+// not owner, ...), a hypervisor's failure and [bus.ErrRelease] go as they
+// are. A database error ([sqlconn.IsDatabaseError]) names the database
+// (host, port, name, user) and quotes its driver: that is for this
+// node's log, which gets it with the message's id, not for an API client.
+// The caller gets the error's class (timeout or canceled if a deadline
+// or a cancellation ended it, internal otherwise: outcome unknown in
+// every case, as before) and where the cause was logged.
+func answer(log *slog.Logger, r *bus.Request, err error) error {
+	var coded *message.Error
+	if err == nil || errors.As(err, &coded) || errors.Is(err, bus.ErrRelease) || !sqlconn.IsDatabaseError(err) {
+		return err
+	}
+	class := message.ErrInternal
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		class = message.ErrTimeout
+	case errors.Is(err, context.Canceled):
+		class = message.ErrCanceled
+	}
+	log.Warn("database error; answered without its text", "type", r.Type(), "msg", r.ID(), "resource", r.Resource(), "code", class.Code, "err", err)
+	return class.WithDetails(fmt.Sprintf("the database failed; node %s logged the cause with message id %s", r.Node(), r.ID()))
 }
 
 // stale logs err if it says this node's claim on a resource no longer

@@ -90,7 +90,8 @@ func (s *VMService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 	if err := started(s.node, api.VMService); err != nil {
 		return nil, err
 	}
-	return s.mux.Handle(ctx, r)
+	resp, err := s.mux.Handle(ctx, r)
+	return resp, answer(s.log, r, err)
 }
 
 // create handles CreateVm on the local node: check the image, have the

@@ -73,7 +73,9 @@
 // database error names the operation, the record and the database by its
 // masked URL (sqlconn.MaskURL: the password is "xxxxx"),
 // with any password scrubbed from the driver's text; if ctx ended it also
-// matches ctx's error. Such an error leaves the outcome unknown: an add
+// matches ctx's error. It is marked as a database error
+// (sqlconn.IsDatabaseError): refnode's services log its text and answer
+// API clients without it. Such an error leaves the outcome unknown: an add
 // may have happened (retrying it then fails as a duplicate), an update
 // either happened whole or not at all.
 //

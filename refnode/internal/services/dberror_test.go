@@ -1,0 +1,101 @@
+package services_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/fence/memfence"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// failingReads is a store whose image reads fail, while failing is set,
+// as a SQL store's do when its database is cut: with the masked URL and
+// the driver's words in the text.
+type failingReads struct {
+	cloud.Store
+	failing  atomic.Bool
+	timedOut atomic.Bool // the failure came with a statement's deadline
+}
+
+// dbURL is how the failing store names its database: what a reply must
+// never show.
+var dbURL = sqlconn.URL{Dialect: sqlconn.Postgres, Masked: "postgres://cloud:xxxxx@db7.internal.example:5432/cloud"}
+
+func (s *failingReads) Image(ctx context.Context, id string) (cloud.Image, error) {
+	if s.failing.Load() {
+		if s.timedOut.Load() {
+			stmt, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Millisecond))
+			defer cancel()
+			ctx = stmt
+		}
+		return cloud.Image{}, dbURL.Fail(ctx, "read image "+id, errors.New("dial tcp 10.20.30.40:5432: connect: connection refused"))
+	}
+	return s.Store.Image(ctx, id)
+}
+
+// TestDatabaseErrorsDoNotNameTheDatabase: a handler failing on a
+// database error answers with the error's class and where its cause was
+// logged, never with the database's address or the driver's text.
+func TestDatabaseErrorsDoNotNameTheDatabase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := message.NewRegistry()
+		require.NoError(t, api.Register(reg))
+		hv, err := simhv.New(simhv.Config{})
+		require.NoError(t, err)
+		db := memdb.New()
+		store := &failingReads{Store: db}
+		c := servicetest.Start(t, servicetest.Options{
+			Nodes:    2,
+			Registry: reg,
+			Services: func(int) []service.Service {
+				s, err := services.New(services.Config{Store: store, Hypervisor: hv, PingInterval: pingInterval})
+				if err != nil {
+					panic(err)
+				}
+				return s.Services()
+			},
+		})
+		db.UseFence(c.Store(), memfence.Config{})
+		cl := c.Client(t)
+		ctx := t.Context()
+		id := message.NewUUID()
+		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "img"})
+		require.NoError(t, err)
+
+		store.failing.Store(true)
+		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, message.ErrInternal, "a database failure is internal: outcome unknown")
+		for _, secret := range []string{"db7.internal.example", "5432", "10.20.30.40", "postgres", "connection refused"} {
+			assert.NotContains(t, err.Error(), secret)
+		}
+		assert.Contains(t, err.Error(), "the database failed")
+		assert.Contains(t, err.Error(), c.Owner(id), "it names the node whose log has the cause")
+
+		// The same failure at a statement's deadline: timeout.
+		store.timedOut.Store(true)
+		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, message.ErrTimeout)
+		assert.NotContains(t, err.Error(), "db7.internal.example")
+		assert.Contains(t, err.Error(), "the database failed")
+
+		store.failing.Store(false)
+		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		require.NoError(t, err, "healed")
+	})
+}
