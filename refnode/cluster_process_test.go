@@ -68,13 +68,7 @@ func TestClusterOfProcesses(t *testing.T) {
 	}
 	var queues []string // every queue the nodes may have declared, for the cleanup
 	t.Cleanup(func() {
-		for _, c := range nodes {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 3000 bytes):\n%s", c.label, out, c.label, tail(errOut, 3000))
-			}
-		}
+		killAll(t, nodes)
 		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if _, err := deleteQueues(cctx, broker, prefix, queues); err != nil {

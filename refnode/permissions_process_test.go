@@ -270,13 +270,7 @@ func sqliteCluster(t *testing.T, ctx context.Context, broker, prefix string, lab
 		nodes = append(nodes, startChild(t, dir, label, args, env))
 	}
 	t.Cleanup(func() {
-		for _, c := range nodes {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
-			}
-		}
+		killAll(t, nodes)
 		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		cleanBroker(t, cctx, broker, prefix)

@@ -124,6 +124,19 @@ func startChild(t *testing.T, dir, label string, args, env []string) *child {
 	return c
 }
 
+// killAll kills each node (SIGKILL) and, if the test failed, logs what
+// it printed: the first part of a test's cleanup.
+func killAll(t *testing.T, nodes []*child) {
+	t.Helper()
+	for _, c := range nodes {
+		_ = c.signal(syscall.SIGKILL, 10*time.Second)
+		if t.Failed() {
+			out, errOut := c.output()
+			t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
+		}
+	}
+}
+
 // output returns what the child printed so far.
 func (c *child) output() (stdout, stderr string) {
 	o, _ := os.ReadFile(c.stdout)
