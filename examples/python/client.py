@@ -107,17 +107,24 @@ class Client:
             # and equal the UUID the body names, else the receiver refuses
             # the message (bad_request); leave it out for a creation.
             env["resource_uuid"] = resource
+        props = pika.BasicProperties(content_type="application/json", delivery_mode=2)
         if self.offset_ns is not None:
             # The absolute deadline in cluster time, less the clock's error
             # bound: a message that waits anywhere never starts after it.
             env["deadline_ns"] = time.time_ns() + self.offset_ns + left_ns - self.bound_ns
+        else:
+            # No cluster time (the clock query itself, or no node had it):
+            # a node counts timeout_ns from the arrival and cannot see a
+            # wait in api.portal, so have the broker drop the request once
+            # the time left is over (whole milliseconds, as a string).
+            props.expiration = str(left_ns // 1_000_000)
         self.waiting.add(corr)
         try:
             self.ch.basic_publish(
                 exchange=f"{self.prefix}.api",
                 routing_key=f"{self.prefix}.message.api.portal",
                 body=json.dumps(env).encode(),
-                properties=pika.BasicProperties(content_type="application/json", delivery_mode=2),
+                properties=props,
                 mandatory=True)
             while corr not in self.replies:
                 left = deadline - time.monotonic()

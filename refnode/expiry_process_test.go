@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/service"
+)
+
+// TestExpiredRequestsNeverRun: a client that knows no cluster time sends
+// timeout_ns alone, and a node counts it from the message's arrival, so
+// a request that waited in api.portal while no node ran would run
+// whenever one came back, however late. docs/wire.md (sections 5 and 10)
+// has such a client set the AMQP expiration property to its timeout as
+// well: the broker then never delivers the request after it. Two
+// AddImage requests with a 300 ms timeout_ns wait 1 s in api.portal with
+// no node running; the one with an expiration never runs and gets no
+// reply, the one without runs once a node starts (what the receiver's
+// rule cannot prevent).
+func TestExpiredRequestsNeverRun(t *testing.T) {
+	broker := testenv.AMQPURL(t)
+	require.NoError(t, buildErr, "build refnode")
+	if testing.Short() {
+		t.Skip("starts refnode processes; run it without -short")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	prefix := "refnode-test-expiry-" + randomHex(4)
+	dir := t.TempDir()
+	var nodes []*child
+	serve := func(label string) *child {
+		args := []string{"-db", "sqlite:" + filepath.Join(dir, label+".db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
+			"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
+		c := startChild(t, dir, label, args, []string{"REFNODE_BUS=" + broker})
+		nodes = append(nodes, c)
+		require.NoError(t, c.awaitHealthy(ctx))
+		return c
+	}
+	t.Cleanup(func() {
+		killAll(t, nodes)
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cleanBroker(t, cctx, broker, prefix)
+	})
+
+	// A node declares api.portal and leaves: the queue stays, with no
+	// consumer.
+	first := serve("A1")
+	require.NoError(t, first.signal(syscall.SIGTERM, 30*time.Second))
+
+	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": "refnode expiry test"}})
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	replyQueue := prefix + ".reply.expiry"
+	_, err = ch.QueueDeclare(replyQueue, false, true, true, false, nil)
+	require.NoError(t, err)
+	deliveries, err := ch.Consume(replyQueue, "", true, true, false, false, nil)
+	require.NoError(t, err)
+	var repliesMu sync.Mutex
+	replies := map[string]string{} // correlation id -> code ("ok" without error)
+	go func() {
+		for d := range deliveries {
+			env, err := message.DecodeEnvelope(d.Body, 0)
+			if err != nil {
+				continue
+			}
+			code := "ok"
+			if env.Error != nil {
+				code = string(env.Error.Code)
+			}
+			repliesMu.Lock()
+			replies[env.CorrelationID] = code
+			repliesMu.Unlock()
+		}
+	}()
+
+	const timeout = 300 * time.Millisecond
+	send := func(expiration string) (image, corr string) {
+		image, corr = message.NewUUID(), message.NewUUID()
+		body, err := json.Marshal(api.AddImage{UUID: image, Name: "expiry"})
+		require.NoError(t, err)
+		data, err := message.EncodeEnvelope(&message.Envelope{
+			Protocol: message.ProtocolVersion, ID: message.NewUUID(), Kind: message.KindRequest, Type: "refnode.v1.AddImage",
+			ServiceID: "api.portal", ResourceUUID: image, CorrelationID: corr, ReplyTo: replyQueue, Source: "expiry-test",
+			Timeout: timeout, Body: body,
+		}, 0)
+		require.NoError(t, err)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, prefix+".api", prefix+".message.api.portal", true, false,
+			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: data, Expiration: expiration})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "the broker took the request")
+		return image, corr
+	}
+	expiring, expiringCorr := send(strconv.FormatInt(timeout.Milliseconds(), 10))
+	plain, plainCorr := send("")
+	sent := time.Now()
+	// The wait in the queue is the point: past the requests' timeout
+	// before any node consumes api.portal again.
+	time.Sleep(time.Second)
+
+	second := serve("A2")
+	t.Logf("node A2 serving %s after the requests were sent (their timeout: %s)", time.Since(sent).Round(time.Millisecond), timeout)
+	cl := newClient(t, ctx, broker, prefix)
+
+	// The request without an expiration ran, as late as the node came.
+	require.NoError(t, poll(ctx, func() error {
+		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: plain})
+		return err
+	}), "the request without an expiration ran once a node took it")
+	repliesMu.Lock()
+	plainCode := replies[plainCorr]
+	repliesMu.Unlock()
+	t.Logf("without an expiration: ran on node %s %s after it was sent; reply %q", second.label, time.Since(sent).Round(time.Millisecond), plainCode)
+
+	// The one with an expiration: never delivered, never run, never
+	// answered. The node took the other one, behind it in the queue, so
+	// the broker has passed it.
+	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: expiring})
+	assert.ErrorIs(t, err, message.ErrNotFound, "the request with an expiration never ran")
+	repliesMu.Lock()
+	code, answered := replies[expiringCorr]
+	repliesMu.Unlock()
+	assert.False(t, answered, "the request with an expiration was never delivered, so never answered (got %q)", code)
+	st, err := second.status()
+	require.NoError(t, err)
+	assert.Zero(t, st.Bus.Late, "node A2 refused nothing as late: the broker dropped the expired request")
+}
