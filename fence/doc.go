@@ -63,8 +63,9 @@
 // hypervisor call inside it) shorter than that; the database then ends
 // the paused transaction, and when the process resumes its next
 // statement fails and the fence reports a [*StaleError]. refnode serve
-// sets PostgreSQL's from -evict-after. MySQL has no such setting: there
-// innodb_lock_wait_timeout (50 s by default) bounds the new owner's wait.
+// sets PostgreSQL's and MariaDB's from -evict-after. MySQL has no such
+// setting: there innodb_lock_wait_timeout (50 s by default) bounds the
+// new owner's wait.
 //
 // # Side effects outside the database
 //

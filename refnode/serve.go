@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
@@ -229,7 +231,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	// One pool for both stores: one set of connections, and on SQLite
 	// one pool of writers to the file; room for the heartbeats beside
 	// the records' transactions.
-	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
+	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter, serverIsMariaDB(ctx, o.db)), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
 	if err != nil {
 		return fmt.Errorf("open the database: %w; check -db", err)
 	}
@@ -390,26 +392,79 @@ func tableBase(prefix string) string {
 	return s
 }
 
-// idleTxTimeout bounds, on PostgreSQL, how long a transaction may stay
-// open between two statements (idle_in_transaction_session_timeout), to
-// d, unless the URL sets it: a process paused inside a fenced
-// transaction holds its resources' token rows, and the new owners wait
-// for the database to end it (see package fence). Other dialects are
-// left alone: set MariaDB's idle_transaction_timeout in the URL
-// (MySQL has none).
-func idleTxTimeout(dbURL string, d time.Duration) string {
+// idleTxTimeout bounds how long a transaction may stay open between two
+// statements to d, unless the URL sets it: a process paused inside a
+// fenced transaction (or cut from the database) holds its resources'
+// token rows, and the new owners wait for the database to end it (see
+// package fence). On PostgreSQL it sets idle_in_transaction_session_timeout
+// (milliseconds, at least 1 s); on MariaDB (mariaDB true),
+// idle_transaction_timeout (whole seconds, rounded up). MySQL has no
+// such setting (innodb_lock_wait_timeout bounds the new owner's wait
+// there), and SQLite needs none: a dead process's lock dies with it.
+func idleTxTimeout(dbURL string, d time.Duration, mariaDB bool) string {
 	u, err := sqlconn.ParseURL(dbURL, sqlconn.Auto)
-	if err != nil || u.Dialect != sqlconn.Postgres || strings.Contains(dbURL, "idle_in_transaction_session_timeout") {
+	if err != nil {
 		return dbURL
 	}
-	pu, err := url.Parse(dbURL)
-	if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
-		return dbURL
+	switch {
+	case u.Dialect == sqlconn.Postgres && !strings.Contains(dbURL, "idle_in_transaction_session_timeout"):
+		pu, err := url.Parse(dbURL)
+		if err != nil || (pu.Scheme != "postgres" && pu.Scheme != "postgresql") {
+			return dbURL
+		}
+		q := pu.Query()
+		q.Set("idle_in_transaction_session_timeout", strconv.FormatInt(max(d.Milliseconds(), 1000), 10))
+		pu.RawQuery = q.Encode()
+		return pu.String()
+	case u.Dialect == sqlconn.MySQL && mariaDB && !strings.Contains(dbURL, "idle_transaction_timeout"):
+		// The driver sets a parameter it does not know as a session
+		// variable on every connection; on MySQL this one would fail
+		// the connection, hence the check of the server first.
+		seconds := strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
+		if strings.HasPrefix(dbURL, "mysql://") {
+			pu, err := url.Parse(dbURL)
+			if err != nil {
+				return dbURL
+			}
+			q := pu.Query()
+			q.Set("idle_transaction_timeout", seconds)
+			pu.RawQuery = q.Encode()
+			return pu.String()
+		}
+		cfg, err := mysql.ParseDSN(dbURL)
+		if err != nil {
+			return dbURL
+		}
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["idle_transaction_timeout"] = seconds
+		return cfg.FormatDSN()
 	}
-	q := pu.Query()
-	q.Set("idle_in_transaction_session_timeout", strconv.FormatInt(max(d.Milliseconds(), 1000), 10))
-	pu.RawQuery = q.Encode()
-	return pu.String()
+	return dbURL
+}
+
+// serverIsMariaDB reports whether dbURL names a MySQL-dialect database
+// served by MariaDB (its VERSION() says so), within 10 s; false for other
+// dialects and if the server cannot be asked (opening the stores then
+// says why).
+func serverIsMariaDB(ctx context.Context, dbURL string) bool {
+	u, err := sqlconn.ParseURL(dbURL, sqlconn.Auto)
+	if err != nil || u.Dialect != sqlconn.MySQL {
+		return false
+	}
+	p, err := sqlconn.Open(sqlconn.Config{URL: dbURL, MaxOpenConns: 1})
+	if err != nil {
+		return false
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var version string
+	if err := p.DB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return false
+	}
+	return strings.Contains(strings.ToLower(version), "mariadb")
 }
 
 // sweepRecords deletes the fence's expired message records every period

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -11,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 )
@@ -264,4 +268,69 @@ func TestAdmin(t *testing.T) {
 	rec := httptest.NewRecorder()
 	newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "a node that left is not healthy")
+}
+
+// TestIdleTxTimeout: serve bounds a transaction's idle time to
+// -evict-after on PostgreSQL and MariaDB, unless the URL sets it, and
+// leaves MySQL and SQLite URLs alone.
+func TestIdleTxTimeout(t *testing.T) {
+	const d = 2500 * time.Millisecond
+	pg := idleTxTimeout("postgres://u:pw@db:5432/x?sslmode=disable", d, false)
+	assert.Equal(t, "postgres://u:pw@db:5432/x?idle_in_transaction_session_timeout=2500&sslmode=disable", pg)
+	kept := "postgres://u@db/x?idle_in_transaction_session_timeout=900"
+	assert.Equal(t, kept, idleTxTimeout(kept, d, false), "the URL's own setting wins")
+
+	maria := idleTxTimeout("mysql://u:pw@db:3306/x?parseTime=true", d, true)
+	assert.Equal(t, "mysql://u:pw@db:3306/x?idle_transaction_timeout=3&parseTime=true", maria, "whole seconds, rounded up")
+	dsn := idleTxTimeout("u:p?w@tcp(db:3306)/x?parseTime=true", time.Millisecond, true)
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	assert.Equal(t, "p?w", cfg.Passwd)
+	assert.True(t, cfg.ParseTime)
+	assert.Equal(t, map[string]string{"idle_transaction_timeout": "1"}, cfg.Params, "at least 1 s")
+	keptDSN := "u@tcp(db:3306)/x?idle_transaction_timeout=60"
+	assert.Equal(t, keptDSN, idleTxTimeout(keptDSN, d, true))
+
+	for _, same := range []string{"u@tcp(db:3306)/x", "mysql://u@db/x", "sqlite:/tmp/x.db"} {
+		assert.Equal(t, same, idleTxTimeout(same, d, false), "MySQL has no such setting; SQLite needs none")
+	}
+}
+
+// TestMariaDBEndsIdleTransactions: on MariaDB, a transaction left idle
+// past the timeout serve sets is ended by the server, as PostgreSQL ends
+// one past idle_in_transaction_session_timeout: a paused node's locks on
+// its resources' token rows go with it.
+func TestMariaDBEndsIdleTransactions(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if !serverIsMariaDB(ctx, dsn) {
+		t.Skip("the server at CLOUDBUS_MYSQL_DSN is not MariaDB: MySQL has no idle_transaction_timeout")
+	}
+	p, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(dsn, time.Second, true)})
+	require.NoError(t, err)
+	defer p.Close()
+	other, err := sqlconn.Open(sqlconn.Config{URL: dsn})
+	require.NoError(t, err)
+	defer other.Close()
+
+	tx, err := p.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	var id int64
+	require.NoError(t, tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
+	idle := time.Now()
+	for {
+		var n int
+		require.NoError(t, other.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n))
+		if n == 0 {
+			break
+		}
+		require.Less(t, time.Since(idle), 10*time.Second, "the server did not end the idle transaction")
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("MariaDB ended the transaction %s after its last statement (idle_transaction_timeout 1 s)", time.Since(idle).Round(time.Millisecond))
+	assert.GreaterOrEqual(t, time.Since(idle), 900*time.Millisecond, "not before the timeout")
+	_, err = tx.ExecContext(ctx, "SELECT 1")
+	assert.Error(t, err, "its next statement fails")
 }
