@@ -170,6 +170,15 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	return 0
 }
 
+// driverLog routes what the MySQL driver logs itself (a connection the
+// server closed, say) to the node's log instead of bare stderr.
+type driverLog struct{ log *slog.Logger }
+
+// Print logs v, as fmt.Sprint joins it, at Warn.
+func (l driverLog) Print(v ...any) {
+	l.log.Warn("mysql driver", "said", strings.TrimSpace(fmt.Sprint(v...)))
+}
+
 // closer is one thing serve opened, closed in reverse order at the end.
 type closer struct {
 	what  string
@@ -182,6 +191,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	start := time.Now()
 	id := message.NewUUID()
 	ioLog := log.With("node", id) // the node and the services add their own node attribute
+	_ = mysql.SetLogger(driverLog{ioLog})
 	counts := newCounters()
 	var closers []closer
 	defer func() {
