@@ -170,15 +170,6 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	return 0
 }
 
-// driverLog routes what the MySQL driver logs itself (a connection the
-// server closed, say) to the node's log instead of bare stderr.
-type driverLog struct{ log *slog.Logger }
-
-// Print logs v, as fmt.Sprint joins it, at Warn.
-func (l driverLog) Print(v ...any) {
-	l.log.Warn("mysql driver", "said", strings.TrimSpace(fmt.Sprint(v...)))
-}
-
 // closer is one thing serve opened, closed in reverse order at the end.
 type closer struct {
 	what  string
@@ -191,7 +182,6 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	start := time.Now()
 	id := message.NewUUID()
 	ioLog := log.With("node", id) // the node and the services add their own node attribute
-	_ = mysql.SetLogger(driverLog{ioLog})
 	counts := newCounters()
 	var closers []closer
 	defer func() {
@@ -241,7 +231,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	// One pool for both stores: one set of connections, and on SQLite
 	// one pool of writers to the file; room for the heartbeats beside
 	// the records' transactions.
-	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter, serverIsMariaDB(ctx, o.db)), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns})
+	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter, serverIsMariaDB(ctx, o.db)), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("open the database: %w; check -db", err)
 	}

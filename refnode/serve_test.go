@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -334,13 +333,4 @@ func TestMariaDBEndsIdleTransactions(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(idle), 900*time.Millisecond, "not before the timeout")
 	_, err = tx.ExecContext(ctx, "SELECT 1")
 	assert.Error(t, err, "its next statement fails")
-}
-
-// TestDriverLog: what the MySQL driver logs itself goes to the node's
-// log, at Warn, with the node's attributes.
-func TestDriverLog(t *testing.T) {
-	var buf strings.Builder
-	l := driverLog{slog.New(slog.NewTextHandler(&buf, nil)).With("node", "n1")}
-	l.Print("packets.go:155 ", "write tcp 127.0.0.1:1->127.0.0.1:3306: connection reset by peer\n")
-	assert.Contains(t, buf.String(), `level=WARN msg="mysql driver" node=n1 said="packets.go:155 write tcp 127.0.0.1:1->127.0.0.1:3306: connection reset by peer"`)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -42,6 +43,10 @@ type Config struct {
 	// with "database is locked". Ignored by other dialects. Default
 	// [DefaultBusyTimeout].
 	BusyTimeout time.Duration
+	// Logger receives, at Warn, what the MySQL driver logs itself (a
+	// connection the server closed, say). Nil leaves the driver's own
+	// logger, which writes to stderr. Ignored by other dialects.
+	Logger *slog.Logger
 }
 
 // Problems returns every problem with c, each an error without package
@@ -119,6 +124,9 @@ func Open(cfg Config) (*Pool, error) {
 	case MySQL:
 		var mc *mysql.Config
 		if mc, err = mysql.ParseDSN(u.dsn); err == nil {
+			if cfg.Logger != nil {
+				mc.Logger = driverLog{cfg.Logger}
+			}
 			var conn driver.Connector
 			if conn, err = mysql.NewConnector(mc); err == nil {
 				db = sql.OpenDB(conn)
@@ -134,6 +142,14 @@ func Open(cfg Config) (*Pool, error) {
 	db.SetMaxIdleConns(cfg.MaxOpenConns)
 	db.SetConnMaxIdleTime(time.Minute)
 	return &Pool{DB: db, URL: u}, nil
+}
+
+// driverLog gives the MySQL driver's own log lines to a slog.Logger.
+type driverLog struct{ log *slog.Logger }
+
+// Print logs v, as fmt.Sprint joins it, at Warn.
+func (l driverLog) Print(v ...any) {
+	l.log.Warn("mysql driver", "said", strings.TrimSpace(fmt.Sprint(v...)))
 }
 
 // sqliteDSN adds the stores' pragmas to a file: URI: every connection

@@ -2,6 +2,7 @@ package sqlconn_test
 
 import (
 	"database/sql"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,4 +81,13 @@ func TestSQLitePragmas(t *testing.T) {
 	var mode string
 	require.NoError(t, plain.QueryRowContext(t.Context(), `PRAGMA journal_mode`).Scan(&mode))
 	assert.Equal(t, "wal", mode, "the pool puts the file in WAL mode")
+}
+
+// TestDriverLog: what the MySQL driver logs itself goes to the pool's
+// Logger, at Warn, with the logger's attributes.
+func TestDriverLog(t *testing.T) {
+	var buf strings.Builder
+	l := sqlconn.DriverLog(slog.New(slog.NewTextHandler(&buf, nil)).With("node", "n1"))
+	l.Print("packets.go:155 ", "write tcp 127.0.0.1:1->127.0.0.1:3306: connection reset by peer\n")
+	assert.Contains(t, buf.String(), `level=WARN msg="mysql driver" node=n1 said="packets.go:155 write tcp 127.0.0.1:1->127.0.0.1:3306: connection reset by peer"`)
 }
