@@ -112,7 +112,7 @@ var errRejoin = errors.New("service: rejoin failed")
 // live is one life of the node: join, serve, and leave or be evicted.
 func (n *Node) live(ctx context.Context, life int) error {
 	n.setState(StateStarting)
-	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.log)
+	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.cfg.Logger) // it adds the node itself
 	if err != nil {
 		return err
 	}
