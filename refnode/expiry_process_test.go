@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,34 +60,8 @@ func TestExpiredRequestsNeverRun(t *testing.T) {
 	first := serve("A1")
 	require.NoError(t, first.signal(syscall.SIGTERM, 30*time.Second))
 
-	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": "refnode expiry test"}})
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.Confirm(false))
-	replyQueue := prefix + ".reply.expiry"
-	_, err = ch.QueueDeclare(replyQueue, false, true, true, false, nil)
-	require.NoError(t, err)
-	deliveries, err := ch.Consume(replyQueue, "", true, true, false, false, nil)
-	require.NoError(t, err)
-	var repliesMu sync.Mutex
-	replies := map[string]string{} // correlation id -> code ("ok" without error)
-	go func() {
-		for d := range deliveries {
-			env, err := message.DecodeEnvelope(d.Body, 0)
-			if err != nil {
-				continue
-			}
-			code := "ok"
-			if env.Error != nil {
-				code = string(env.Error.Code)
-			}
-			repliesMu.Lock()
-			replies[env.CorrelationID] = code
-			repliesMu.Unlock()
-		}
-	}()
+	wc := newWireClient(t, broker, "refnode expiry test", prefix+".reply.expiry")
+	ch, replyQueue := wc.ch, wc.replyQueue
 
 	const timeout = 300 * time.Millisecond
 	send := func(expiration string) (image, corr string) {
@@ -125,20 +98,14 @@ func TestExpiredRequestsNeverRun(t *testing.T) {
 		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: plain})
 		return err
 	}), "the request without an expiration ran once a node took it")
-	repliesMu.Lock()
-	plainCode := replies[plainCorr]
-	repliesMu.Unlock()
-	t.Logf("without an expiration: ran on node %s %s after it was sent; reply %q", second.label, time.Since(sent).Round(time.Millisecond), plainCode)
+	t.Logf("without an expiration: ran on node %s %s after it was sent; replies %q", second.label, time.Since(sent).Round(time.Millisecond), wc.replies(plainCorr))
 
 	// The one with an expiration: never delivered, never run, never
 	// answered. The node took the other one, behind it in the queue, so
 	// the broker has passed it.
-	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: expiring})
+	_, err := service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: expiring})
 	assert.ErrorIs(t, err, message.ErrNotFound, "the request with an expiration never ran")
-	repliesMu.Lock()
-	code, answered := replies[expiringCorr]
-	repliesMu.Unlock()
-	assert.False(t, answered, "the request with an expiration was never delivered, so never answered (got %q)", code)
+	assert.Empty(t, wc.replies(expiringCorr), "the request with an expiration was never delivered, so never answered")
 	st, err := second.status()
 	require.NoError(t, err)
 	assert.Zero(t, st.Bus.Late, "node A2 refused nothing as late: the broker dropped the expired request")

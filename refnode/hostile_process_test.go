@@ -165,36 +165,8 @@ func TestHostileInput(t *testing.T) {
 	defer stopSampling()
 
 	// The hostile client: its own connection, its own reply queue.
-	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": "refnode hostile test"}})
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.Confirm(false))
-	replyQueue := prefix + ".reply.hostile-" + tag
-	_, err = ch.QueueDeclare(replyQueue, false, true, true, false, nil)
-	require.NoError(t, err)
-	deliveries, err := ch.Consume(replyQueue, "", true, true, false, false, nil)
-	require.NoError(t, err)
-	var repliesMu sync.Mutex
-	replies := map[string][]string{} // correlation id -> codes of its replies
-	var undecodable atomic.Int64
-	go func() {
-		for d := range deliveries {
-			env, err := message.DecodeEnvelope(d.Body, 0)
-			if err != nil {
-				undecodable.Add(1)
-				continue
-			}
-			code := "ok"
-			if env.Error != nil {
-				code = string(env.Error.Code)
-			}
-			repliesMu.Lock()
-			replies[env.CorrelationID] = append(replies[env.CorrelationID], code)
-			repliesMu.Unlock()
-		}
-	}()
+	hc := newWireClient(t, broker, "refnode hostile test", prefix+".reply.hostile-"+tag)
+	ch, replyQueue := hc.ch, hc.replyQueue
 
 	msgs := hostileMessages(prefix, replyQueue, ids, vms, img.Image.UUID)
 	classes := map[string]bool{}
@@ -234,10 +206,8 @@ func TestHostileInput(t *testing.T) {
 
 	// Every message with a reply address is answered, with its class's code.
 	answered := func() (missing []string) {
-		repliesMu.Lock()
-		defer repliesMu.Unlock()
 		for _, m := range msgs {
-			if m.want != nil && len(replies[m.corr]) == 0 {
+			if m.want != nil && len(hc.replies(m.corr)) == 0 {
 				missing = append(missing, m.class+"/"+m.corr)
 			}
 		}
@@ -278,7 +248,6 @@ func TestHostileInput(t *testing.T) {
 	}
 
 	// The outcome, per class.
-	repliesMu.Lock()
 	type tally struct {
 		sent, withAddress, answered int
 		codes                       map[string]int
@@ -293,7 +262,7 @@ func TestHostileInput(t *testing.T) {
 			order = append(order, m.class)
 		}
 		tl.sent++
-		got := replies[m.corr]
+		got := hc.replies(m.corr)
 		if m.want != nil {
 			tl.withAddress++
 			if len(got) > 0 {
@@ -307,7 +276,6 @@ func TestHostileInput(t *testing.T) {
 			tl.codes[code]++
 		}
 	}
-	repliesMu.Unlock()
 	var report strings.Builder
 	fmt.Fprintf(&report, "%-34s %5s %8s %8s  %s\n", "class", "sent", "address", "answered", "reply codes")
 	for _, class := range order {
@@ -325,7 +293,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	fmt.Fprintf(&report, "%-34s %5d %8d %8d\n", "total", sent, withAddress, answeredN)
 	t.Logf("hostile messages per class:\n%s", report.String())
-	assert.Zero(t, undecodable.Load(), "replies that do not decode")
+	assert.Zero(t, hc.undecodable.Load(), "replies that do not decode")
 
 	// No node lost its broker connection; the rings never changed.
 	for _, c := range nodes {

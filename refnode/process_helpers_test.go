@@ -11,16 +11,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // The refnode binary the process tests run, built once by TestMain when
@@ -135,6 +140,59 @@ func killAll(t *testing.T, nodes []*child) {
 			t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
 		}
 	}
+}
+
+// wireClient speaks the wire protocol by hand, as a client in another
+// language would: its own connection, a channel with publisher confirms,
+// and a reply queue whose replies it collects, by correlation id, as
+// their codes ("ok" for a reply without error). The connection closes
+// at the end of the test, which ends the collecting goroutine.
+type wireClient struct {
+	ch          *amqp.Channel
+	replyQueue  string
+	undecodable atomic.Int64 // replies that did not decode
+	mu          sync.Mutex
+	codes       map[string][]string
+}
+
+// newWireClient connects to broker as name and consumes replyQueue.
+func newWireClient(t *testing.T, broker, name, replyQueue string) *wireClient {
+	t.Helper()
+	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": name}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	_, err = ch.QueueDeclare(replyQueue, false, true, true, false, nil)
+	require.NoError(t, err)
+	deliveries, err := ch.Consume(replyQueue, "", true, true, false, false, nil)
+	require.NoError(t, err)
+	c := &wireClient{ch: ch, replyQueue: replyQueue, codes: map[string][]string{}}
+	go func() {
+		for d := range deliveries {
+			env, err := message.DecodeEnvelope(d.Body, 0)
+			if err != nil {
+				c.undecodable.Add(1)
+				continue
+			}
+			code := "ok"
+			if env.Error != nil {
+				code = string(env.Error.Code)
+			}
+			c.mu.Lock()
+			c.codes[env.CorrelationID] = append(c.codes[env.CorrelationID], code)
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+// replies returns the codes of the replies to corr so far.
+func (c *wireClient) replies(corr string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.codes[corr])
 }
 
 // output returns what the child printed so far.

@@ -8,16 +8,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/fence/memfence"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
-	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
-	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,28 +48,15 @@ func (s *failingReads) Image(ctx context.Context, id string) (cloud.Image, error
 // logged, never with the database's address or the driver's text.
 func TestDatabaseErrorsDoNotNameTheDatabase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := message.NewRegistry()
-		require.NoError(t, api.Register(reg))
-		hv, err := simhv.New(simhv.Config{})
-		require.NoError(t, err)
-		db := memdb.New()
-		store := &failingReads{Store: db}
-		c := servicetest.Start(t, servicetest.Options{
-			Nodes:    2,
-			Registry: reg,
-			Services: func(int) []service.Service {
-				s, err := services.New(services.Config{Store: store, Hypervisor: hv, PingInterval: pingInterval})
-				if err != nil {
-					panic(err)
-				}
-				return s.Services()
-			},
+		store := &failingReads{}
+		f := startWith(t, 2, simhv.Config{}, func(s cloud.Store) cloud.Store {
+			store.Store = s
+			return store
 		})
-		db.UseFence(c.Store(), memfence.Config{})
-		cl := c.Client(t)
+		c, cl := f.c, f.cl
 		ctx := t.Context()
 		id := message.NewUUID()
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "img"})
+		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "img"})
 		require.NoError(t, err)
 
 		store.failing.Store(true)

@@ -45,16 +45,27 @@ type fixture struct {
 
 func start(t *testing.T, nodes int, hv simhv.Config) *fixture {
 	t.Helper()
+	return startWith(t, nodes, hv, nil)
+}
+
+// startWith is start with the services' store wrapped by wrap (nil: the
+// shared memdb store itself), for tests that inject store failures.
+func startWith(t *testing.T, nodes int, hv simhv.Config, wrap func(cloud.Store) cloud.Store) *fixture {
+	t.Helper()
 	reg := message.NewRegistry()
 	require.NoError(t, api.Register(reg))
 	h, err := simhv.New(hv)
 	require.NoError(t, err)
 	f := &fixture{db: memdb.New(), hv: h, set: map[int]*services.Set{}}
+	var store cloud.Store = f.db
+	if wrap != nil {
+		store = wrap(f.db)
+	}
 	f.c = servicetest.Start(t, servicetest.Options{
 		Nodes:    nodes,
 		Registry: reg,
 		Services: func(i int) []service.Service {
-			s, err := services.New(services.Config{Store: f.db, Hypervisor: f.hv, PingInterval: pingInterval})
+			s, err := services.New(services.Config{Store: store, Hypervisor: f.hv, PingInterval: pingInterval})
 			if err != nil {
 				panic(err)
 			}
