@@ -41,9 +41,11 @@ type CloudBus struct {
 	drains    drainWaiters               // markers of Drain in flight
 
 	events    chan *eventJob
-	eventDone chan struct{}  // closed when the event dispatcher returns
-	closing   chan struct{}  // closed when Close starts
-	markers   sync.WaitGroup // foreign drain markers held before being given back; Close waits
+	eventDone chan struct{}      // closed when the event dispatcher returns
+	closing   chan struct{}      // closed when Close starts
+	markers   sync.WaitGroup     // foreign drain markers held before being given back; Close waits
+	held      map[*held]struct{} // failed one-way messages held before another attempt (retry.go); under mu
+	holding   sync.WaitGroup     // held messages not yet given back; Close waits
 
 	freeTimer   *time.Timer    // pending return of memory to the OS (memory.go); under mu
 	lastRelease time.Time      // when memory was last returned; under mu
@@ -55,12 +57,15 @@ type CloudBus struct {
 	closeOnce   sync.Once
 	closeErr    error
 
-	lateReplies atomic.Uint64
-	rejected    atomic.Uint64
-	late        atomic.Uint64 // refused: the deadline passed before the start
-	released    atomic.Uint64 // given back to the queue unanswered
-	lost        atomic.Uint64 // not run: the transport no longer held them
-	unwatch     func()        // stops watching the transport's state, if it reports one
+	lateReplies  atomic.Uint64
+	rejected     atomic.Uint64
+	late         atomic.Uint64 // refused: the deadline passed before the start
+	released     atomic.Uint64 // given back to the queue unanswered
+	lost         atomic.Uint64 // not run: the transport no longer held them
+	failed       atomic.Uint64 // one-way messages ended by an error that says they are wrong
+	retried      atomic.Uint64 // one-way messages given back for another attempt
+	deadLettered atomic.Uint64 // one-way messages moved to the dead-letter queue
+	unwatch      func()        // stops watching the transport's state, if it reports one
 }
 
 // service is one registered handler and its consumer.
@@ -125,7 +130,7 @@ func (b *CloudBus) serviceQueueOptions() QueueOptions {
 }
 
 func (b *CloudBus) start(ctx context.Context) error {
-	if b.cfg.MaxDeliveries > 0 && !b.cfg.ClientOnly {
+	if !b.cfg.ClientOnly {
 		if err := b.tr.DeclareQueue(ctx, b.cfg.DeadLetterQueue, QueueOptions{Kind: QueueDurable}); err != nil {
 			return fmt.Errorf("bus: declare dead-letter queue %s: %w", b.cfg.DeadLetterQueue, err)
 		}
@@ -361,6 +366,16 @@ type Stats struct {
 	// transport no longer held them (see DeliveryChecker): the broker
 	// handed them to another consumer.
 	Lost uint64
+	// Failed counts one-way messages ended by an error that says the
+	// message is wrong (its retry class is message.RetryNever or
+	// message.RetryRan): acknowledged, not tried again.
+	Failed uint64
+	// Retried counts the times a one-way message whose handler failed
+	// was given back to its queue for another attempt.
+	Retried uint64
+	// DeadLettered counts one-way messages moved to the dead-letter
+	// queue: their attempts were spent, or their deadline passed.
+	DeadLettered uint64
 }
 
 // Stats returns a snapshot of the bus's counters.
@@ -375,14 +390,17 @@ func (b *CloudBus) Stats() Stats {
 		queued += q
 	}
 	return Stats{
-		Pending:     pending,
-		Running:     running,
-		Queued:      queued,
-		LateReplies: b.lateReplies.Load(),
-		Rejected:    b.rejected.Load(),
-		Late:        b.late.Load(),
-		Released:    b.released.Load(),
-		Lost:        b.lost.Load(),
+		Pending:      pending,
+		Running:      running,
+		Queued:       queued,
+		LateReplies:  b.lateReplies.Load(),
+		Rejected:     b.rejected.Load(),
+		Late:         b.late.Load(),
+		Released:     b.released.Load(),
+		Lost:         b.lost.Load(),
+		Failed:       b.failed.Load(),
+		Retried:      b.retried.Load(),
+		DeadLettered: b.deadLettered.Load(),
 	}
 }
 
@@ -414,6 +432,7 @@ func (b *CloudBus) Close() error {
 			b.unwatch()
 		}
 
+		b.releaseHeld() // while their consumers can still settle them
 		b.stopConsumers(true)
 		for _, p := range pending {
 			p.finish(nil, fmt.Errorf("bus: call %s on %s: %w", p.typ, p.target, message.ErrClosed))

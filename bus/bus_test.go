@@ -259,3 +259,34 @@ func TestObserverSeesEverything(t *testing.T) {
 	assert.Equal(t, "late-reply", bus.OpLateReply.String())
 	assert.Equal(t, "Op(99)", bus.Op(99).String())
 }
+
+// TestCloseGivesBackHeldRetries: a one-way message held on this node
+// before its next attempt goes back to its queue when the bus closes,
+// at once, not after its pause.
+func TestCloseGivesBackHeldRetries(t *testing.T) {
+	net := membus.New()
+	tr := net.Transport("b")
+	defer tr.Close()
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), RetryBackoff: time.Hour, RetryBackoffMax: time.Hour})
+	require.NoError(t, err)
+	var ran atomic.Int32
+	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+		ran.Add(1)
+		return nil, message.ErrInternal.WithDetails("a dependency failed")
+	})))
+	sender := net.Transport("sender")
+	defer sender.Close()
+	sb, err := bus.Open(t.Context(), bus.Config{Transport: sender, Registry: registry()})
+	require.NoError(t, err)
+	defer sb.Close()
+	require.NoError(t, sb.Send(t.Context(), b.LocalID("svc"), Greet{Name: "x"}))
+	require.Eventually(t, func() bool { return b.Stats().Retried == 1 }, 5*time.Second, 5*time.Millisecond, "the failed message is held for its next attempt")
+	queue := b.QueueName(b.LocalID("svc"))
+	start := time.Now()
+	require.NoError(t, b.Close())
+	assert.Less(t, time.Since(start), 2*time.Second, "Close does not wait out the pause")
+	q, ok := net.Queue(queue)
+	require.True(t, ok)
+	assert.Equal(t, 1, q.Ready, "the held message went back to its queue")
+	assert.EqualValues(t, 1, ran.Load())
+}

@@ -85,13 +85,34 @@ type Config struct {
 	// handed to a consumer that then crashes or gives it back before it
 	// is moved to DeadLetterQueue: a message that kills every node that
 	// takes it must not circle forever. A handler that returns an error or
-	// panics does not count: its message is answered and acknowledged.
+	// panics does not count: a request is answered and acknowledged, a
+	// one-way message is tried again up to RetryAttempts times.
 	// Default 10; a negative value disables the limit.
 	MaxDeliveries int
 
-	// DeadLetterQueue receives poison messages, with the reason in a
-	// header. Default "<prefix>.dead". The bus declares it (durable).
+	// DeadLetterQueue receives poison messages and the one-way messages
+	// that could not run (see RetryAttempts), with the reason in a header
+	// (HeaderDeadReason). Default "<prefix>.dead". The bus declares it
+	// (durable).
 	DeadLetterQueue string
+
+	// RetryBackoff is the pause before a one-way message whose handler
+	// failed, with an error that does not say the message is wrong, is
+	// given back to its queue for another attempt; it doubles per attempt
+	// up to RetryBackoffMax. Default 100 ms. See the package
+	// documentation, "Delivery guarantees".
+	RetryBackoff time.Duration
+
+	// RetryBackoffMax bounds the pause between two attempts of a one-way
+	// message. Default 5 s.
+	RetryBackoffMax time.Duration
+
+	// RetryAttempts bounds the attempts of a one-way message whose
+	// handler keeps failing: after that many, or once the next attempt
+	// would start past its deadline, it goes to DeadLetterQueue with its
+	// last error. Default 20 (with the default backoff, about 76 s of
+	// pauses).
+	RetryAttempts int
 
 	// EventBuffer bounds the broadcast events waiting for subscribers;
 	// when full, event consumption pauses (events wait in the broker).
@@ -140,6 +161,15 @@ func (c *Config) setDefaults() {
 	if c.DeadLetterQueue == "" {
 		c.DeadLetterQueue = c.Prefix + ".dead"
 	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = 5 * time.Second
+	}
+	if c.RetryAttempts == 0 {
+		c.RetryAttempts = 20
+	}
 	if c.EventBuffer == 0 {
 		c.EventBuffer = 1024
 	}
@@ -164,7 +194,7 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"DefaultTimeout", c.DefaultTimeout}, {"ReplyTimeout", c.ReplyTimeout}} {
+	}{{"DefaultTimeout", c.DefaultTimeout}, {"ReplyTimeout", c.ReplyTimeout}, {"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("bus: config: %s %s is negative", f.name, f.v))
 		}
@@ -174,11 +204,14 @@ func (c *Config) Validate() error {
 		v    int
 	}{
 		{"MaxMessageSize", c.MaxMessageSize}, {"MaxConcurrency", c.MaxConcurrency},
-		{"MaxQueuePerResource", c.MaxQueuePerResource}, {"Prefetch", c.Prefetch}, {"EventBuffer", c.EventBuffer},
+		{"MaxQueuePerResource", c.MaxQueuePerResource}, {"Prefetch", c.Prefetch}, {"EventBuffer", c.EventBuffer}, {"RetryAttempts", c.RetryAttempts},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("bus: config: %s %d is negative", f.name, f.v))
 		}
+	}
+	if c.RetryBackoff > 0 && c.RetryBackoffMax > 0 && c.RetryBackoffMax < c.RetryBackoff {
+		errs = append(errs, fmt.Errorf("bus: config: RetryBackoffMax %s is below RetryBackoff %s", c.RetryBackoffMax, c.RetryBackoff))
 	}
 	return errors.Join(errs...)
 }

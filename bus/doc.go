@@ -41,7 +41,16 @@
 // # Delivery guarantees
 //
 //   - Send: the message is in the target queue when Send returns nil.
-//     There is no reply; a handler failure is logged on the receiver.
+//     There is no reply. It is kept until it runs: a failure that does
+//     not say the message is wrong gives it back for another attempt,
+//     and one that cannot run goes to the dead-letter queue, never
+//     dropped (see "One-way messages" below).
+//   - A message a transport refuses before sending it (the transport is
+//     reconnecting, the broker refused the publish) fails with an error
+//     matching message.ErrNotSent (code not_sent, retry class safe:
+//     nothing was delivered) as well as message.ErrUnavailable; a
+//     connection lost after the publish left has an unknown outcome
+//     (message.ErrUnavailable alone).
 //   - Call: exactly one outcome per call: the reply, the handler's coded
 //     error, or a local error (no route, timeout, canceled, closed, node
 //     left). Timeout, cancellation, closing and node-left mean the outcome
@@ -59,7 +68,8 @@
 //     message is counted (Stats.Late, an OpReject observation whose Err
 //     matches message.ErrTimeout) and acknowledged without running; a
 //     late request is answered with message.ErrTimeout only while its
-//     caller may still listen (within a second of the deadline).
+//     caller may still listen (within a second of the deadline); a late
+//     one-way message goes to the dead-letter queue.
 //   - Just before a handler starts, the transport confirms that it still
 //     holds the delivery ([DeliveryChecker]): after a pause of the
 //     process, a delivery it read before runs only once the broker
@@ -77,7 +87,8 @@
 //     Config.MaxQueuePerResource messages waiting refuses more with
 //     message.ErrBusy (safe to retry).
 //   - Deliveries are acknowledged after the handler returned and its reply
-//     was published. A reply that cannot be published (the broker is
+//     was published (or, for a one-way message, once it ended by rule 1
+//     of "One-way messages"). A reply that cannot be published (the broker is
 //     unreachable, the reply queue's caller aside) does not end the
 //     message: it is given back to its queue ([Releaser]), not counted
 //     towards Config.MaxDeliveries, and runs again (Stats.Released). A
@@ -97,6 +108,48 @@
 //     messages to it wait until a node-left event ends calls towards it
 //     ([CloudBus.AbandonCalls]) and a survivor moves them to their new
 //     destinations ([CloudBus.Reroute]; service.Node does so).
+//
+// # One-way messages
+//
+// A one-way message has no caller to tell of a failure, so a failure that
+// does not say the message itself is wrong must not end it. When the
+// handler of a one-way message fails, or the bus refuses it before the
+// handler for a reason that may pass (busy):
+//
+//  1. An error whose retry class is message.RetryNever (bad_request,
+//     invalid_uuid, not_found, unknown_message, too_large) or
+//     message.RetryRan (bad_reply) says the message is wrong, or already
+//     ran: it ends. It is acknowledged, counted (Stats.Failed) and logged.
+//  2. Any other error gives the message back to its queue for another
+//     attempt: not_owner, busy, no_route and not_sent (nothing ran);
+//     internal, timeout, node_left and unavailable (outcome unknown: a
+//     database or another dependency failed). It waits on this node for
+//     Config.RetryBackoff, doubling per attempt up to
+//     Config.RetryBackoffMax (defaults: 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5,
+//     5, ... s), then goes back with [Delivery.Retry], which does not
+//     count towards Config.MaxDeliveries and sets [HeaderAttempts].
+//     Counted in Stats.Retried; observed as [OpRetry]. Any consumer of the
+//     queue may take it next: on api.portal, any node's portal.
+//  3. It goes to the dead-letter queue (Config.DeadLetterQueue), unchanged,
+//     with [HeaderDeadReason] naming the attempts and the last error and
+//     [HeaderDeadQueue] its queue, once it failed Config.RetryAttempts
+//     times (default 20: about 76 s of pauses), or when the next attempt
+//     would start at or after its deadline. Counted in
+//     Stats.DeadLettered; observed as [OpDeadLetter].
+//  4. A one-way message whose deadline passed before it could start (in
+//     a queue, behind others, in a paused process, or while
+//     [CloudBus.Reroute] moved it) goes to the dead-letter queue too.
+//
+// So every one-way message a transport accepted runs, ends with an error
+// that says it is wrong, or waits in the dead-letter queue with its
+// reason; none is dropped silently. Requests keep their rule: the caller
+// gets the error and decides. A retry runs the handler again with the
+// same message id, so a handler whose effect must happen once
+// deduplicates by it (package fence does, in the handler's transaction).
+// One-way messages about one resource are no longer in arrival order
+// once one of them is retried: the others run while it waits. A message
+// waiting for its next attempt holds one of the consumer's Config.Prefetch
+// slots; Close gives it back at once.
 //
 // # Deadlines
 //

@@ -65,6 +65,13 @@ const (
 	// OpRelease: a delivery was given back to its queue unanswered: its
 	// handler returned ErrRelease, or its reply could not be published.
 	OpRelease
+	// OpRetry: a one-way message whose handler failed (Err) is given
+	// back to its queue for another attempt, after a pause.
+	OpRetry
+	// OpDeadLetter: a one-way message was moved to the dead-letter
+	// queue: its attempts were spent or its deadline passed (Err says
+	// the last failure).
+	OpDeadLetter
 )
 
 // String returns the operation's name, or "Op(n)" for an unknown value.
@@ -88,6 +95,10 @@ func (o Op) String() string {
 		return "reject"
 	case OpRelease:
 		return "release"
+	case OpRetry:
+		return "retry"
+	case OpDeadLetter:
+		return "dead-letter"
 	default:
 		return fmt.Sprintf("Op(%d)", uint8(o))
 	}

@@ -159,7 +159,8 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 			return
 		}
 	} else if err != nil {
-		b.log.Warn("handler failed on a one-way message", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
+		b.failOneWay(s.id, env, d, dl, start, err)
+		return
 	}
 	_ = d.Ack()
 }
@@ -194,7 +195,13 @@ func (b *CloudBus) refuseLate(serviceID string, env *message.Envelope, d Deliver
 	b.log.Debug("late message not run", "service", serviceID, "type", env.Type, "id", env.ID, "late", late)
 	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 		Headers: env.Headers, Start: now, Deadline: dl.at, Err: err})
-	if env.Kind == message.KindRequest && late < lateReplyGrace {
+	if env.Kind == message.KindSend {
+		b.deadLetter(serviceID, env, d, Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
+			Headers: env.Headers, Start: now, Deadline: dl.at, Err: err}, fmt.Sprintf(
+			"its deadline passed %s before it could start on node %s; it did not run", late.Round(time.Millisecond), b.node))
+		return
+	}
+	if late < lateReplyGrace {
 		_ = b.sendReply(serviceID, env, nil, err)
 	}
 	_ = d.Ack()
@@ -241,15 +248,21 @@ func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp an
 	return h.Handle(ctx, req)
 }
 
-// refuse answers a message that no handler ran for, and acknowledges it.
+// refuse answers a message that no handler ran for, and acknowledges it;
+// a one-way message refused for a reason that may pass (busy) is tried
+// again instead (see failOneWay).
 func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, err error) {
 	b.rejected.Add(1)
 	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 		Headers: env.Headers, Start: time.Now(), Err: err})
+	if env.Kind == message.KindSend {
+		b.failOneWay(serviceID, env, d, b.deadlineOf(env, time.Now()), time.Time{}, err)
+		return
+	}
 	if env.Kind == message.KindRequest {
 		_ = b.sendReply(serviceID, env, nil, err)
 	} else {
-		b.warnRefused("refused a one-way message", "service", serviceID, "type", env.Type, "id", env.ID, "err", err)
+		b.warnRefused("refused a message", "service", serviceID, "type", env.Type, "kind", env.Kind, "id", env.ID, "err", err)
 	}
 	_ = d.Ack()
 }

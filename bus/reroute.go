@@ -27,8 +27,9 @@ var ErrDropMessage = errors.New("bus: drop the message")
 type RerouteStats struct {
 	// Moved is the number of messages published where route said.
 	Moved int
-	// Late is the number of messages dropped because their sender's
-	// deadline had passed: their callers have their timeout already.
+	// Late is the number of messages not moved because their sender's
+	// deadline had passed: requests are dropped (their callers have their
+	// timeout already), one-way messages go to the dead-letter queue.
 	Late int
 	// Dropped is the number of messages dropped because they could not
 	// be decoded, or route said so (ErrDropMessage).
@@ -42,9 +43,10 @@ type RerouteStats struct {
 // (and may add headers); the message is published there, unchanged
 // otherwise, and acknowledged: a request keeps its reply-to, so the new
 // handler answers the original caller, and its id, so duplicates can be
-// recognized. Messages whose deadline has passed are dropped and
-// counted (RerouteStats.Late); so are undecodable ones and those route
-// refuses with [ErrDropMessage]. Any other error from route, or a
+// recognized. Messages whose deadline has passed are counted
+// (RerouteStats.Late) and dropped, or for one-way messages moved to the
+// dead-letter queue; undecodable ones and those route refuses with
+// [ErrDropMessage] are dropped and counted. Any other error from route, or a
 // failed publish, puts the message back and ends Reroute with that
 // error: the queue stays for a later attempt.
 //
@@ -128,8 +130,14 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 				}
 				return
 			}
-			if b.deadlineOf(env, now).late(now) {
+			if dl := b.deadlineOf(env, now); dl.late(now) {
 				count(func(s *RerouteStats) { s.Late++ })
+				if env.Kind == message.KindSend { // kept, as every one-way message the bus could not run
+					b.deadLetter(queue, env, d, Observation{Type: env.Type, ServiceID: env.ServiceID, ID: env.ID, Resource: env.ResourceUUID,
+						Headers: env.Headers, Start: now, Deadline: dl.at, Err: message.ErrTimeout},
+						fmt.Sprintf("its deadline passed %s before it could be moved out of %s", now.Sub(dl.at).Round(time.Millisecond), queue))
+					return
+				}
 				_ = d.Ack()
 				return
 			}

@@ -118,13 +118,17 @@ type QueueOptions struct {
 	DeadLetter string
 }
 
-// Headers a transport sets on a message it moved to a dead-letter queue,
-// read with [Delivery.Header].
+// Headers a transport sets on a message it moved to a dead-letter queue
+// or gave back for another attempt, read with [Delivery.Header].
 const (
 	// HeaderDeadReason says why the message was dead-lettered.
 	HeaderDeadReason = "x-cloudbus-dead-reason"
 	// HeaderDeadQueue names the queue the message was taken from.
 	HeaderDeadQueue = "x-cloudbus-dead-queue"
+	// HeaderAttempts counts the handler runs of a one-way message that
+	// failed and was given back for another attempt ([Delivery.Retry]);
+	// absent before the first failure.
+	HeaderAttempts = "x-cloudbus-attempts"
 )
 
 // ConsumeOptions configure [Transport.Consume].
@@ -134,9 +138,10 @@ type ConsumeOptions struct {
 	Prefetch int
 }
 
-// Delivery is one message handed to a consumer. Exactly one of Ack and
-// Reject should be called, once; later calls are no-ops returning nil.
-// They may be called from any goroutine.
+// Delivery is one message handed to a consumer. Exactly one of Ack,
+// Reject, Retry, DeadLetter (and Release, for a [Releaser]) settles it,
+// once; later calls are no-ops returning nil. They may be called from any
+// goroutine.
 type Delivery interface {
 	// Body returns the message bytes. The bus does not modify them.
 	Body() []byte
@@ -151,6 +156,20 @@ type Delivery interface {
 	// Reject removes the message, or with requeue puts it back at the head
 	// of the queue for redelivery.
 	Reject(requeue bool) error
+	// Retry gives the message back to its queue for another attempt after
+	// its handler failed: unlike Reject(true) it does not count towards
+	// QueueOptions.MaxDeliveries, and the message then carries
+	// HeaderAttempts = attempts. It goes to any consumer of the queue,
+	// possibly at its tail. If it cannot be given back so, the delivery
+	// is rejected for redelivery instead and the error says so.
+	Retry(attempts int) error
+	// DeadLetter moves the message to the queue named dead, with
+	// HeaderDeadReason = reason and HeaderDeadQueue = the queue it came
+	// from, and removes it from its own queue. If it cannot be moved (the
+	// dead-letter queue is missing, the broker is unreachable), the
+	// delivery is rejected for redelivery instead and the error says so:
+	// a message is never lost for want of a dead-letter queue.
+	DeadLetter(dead, reason string) error
 }
 
 // DeliveryChecker is implemented by a [Delivery] whose transport can

@@ -75,6 +75,12 @@ const (
 	// CodeUnavailable: the transport lost its connection to the broker.
 	// A call in flight may or may not have been delivered: outcome unknown.
 	CodeUnavailable Code = "unavailable"
+	// CodeNotSent: the transport refused the message before sending it
+	// (it was reconnecting to the broker, or the broker refused the
+	// publish), so nothing was delivered and nothing ran. Retrying is
+	// safe. A transport's refusal also matches [ErrUnavailable], so code
+	// that tests for a broker problem keeps working.
+	CodeNotSent Code = "not_sent"
 )
 
 // Retry says whether retrying an operation that failed with a code is
@@ -145,6 +151,7 @@ var codeTable = []struct {
 	{CodeInternal, RetryUnknown},
 	{CodeClosed, RetryUnknown},
 	{CodeUnavailable, RetryUnknown},
+	{CodeNotSent, RetrySafe},
 }
 
 // Retry reports whether retrying after an error with code c is safe.
@@ -199,6 +206,7 @@ var (
 	ErrInternal       = &Error{Code: CodeInternal, Description: "internal error"}
 	ErrClosed         = &Error{Code: CodeClosed, Description: "closed"}
 	ErrUnavailable    = &Error{Code: CodeUnavailable, Description: "transport unavailable"}
+	ErrNotSent        = &Error{Code: CodeNotSent, Description: "not sent: the transport refused the message before sending it"}
 )
 
 // NewError returns an error with the given code and description.

@@ -30,6 +30,7 @@ func sentinels() map[message.Code]*message.Error {
 		message.CodeInternal:       message.ErrInternal,
 		message.CodeClosed:         message.ErrClosed,
 		message.CodeUnavailable:    message.ErrUnavailable,
+		message.CodeNotSent:        message.ErrNotSent,
 	}
 }
 
@@ -43,6 +44,7 @@ func TestEveryCodeHasASentinelAndARetryRule(t *testing.T) {
 		assert.NotContains(t, e.Retry().String(), "Retry(", "code %s has no retry rule", c)
 	}
 	assert.Equal(t, message.RetrySafe, message.CodeNoRoute.Retry())
+	assert.Equal(t, message.RetrySafe, message.CodeNotSent.Retry(), "a message refused before sending did not run")
 	assert.Equal(t, message.RetrySafe, message.CodeBusy.Retry())
 	assert.Equal(t, message.RetrySafe, message.CodeNotOwner.Retry())
 	assert.Equal(t, message.RetryUnknown, message.CodeNodeLeft.Retry())

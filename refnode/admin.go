@@ -111,11 +111,14 @@ type counterStatus struct {
 
 // busStatus is bus.Stats: messages refused, late, released and lost.
 type busStatus struct {
-	Rejected    uint64 `json:"rejected"`
-	Late        uint64 `json:"late"`
-	Released    uint64 `json:"released"`
-	Lost        uint64 `json:"lost"`
-	LateReplies uint64 `json:"late_replies"`
+	Rejected     uint64 `json:"rejected"`
+	Late         uint64 `json:"late"`
+	Released     uint64 `json:"released"`
+	Lost         uint64 `json:"lost"`
+	LateReplies  uint64 `json:"late_replies"`
+	Failed       uint64 `json:"failed"`        // one-way messages ended by an error that says they are wrong
+	Retried      uint64 `json:"retried"`       // one-way messages given back for another attempt
+	DeadLettered uint64 `json:"dead_lettered"` // one-way messages moved to the dead-letter queue
 }
 
 // trackerStatus is the host tracker's counters (services.HostStats).
@@ -158,10 +161,11 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 			Fenced:          n.Fenced(),
 			Transport:       transportState(tr),
 			ConnectionsLost: lost,
-			Bus:             busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies},
-			Prefix:          prefix,
-			Uptime:          time.Since(start).Round(time.Millisecond).String(),
-			Ring:            ringStatus{Members: n.Members(), Fingerprint: n.Fingerprint().String()},
+			Bus: busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies,
+				Failed: bs.Failed, Retried: bs.Retried, DeadLettered: bs.DeadLettered},
+			Prefix: prefix,
+			Uptime: time.Since(start).Round(time.Millisecond).String(),
+			Ring:   ringStatus{Members: n.Members(), Fingerprint: n.Fingerprint().String()},
 			Counters: counterStatus{
 				PortalForwarded: c.portal.Load(), PortalFailed: c.portalFailed.Load(),
 				Handled: handled, HandleErrors: failed,

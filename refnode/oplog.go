@@ -105,10 +105,11 @@ func openOpLog(path, node string, flush time.Duration, detail string) (*opLog, e
 	return l, nil
 }
 
-// Observe writes o if it is a handle, reject or release.
+// Observe writes o if it is a handle, reject, release, retry (a one-way
+// message given back after its handler failed) or dead-letter.
 func (l *opLog) Observe(o bus.Observation) {
 	switch o.Op {
-	case bus.OpHandle, bus.OpReject, bus.OpRelease:
+	case bus.OpHandle, bus.OpReject, bus.OpRelease, bus.OpRetry, bus.OpDeadLetter:
 	default:
 		return
 	}

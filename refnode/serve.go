@@ -57,7 +57,8 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
 
 For audits and fault tests:
   -op-log path       append one JSON line per message this node handled,   REFNODE_OP_LOG
-                     refused or gave back (none): at, op, node, service_id,
+                     refused, gave back, retried or dead-lettered (none):
+                     at, op, node, service_id,
                      type, id, resource, op_id (the caller's x-op header),
                      deadline, err; written out every 50ms
   -clock-skew d      offset this node's clock as cloudbus reads it by d    REFNODE_CLOCK_SKEW

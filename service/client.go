@@ -141,7 +141,9 @@ func CallAPI[Resp any](ctx context.Context, c *Client, msg any, opts ...bus.Opti
 }
 
 // Send sends an API message one-way to api.portal, routed like Call,
-// with the same options.
+// with the same options. Once Send returned nil the message is kept
+// until it runs or, if it cannot (its attempts spent, its deadline
+// passed), waits in the dead-letter queue; see [Node.Send].
 func (c *Client) Send(ctx context.Context, msg any, opts ...bus.Option) error {
 	return c.b.Send(ctx, bus.APIPortal, msg, opts...)
 }

@@ -112,8 +112,9 @@
 // store are drained by one survivor, the owner of that node's UUID on the
 // ring, with bus.CloudBus.Reroute: each message goes to its resource's
 // current owner (a message about no resource to a member chosen by its
-// id), a message whose deadline has passed is dropped and counted
-// ([Node.DrainStats]), and the queue is deleted once it is empty and
+// id), a message whose deadline has passed is counted
+// ([Node.DrainStats]) and dropped (a request) or moved to the dead-letter
+// queue (a one-way message), and the queue is deleted once it is empty and
 // unused. Draining stops if the node comes back. An evicted node keeps
 // its queues (for the survivors, or for its own next life); a leaving
 // node empties and deletes its own. So a one-way message sent to a node
@@ -121,7 +122,12 @@
 // in a dead node's queue for the broker to expire it. A receiver that
 // does not own a one-way message's resource on its ring forwards it to
 // the owner (at most three hops while rings converge) or gives it back
-// to its queue; it never drops it.
+// to its queue; it never drops it. A handler failure of a one-way message
+// that does not say the message is wrong (not_owner from a fenced owner,
+// a database that failed) gives it back for another attempt within its
+// deadline, on api.portal to any node's portal; a message that cannot run
+// goes to the dead-letter queue with its reason (the bus package's
+// "One-way messages").
 //
 // While ring copies converge, a receiver checks that its own ring agrees
 // it owns the resource ([HeaderOwner]) and otherwise answers

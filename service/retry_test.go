@@ -26,8 +26,10 @@ type idem struct {
 	seen       []sighting
 	blockOn    string        // a handler on this node blocks until its ctx ends
 	entered    chan struct{} // closed when one first blocks
-	refuseLeft int           // so many runs answer not_owner first
-	refusing   bool          // every run answers not_owner while set
+	refuseLeft int            // so many runs answer not_owner first
+	refusing   bool           // every run answers not_owner while set
+	refuseWith *message.Error // what a refusal answers; nil: not_owner
+	succeeded  int            // runs that returned no error
 }
 
 func newIdem() *idem { return &idem{entered: make(chan struct{})} }
@@ -37,6 +39,7 @@ func (l *idem) handle(ctx context.Context, r *bus.Request, res string) (Touched,
 	l.seen = append(l.seen, sighting{node: r.Node(), id: r.ID(), resource: res, portal: r.Header(service.HeaderPortal)})
 	block := l.blockOn != "" && l.blockOn == r.Node()
 	refuse := l.refusing || l.refuseLeft > 0
+	with := l.refuseWith
 	if l.refuseLeft > 0 {
 		l.refuseLeft--
 	}
@@ -48,13 +51,17 @@ func (l *idem) handle(ctx context.Context, r *bus.Request, res string) (Touched,
 		}
 	}
 	l.mu.Unlock()
+	if with == nil {
+		with = message.ErrNotOwner
+	}
 	if refuse {
-		return Touched{}, message.ErrNotOwner.WithDetails("the test's handler refuses")
+		return Touched{}, with.WithDetails("the test's handler refuses")
 	}
 	if block {
 		<-ctx.Done()
 		return Touched{}, ctx.Err()
 	}
+	l.set(func(l *idem) { l.succeeded++ })
 	return Touched{Node: r.Node()}, nil
 }
 

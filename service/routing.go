@@ -97,9 +97,14 @@ func Call[Resp any](ctx context.Context, n *Node, service string, msg any, opts 
 // Send sends msg one-way to service by the same rule as [Node.Call]:
 // to the owner of the resource it is about (re-routed while the owner's
 // queue is missing, every attempt with one message id), or to this node.
-// A one-way message is never refused as not_owner nor ended by
-// node_left (a receiver forwards it, a survivor drains a dead node's
-// queue), so bus.WithRetry changes nothing here but the header it sets.
+// Once Send returned nil, the message is kept until it runs: a receiver
+// that does not own the resource forwards it to the owner or gives it
+// back, a survivor drains a dead node's queue, and a handler failure
+// that does not say the message is wrong (not_owner, a database that
+// failed) gives it back for another attempt within its deadline; a
+// message that cannot run goes to the dead-letter queue with its reason
+// (see the bus package's "One-way messages"). bus.WithRetry changes
+// nothing here but the header it sets.
 func (n *Node) Send(ctx context.Context, service string, msg any, opts ...bus.Option) error {
 	b, err := n.busForCall()
 	if err != nil {

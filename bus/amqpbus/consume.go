@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -304,22 +305,47 @@ func (d *delivery) Ack() error {
 }
 
 // Release implements [bus.Releaser]: the message is published again to
-// its queue with its delivery count unchanged, and the original
+// its queue with its delivery and attempt counts unchanged, and the original
 // acknowledged, so the giveback does not count towards MaxDeliveries;
 // the copy waits at the tail of the queue. If that publish fails, the
 // delivery is rejected for redelivery instead (which may count).
 func (d *delivery) Release() error {
+	return d.republish(d.c.queue, "release", nil)
+}
+
+// Retry implements [bus.Delivery]: like Release, with
+// bus.HeaderAttempts set to attempts on the copy.
+func (d *delivery) Retry(attempts int) error {
+	return d.republish(d.c.queue, "retry", amqp.Table{bus.HeaderAttempts: int64(attempts)})
+}
+
+// DeadLetter implements [bus.Delivery]: the message is published to the
+// queue dead with bus.HeaderDeadReason and bus.HeaderDeadQueue, then the
+// original is acknowledged. If that publish fails, the delivery is
+// rejected for redelivery instead (nothing is lost; it may count towards
+// MaxDeliveries) and the error says so.
+func (d *delivery) DeadLetter(dead, reason string) error {
+	return d.republish(dead, "dead-letter", amqp.Table{bus.HeaderDeadReason: reason, bus.HeaderDeadQueue: d.c.queue})
+}
+
+// republish publishes a copy of the delivery to queue with its delivery
+// count and the extra headers, then acknowledges the original, once. If
+// the publish fails, the delivery is rejected for redelivery instead.
+func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 	var err error
 	d.once.Do(func() {
 		defer d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 		ctx, cancel := context.WithTimeout(context.Background(), d.c.t.cfg.PublishTimeout)
 		defer cancel()
 		headers := amqp.Table{}
-		if n, ok := d.d.Headers[headerDeliveries]; ok {
-			headers[headerDeliveries] = n
+		for _, k := range []string{headerDeliveries, bus.HeaderAttempts} {
+			if v, ok := d.d.Headers[k]; ok {
+				headers[k] = v
+			}
 		}
-		if err = d.c.t.publishTable(ctx, d.c.queue, d.d.Body, headers); err != nil {
-			err = errors.Join(fmt.Errorf("amqpbus: release a delivery of %s: %w", d.c.queue, err), d.d.Reject(true))
+		maps.Copy(headers, extra)
+		if err = d.c.t.publishTable(ctx, queue, d.d.Body, headers); err != nil {
+			err = errors.Join(fmt.Errorf("amqpbus: %s a delivery of %s: %w", what, d.c.queue, err), d.d.Reject(true))
 			return
 		}
 		err = d.d.Ack(false)

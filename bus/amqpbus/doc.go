@@ -76,7 +76,12 @@
 //     dead-letter queue with bus.HeaderDeadReason and bus.HeaderDeadQueue,
 //     and the other messages keep flowing. A republished message moves to
 //     the tail of its queue. A handler that returns an error or panics
-//     does not count: the bus answers and acknowledges its message.
+//     does not count: the bus answers and acknowledges a request, and
+//     gives a one-way message back for another attempt with
+//     bus.Delivery.Retry (republished with bus.HeaderAttempts, the
+//     original acknowledged: not counted) or moves it to the dead-letter
+//     queue with bus.Delivery.DeadLetter (see the bus package's "One-way
+//     messages").
 //   - Not guaranteed: ordering across a crash (a redelivered message
 //     arrives after later ones), and delivery to a queue the broker lost
 //     (RabbitMQ persists durable queues' persistent messages across a
@@ -97,7 +102,9 @@
 // calls waiting for a reply with message.ErrUnavailable the moment the
 // connection drops (their reply queue is gone, so waiting longer is
 // pointless; outcome unknown), and publishes made while reconnecting fail
-// at once with message.ErrUnavailable (nothing was sent: safe to retry).
+// at once with message.ErrNotSent and message.ErrUnavailable (nothing was
+// sent: safe to retry; the code on the wire is not_sent). So do publishes
+// the broker nacks, and those the library refused before writing them.
 //
 // # Liveness and pauses
 //

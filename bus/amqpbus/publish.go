@@ -2,6 +2,7 @@ package amqpbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -135,14 +136,14 @@ func (p *publisher) run() {
 		p.mu.Unlock()
 		if broken {
 			if err := p.reopen(); err != nil {
-				r.done <- err
+				r.done <- notSent(err)
 				continue
 			}
 		}
 		if r.exchange != "" && !r.via && !p.declared[r.exchange] {
 			// Publishing to a missing exchange would close the channel.
 			if err := p.ch.ExchangeDeclare(r.exchange, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
-				r.done <- p.t.opError(p.s, "declare fan-out "+r.exchange, err)
+				r.done <- notSent(p.t.opError(p.s, "declare fan-out "+r.exchange, err))
 				continue
 			}
 			p.declared[r.exchange] = true
@@ -161,8 +162,8 @@ func (p *publisher) run() {
 				p.tag--
 			}
 			p.mu.Unlock()
-			if mine { // r.done takes exactly one outcome
-				r.done <- p.t.opError(p.s, "publish to "+target(r), err)
+			if mine { // r.done takes exactly one outcome; the library wrote no frame of it
+				r.done <- notSent(p.t.opError(p.s, "publish to "+target(r), err))
 			}
 		}
 	}
@@ -206,7 +207,7 @@ func (p *publisher) notify() {
 			case returned:
 				r.done <- fmt.Errorf("amqpbus: publish: queue %s does not exist: %w", r.key, message.ErrNoRoute)
 			case !c.Ack:
-				r.done <- fmt.Errorf("amqpbus: publish to %s: the broker refused it (nack): %w", target(r), message.ErrUnavailable)
+				r.done <- notSent(fmt.Errorf("amqpbus: publish to %s: the broker refused it (nack): %w", target(r), message.ErrUnavailable))
 			default:
 				r.done <- nil
 			}
@@ -317,12 +318,13 @@ func (t *Transport) publishTo(ctx context.Context, exchange, key string, via boo
 }
 
 // send hands r to a publisher of the current session and waits for its
-// outcome or ctx. While the transport reconnects it fails at once with
-// message.ErrUnavailable: nothing was sent, so retrying is safe.
+// outcome or ctx. While the transport reconnects it fails at once with an
+// error matching message.ErrNotSent and message.ErrUnavailable: nothing
+// was sent, so retrying is safe.
 func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
 	s, err := t.current(op)
 	if err != nil {
-		return err
+		return notSent(err)
 	}
 	select {
 	case t.reqs <- r:
@@ -331,7 +333,7 @@ func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
 	case <-t.closing:
 		return fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
 	case <-s.lost:
-		return fmt.Errorf("amqpbus: %s: connection lost: %w", op, message.ErrUnavailable)
+		return notSent(fmt.Errorf("amqpbus: %s: connection lost: %w", op, message.ErrUnavailable))
 	}
 	select {
 	case err := <-r.done:
@@ -344,6 +346,30 @@ func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
 		return fmt.Errorf("amqpbus: %s: connection lost before the broker confirmed; outcome unknown: %w", op, message.ErrUnavailable)
 	}
 }
+
+// notSent marks err, from a publish given up before any of it reached
+// the broker (the transport was reconnecting, the channel could not be
+// opened, the library refused the frame, the broker nacked it), with
+// message.ErrNotSent, first, so that it is the code a caller and the
+// wire see: nothing was delivered and a retry is safe. The error still
+// matches message.ErrUnavailable. A closed transport's
+// message.ErrClosed, and a ctx error, stay as they are.
+func notSent(err error) error {
+	if !errors.Is(err, message.ErrUnavailable) || errors.Is(err, message.ErrNotSent) {
+		return err
+	}
+	return &notSentError{err: err}
+}
+
+// notSentError is an error of a publish that sent nothing; see notSent.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string {
+	return e.err.Error() + " (nothing was sent: safe to retry)"
+}
+
+// Unwrap returns message.ErrNotSent first, then the cause.
+func (e *notSentError) Unwrap() []error { return []error{message.ErrNotSent, e.err} }
 
 func ctxErr(ctx context.Context) error {
 	if ctx.Err() == context.DeadlineExceeded {

@@ -127,8 +127,8 @@ func TestReconnectAfterCut(t *testing.T) {
 				switch {
 				case err == nil:
 					ok.Add(1)
-				case message.CodeOf(err) == message.CodeUnavailable, message.CodeOf(err) == message.CodeTimeout,
-					message.CodeOf(err) == message.CodeNoRoute:
+				case message.CodeOf(err) == message.CodeUnavailable, message.CodeOf(err) == message.CodeNotSent,
+					message.CodeOf(err) == message.CodeTimeout, message.CodeOf(err) == message.CodeNoRoute:
 					failed.Add(1)
 					time.Sleep(10 * time.Millisecond)
 				default:
@@ -196,7 +196,7 @@ func TestReconnectStorm(t *testing.T) {
 					return
 				default:
 				}
-				if err := call(); err != nil && message.CodeOf(err) != message.CodeUnavailable &&
+				if err := call(); err != nil && message.CodeOf(err) != message.CodeUnavailable && message.CodeOf(err) != message.CodeNotSent &&
 					message.CodeOf(err) != message.CodeTimeout && message.CodeOf(err) != message.CodeNoRoute {
 					untyped.Add(1)
 					t.Errorf("unexpected error: %v", err)

@@ -124,6 +124,13 @@ var scenarios = []scenario{
 	{name: "a killed node's queued messages are rerouted to the new owner, none lost", needKill: true, run: testRerouteKilledQueue},
 	{name: "a queue is deleted only when idle", run: testIdleDelete},
 	{name: "a transport cut off from the broker reports it and recovers", needCut: true, run: testCutReported},
+	{name: "a transport's retry keeps an attempt count and its dead-letter keeps a reason", run: testRetryAndDeadLetter},
+	{name: "a one-way message whose handler fails for a passing reason runs again until it succeeds", run: testOneWayRetried},
+	{name: "a one-way message whose error says it is wrong ends", run: testOneWayWrongEnds},
+	{name: "a one-way message whose attempts are spent is dead-lettered with its last error", run: testOneWayAttemptsSpent},
+	{name: "a one-way message is retried only within its deadline, then dead-lettered", run: testOneWayDeadline},
+	{name: "a one-way message late in its queue is dead-lettered, not dropped", run: testOneWayLateDeadLettered},
+	{name: "a message refused before sending says nothing was sent", needCut: true, run: testRefusedNotSent},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.

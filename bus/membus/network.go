@@ -1,6 +1,7 @@
 package membus
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -302,4 +303,14 @@ func (n *Network) deleteQueueLocked(q *queue) {
 
 func unavailable(node, why string) error {
 	return fmt.Errorf("membus: node %s %s: %w", node, why, message.ErrUnavailable)
+}
+
+// notSent marks err, a publish refused because the node is killed or
+// partitioned, with message.ErrNotSent (nothing reached the broker; a
+// retry is safe); a closed transport's message.ErrClosed stays as it is.
+func notSent(err error) error {
+	if !errors.Is(err, message.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", message.ErrNotSent, err)
 }

@@ -3,7 +3,9 @@ package membus
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -209,7 +211,7 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := t.checkLocked("publish to " + queue); err != nil {
-		return err
+		return notSent(err)
 	}
 	q, ok := n.queues[queue]
 	if !ok {
@@ -273,7 +275,7 @@ func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) e
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := t.checkLocked("broadcast to " + fanout); err != nil {
-		return err
+		return notSent(err)
 	}
 	if t.droppedLocked() {
 		return nil
@@ -499,6 +501,54 @@ func (d *delivery) Release() error {
 		d.m.handed-- // not a failed delivery
 	}
 	d.settleLocked(true, true)
+	return nil
+}
+
+// Retry implements [bus.Delivery]: the message goes back to its queue
+// with bus.HeaderAttempts set to attempts, without counting as a failed
+// delivery.
+func (d *delivery) Retry(attempts int) error {
+	d.net.mu.Lock()
+	defer d.net.mu.Unlock()
+	if d.settled {
+		return nil
+	}
+	if d.handed && d.m.handed > 0 {
+		d.m.handed-- // not a failed delivery
+	}
+	h := maps.Clone(d.m.headers)
+	if h == nil {
+		h = make(map[string]string, 1)
+	}
+	h[bus.HeaderAttempts] = strconv.Itoa(attempts)
+	d.m.headers = h
+	d.settleLocked(true, true)
+	return nil
+}
+
+// DeadLetter implements [bus.Delivery]: the message moves to the queue
+// named dead with reason, and leaves its own queue. If the dead-letter
+// queue does not exist, the message goes back to its own queue for
+// redelivery and the error matches message.ErrNoRoute.
+func (d *delivery) DeadLetter(dead, reason string) error {
+	n := d.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d.settled {
+		return nil
+	}
+	dl, ok := n.queues[dead]
+	if !ok {
+		d.settleLocked(true, true)
+		return fmt.Errorf("membus: dead-letter a message of %s: queue %s does not exist; given back to its queue: %w", d.q.name, dead, message.ErrNoRoute)
+	}
+	d.settleLocked(false, false)
+	n.seq++
+	dl.msgs = append(dl.msgs, &msg{seq: n.seq, data: d.m.data, headers: map[string]string{
+		bus.HeaderDeadReason: reason,
+		bus.HeaderDeadQueue:  d.q.name,
+	}})
+	n.dispatchLocked(dl)
 	return nil
 }
 

@@ -1,0 +1,267 @@
+package bustest
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// One-way messages are kept until they run: the scenarios of the rule in
+// the bus package's documentation ("Delivery guarantees").
+
+// failing is a handler of Echo that fails with the next of its codes
+// (none left: it succeeds) and counts its runs.
+type failing struct {
+	codes []message.Code
+	ran   atomic.Int32
+	done  chan int // the Seq of each success
+}
+
+func newFailing(codes ...message.Code) *failing {
+	return &failing{codes: codes, done: make(chan int, 16)}
+}
+
+func (f *failing) Handle(ctx context.Context, r *bus.Request) (any, error) {
+	n := int(f.ran.Add(1))
+	if n <= len(f.codes) {
+		return nil, message.NewError(f.codes[n-1], "bustest: injected failure")
+	}
+	f.done <- r.Payload.(*Echo).Seq
+	return nil, nil
+}
+
+// deadLetters consumes the dead-letter queue of b with a transport of
+// the scenario's environment and hands each message over.
+func deadLetters(t *testing.T, c *cluster, b *node) <-chan bus.Delivery {
+	out := make(chan bus.Delivery, 16)
+	probe := c.env.Transport(t, message.NewUUID())
+	cons, err := probe.Consume(t.Context(), b.DeadLetterQueue(), bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+		out <- d
+		_ = d.Ack()
+	})
+	require.NoError(t, err, "consume the dead-letter queue")
+	t.Cleanup(func() { _ = cons.Cancel() })
+	return out
+}
+
+// noDeadLetter fails if a message reaches the dead-letter queue within
+// 300 ms.
+func noDeadLetter(t *testing.T, dead <-chan bus.Delivery, why string) {
+	t.Helper()
+	select {
+	case d := <-dead:
+		t.Fatalf("bustest: %s, but a message was dead-lettered: %s", why, d.Header(bus.HeaderDeadReason))
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// testOneWayRetried: a one-way message whose handler fails with errors
+// that do not say the message is wrong (outcome unknown, or nothing ran)
+// is given back and runs again, without counting as a failed delivery,
+// until it succeeds.
+func testOneWayRetried(t *testing.T, c *cluster) {
+	a := c.open("", bus.Config{})
+	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, MaxDeliveries: 1})
+	h := newFailing(message.CodeInternal, message.CodeNotOwner, message.CodeUnavailable)
+	require.NoError(t, b.Register(t.Context(), "svc", h))
+	dead := deadLetters(t, c, b)
+
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 7}))
+	assert.Equal(t, 7, recv(t, h.done, 10*time.Second, "the one-way message running after three failures"))
+	assert.EqualValues(t, 4, h.ran.Load(), "failed three times, then ran")
+	st := b.Stats()
+	assert.EqualValues(t, 3, st.Retried, "each failure gave the message back for another attempt")
+	assert.Zero(t, st.DeadLettered)
+	assert.Zero(t, st.Failed)
+	noDeadLetter(t, dead, "the attempts must not count towards MaxDeliveries (1)")
+}
+
+// testOneWayWrongEnds: a one-way message whose error says it is wrong
+// (retry class never) ends at once: it is not tried again, nor
+// dead-lettered, and is counted.
+func testOneWayWrongEnds(t *testing.T, c *cluster) {
+	a := c.open("", bus.Config{})
+	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond})
+	h := newFailing(message.CodeNotFound, message.CodeNotFound)
+	require.NoError(t, b.Register(t.Context(), "svc", h))
+	dead := deadLetters(t, c, b)
+
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1}))
+	eventually(t, 10*time.Second, "the message is counted as failed", func() bool { return b.Stats().Failed == 1 })
+	noDeadLetter(t, dead, "a message that says it is wrong ends")
+	assert.EqualValues(t, 1, h.ran.Load(), "a not_found is not tried again")
+	assert.Zero(t, b.Stats().Retried)
+}
+
+// testOneWayAttemptsSpent: a one-way message whose handler keeps failing
+// goes to the dead-letter queue once its attempts are spent, with the
+// number of attempts and its last error in the reason.
+func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
+	a := c.open("", bus.Config{})
+	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, RetryAttempts: 3})
+	h := newFailing(message.CodeInternal, message.CodeInternal, message.CodeInternal, message.CodeInternal)
+	require.NoError(t, b.Register(t.Context(), "svc", h))
+	dead := deadLetters(t, c, b)
+
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1}))
+	d := recv(t, dead, 10*time.Second, "the message in the dead-letter queue")
+	env, err := message.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
+	require.NoError(t, err, "the dead letter is the message as sent")
+	assert.Equal(t, b.LocalID("svc"), env.ServiceID)
+	reason := d.Header(bus.HeaderDeadReason)
+	assert.Contains(t, reason, "failed 3 times", "the reason counts the attempts")
+	assert.Contains(t, reason, string(message.CodeInternal), "the reason names the last error")
+	assert.Equal(t, b.QueueName(b.LocalID("svc")), d.Header(bus.HeaderDeadQueue))
+	assert.EqualValues(t, 3, h.ran.Load(), "RetryAttempts bounds the runs")
+	st := b.Stats()
+	assert.EqualValues(t, 2, st.Retried)
+	assert.EqualValues(t, 1, st.DeadLettered)
+}
+
+// testOneWayDeadline: a one-way message is tried again only within its
+// deadline; then it goes to the dead-letter queue, whose reason says so.
+func testOneWayDeadline(t *testing.T, c *cluster) {
+	clock := bus.LocalClock()
+	a := c.open("", bus.Config{Clock: clock})
+	b := c.open("", bus.Config{Clock: clock, RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, RetryAttempts: 1000})
+	codes := make([]message.Code, 1000)
+	for i := range codes {
+		codes[i] = message.CodeInternal
+	}
+	h := newFailing(codes...)
+	require.NoError(t, b.Register(t.Context(), "svc", h))
+	dead := deadLetters(t, c, b)
+
+	const timeout = 500 * time.Millisecond
+	sent := time.Now()
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1}, bus.WithTimeout(timeout)))
+	d := recv(t, dead, 10*time.Second, "the message in the dead-letter queue")
+	assert.Less(t, time.Since(sent), timeout+2*time.Second, "dead-lettered by its deadline")
+	assert.Contains(t, d.Header(bus.HeaderDeadReason), "deadline", "the reason says the deadline ended it")
+	assert.Greater(t, h.ran.Load(), int32(2), "tried again while its deadline allowed")
+}
+
+// testOneWayLateDeadLettered: a one-way message whose deadline passed
+// while it waited in its queue is not run but moved to the dead-letter
+// queue, not dropped.
+func testOneWayLateDeadLettered(t *testing.T, c *cluster) {
+	clock := bus.LocalClock()
+	a, b := c.open("", bus.Config{Clock: clock}), c.open("", bus.Config{Clock: clock})
+	h := newFailing()
+	ctx := t.Context()
+	require.NoError(t, b.Register(ctx, "svc", h))
+	id := b.LocalID("svc")
+	require.NoError(t, b.Unregister(ctx, id, false), "the queue stays, with no consumer")
+	dead := deadLetters(t, c, b)
+
+	const timeout = 200 * time.Millisecond
+	require.NoError(t, a.Send(ctx, id, Echo{Seq: 1}, bus.WithTimeout(timeout)))
+	time.Sleep(timeout) // the deadline passes while it waits in the queue
+	require.NoError(t, b.Register(ctx, "svc", h), "a consumer comes back")
+	d := recv(t, dead, 10*time.Second, "the late message in the dead-letter queue")
+	assert.Contains(t, d.Header(bus.HeaderDeadReason), "deadline passed")
+	assert.Zero(t, h.ran.Load(), "a late message does not run")
+	assert.EqualValues(t, 1, b.Stats().Late)
+}
+
+// testRetryAndDeadLetter: the transport's Retry gives a delivery back
+// with its attempt count, not counted as a failed delivery, and
+// DeadLetter moves it with its reason.
+func testRetryAndDeadLetter(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	queue := c.prefix + ".message.retry.q"
+	dead := c.prefix + ".retry.dead"
+	ctx := t.Context()
+	require.NoError(t, tr.DeclareQueue(ctx, dead, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable, MaxDeliveries: 1, DeadLetter: dead}))
+	t.Cleanup(func() {
+		_ = tr.DeleteQueue(context.Background(), queue)
+		_ = tr.DeleteQueue(context.Background(), dead)
+	})
+	attempts := make(chan string, 8)
+	_, err := tr.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+		n := d.Header(bus.HeaderAttempts)
+		attempts <- n
+		switch n {
+		case "":
+			_ = d.Retry(1)
+		case "1":
+			_ = d.Retry(2)
+		default:
+			_ = d.DeadLetter(dead, "bustest: spent")
+		}
+	})
+	require.NoError(t, err)
+	deadGot := make(chan bus.Delivery, 1)
+	_, err = tr.Consume(ctx, dead, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+		deadGot <- d
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+
+	require.NoError(t, tr.Publish(ctx, queue, []byte("job")))
+	var seen []string
+	for range 3 {
+		seen = append(seen, recv(t, attempts, 10*time.Second, "a delivery of the retried message"))
+	}
+	assert.Equal(t, []string{"", "1", "2"}, seen, "each retry carries its attempt count; none counted towards MaxDeliveries (1)")
+	d := recv(t, deadGot, 10*time.Second, "the message in the dead-letter queue")
+	assert.Equal(t, "job", string(d.Body()))
+	assert.Equal(t, "bustest: spent", d.Header(bus.HeaderDeadReason))
+	assert.Equal(t, queue, d.Header(bus.HeaderDeadQueue))
+	select {
+	case n := <-attempts:
+		t.Fatalf("bustest: a dead-lettered message was delivered again (attempts %q)", n)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// testRefusedNotSent: a message a transport cut off from the broker
+// refuses before sending fails with an error matching message.ErrNotSent
+// (retry-safe: nothing was delivered) and message.ErrUnavailable, for a
+// Send and a Call alike, and its code on the wire is not_sent.
+func testRefusedNotSent(t *testing.T, c *cluster) {
+	cutter, ok := c.env.(Cutter)
+	if !ok {
+		t.Fatal("bustest: Features.CanCut is set but the Env does not implement bustest.Cutter")
+	}
+	id := message.NewUUID()
+	a := c.open(id, bus.Config{})
+	b := c.open("", bus.Config{})
+	h := newFailing()
+	require.NoError(t, b.Register(t.Context(), "svc", h))
+	w, ok := a.tr.(bus.StateWatcher)
+	require.True(t, ok, "a transport that can be cut must report its state (bus.StateWatcher)")
+	states := make(chan bus.TransportState, 16)
+	stop := w.WatchState(func(s bus.TransportState) {
+		select {
+		case states <- s:
+		default:
+		}
+	})
+	defer stop()
+	cutter.Cut(t, id)
+	awaitState(t, states, bus.TransportReconnecting)
+
+	sendErr := a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1})
+	_, callErr := a.Call(t.Context(), b.LocalID("svc"), Echo{Seq: 2}, bus.WithTimeout(2*time.Second))
+	for what, err := range map[string]error{"send": sendErr, "call": callErr} {
+		require.Error(t, err, "a %s while cut off fails", what)
+		assert.ErrorIs(t, err, message.ErrNotSent, "a %s refused before sending says nothing was sent: %v", what, err)
+		assert.ErrorIs(t, err, message.ErrUnavailable, "and still matches unavailable: %v", err)
+		assert.Equal(t, message.CodeNotSent, message.CodeOf(err), "the code on the wire is not_sent: %v", err)
+		assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
+	}
+	cutter.Heal(t, id)
+	awaitState(t, states, bus.TransportConnected)
+	assert.Zero(t, h.ran.Load(), "nothing refused ran")
+	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 3}))
+	assert.Equal(t, 3, recv(t, h.done, 10*time.Second, "a send after the heal"))
+}

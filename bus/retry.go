@@ -1,0 +1,154 @@
+package bus
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// One-way messages are kept until they run: the rules are in the package
+// documentation ("One-way messages"), numbered as the code below cites them.
+
+// endsOneWay reports whether err, a one-way message's failure, says the
+// message is wrong or already ran (rule 1), so that it must not be tried
+// again.
+func endsOneWay(err error) bool {
+	switch message.CodeOf(err).Retry() {
+	case message.RetryNever, message.RetryRan:
+		return true
+	}
+	return false
+}
+
+// retryPause returns the pause before attempt n+1 of a one-way message
+// whose attempt n (from 1) failed.
+func (b *CloudBus) retryPause(n int) time.Duration {
+	p := b.cfg.RetryBackoff
+	for i := 1; i < n && p < b.cfg.RetryBackoffMax; i++ {
+		p *= 2
+	}
+	return min(p, b.cfg.RetryBackoffMax)
+}
+
+// attemptsOf returns how many times d's message failed before this
+// delivery (HeaderAttempts), 0 if never. A forged value cannot make it
+// negative.
+func attemptsOf(d Delivery) int {
+	n, err := strconv.Atoi(d.Header(HeaderAttempts))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// failOneWay settles a one-way message that failed with err: it ends, is
+// tried again after a pause, or goes to the dead-letter queue (see the
+// rules above). start is when its handler started (zero if none ran).
+func (b *CloudBus) failOneWay(serviceID string, env *message.Envelope, d Delivery, dl deadline, start time.Time, err error) {
+	obs := Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
+		Start: start, Deadline: dl.at, Err: err}
+	if start.IsZero() {
+		obs.Start = time.Now()
+	}
+	if endsOneWay(err) {
+		b.failed.Add(1)
+		b.warnRefused("one-way message ended: its error says the message is wrong; it is not tried again",
+			"service", serviceID, "type", env.Type, "id", env.ID, "resource", env.ResourceUUID, "err", err)
+		_ = d.Ack()
+		return
+	}
+	attempts := attemptsOf(d) + 1
+	pause := b.retryPause(attempts)
+	now := time.Now()
+	var why string
+	switch {
+	case attempts >= b.cfg.RetryAttempts:
+		why = fmt.Sprintf("its handler failed %d times (Config.RetryAttempts %d)", attempts, b.cfg.RetryAttempts)
+	case !dl.at.IsZero() && !now.Add(pause).Before(dl.at):
+		why = fmt.Sprintf("its handler failed %d times and its deadline passes in %s, before the next attempt (in %s)",
+			attempts, max(dl.at.Sub(now), 0).Round(time.Millisecond), pause)
+	}
+	if why != "" {
+		b.deadLetter(serviceID, env, d, obs, why+"; last error: "+message.AsError(err).Error())
+		return
+	}
+	b.retried.Add(1)
+	obs.Op = OpRetry
+	b.observe(obs)
+	b.log.Debug("one-way message failed; trying it again after a pause", "service", serviceID, "type", env.Type, "id", env.ID,
+		"attempt", attempts, "pause", pause, "err", err)
+	b.hold(pause, func() {
+		if rerr := d.Retry(attempts); rerr != nil {
+			b.log.Warn("could not give a one-way message back for another attempt; the broker redelivers it", "service", serviceID, "id", env.ID, "err", rerr)
+		}
+	})
+}
+
+// deadLetter moves a one-way message to the dead-letter queue with why.
+func (b *CloudBus) deadLetter(serviceID string, env *message.Envelope, d Delivery, obs Observation, why string) {
+	b.deadLettered.Add(1)
+	obs.Op = OpDeadLetter
+	b.observe(obs)
+	b.warnRefused("one-way message moved to the dead-letter queue", "service", serviceID, "type", env.Type, "id", env.ID,
+		"resource", env.ResourceUUID, "dead_letter", b.cfg.DeadLetterQueue, "why", why)
+	if err := d.DeadLetter(b.cfg.DeadLetterQueue, why); err != nil {
+		b.log.Error("could not move a one-way message to the dead-letter queue; it goes back to its queue", "service", serviceID, "id", env.ID, "err", err)
+	}
+}
+
+// held is a delivery held on this node before it is given back.
+type held struct {
+	t    *time.Timer
+	give func()
+}
+
+// hold runs give after pause, on a timer that Close fires at once and
+// waits for; once the bus is closing, at once.
+func (b *CloudBus) hold(pause time.Duration, give func()) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		give()
+		return
+	}
+	h := &held{give: give}
+	if b.held == nil {
+		b.held = make(map[*held]struct{})
+	}
+	b.held[h] = struct{}{}
+	b.holding.Add(1)
+	h.t = time.AfterFunc(pause, func() { b.unhold(h) })
+	b.mu.Unlock()
+}
+
+// unhold gives h back, once.
+func (b *CloudBus) unhold(h *held) {
+	b.mu.Lock()
+	_, ok := b.held[h]
+	delete(b.held, h)
+	b.mu.Unlock()
+	if ok {
+		defer b.holding.Done()
+		h.give()
+	}
+}
+
+// releaseHeld gives back every held delivery at once and waits until
+// each was given back. Close calls it while the consumers still run, so
+// the deliveries can still be settled on their channels.
+func (b *CloudBus) releaseHeld() {
+	b.mu.Lock()
+	hs := make([]*held, 0, len(b.held))
+	for h := range b.held {
+		hs = append(hs, h)
+	}
+	b.mu.Unlock()
+	for _, h := range hs {
+		if h.t.Stop() {
+			b.unhold(h)
+		}
+	}
+	b.holding.Wait()
+}
