@@ -408,7 +408,7 @@ func (b *CloudBus) Stats() Stats {
 // finish (until ctx ends), then closes the bus. Messages not yet started
 // when ctx ends go back to their queues.
 func (b *CloudBus) Shutdown(ctx context.Context) error {
-	b.stopConsumers(false) // replies keep flowing: draining handlers may call others
+	b.stopConsumers(false, false) // replies keep flowing: draining handlers may call others
 	if err := b.drainHandlers(ctx); err != nil {
 		b.log.Warn("shutdown: handlers still running, closing anyway", "err", err)
 	}
@@ -418,7 +418,10 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 // Close stops every consumer, fails pending calls with message.ErrClosed,
 // cancels the ctx of running handlers and waits for them to return,
 // returns messages that had not started to their queues and deletes the
-// bus's reply and event queues. It does not close the transport, which
+// bus's reply and event queues. A transport that can abort its consumers
+// ([Aborter]) takes back every message not yet settled at once, those of
+// running handlers included: such a message runs again elsewhere, since
+// its handler was canceled. It does not close the transport, which
 // the caller owns. Close is idempotent.
 func (b *CloudBus) Close() error {
 	b.closeOnce.Do(func() {
@@ -433,7 +436,7 @@ func (b *CloudBus) Close() error {
 		}
 
 		b.releaseHeld() // while their consumers can still settle them
-		b.stopConsumers(true)
+		b.stopConsumers(true, true)
 		for _, p := range pending {
 			p.finish(nil, fmt.Errorf("bus: call %s on %s: %w", p.typ, p.target, message.ErrClosed))
 		}
@@ -482,8 +485,10 @@ func (b *CloudBus) drainHandlers(ctx context.Context) error {
 }
 
 // stopConsumers cancels the service consumers and, with all, the reply
-// and event consumers too; each consumer is cancelled once.
-func (b *CloudBus) stopConsumers(all bool) {
+// and event consumers too; each consumer is stopped once. With abort, a
+// consumer that can ([Aborter]) stops at once and gives back what it
+// holds unsettled, instead of waiting for the handlers to settle it.
+func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Lock()
 	var cs []Consumer
 	for _, s := range b.services {
@@ -498,8 +503,12 @@ func (b *CloudBus) stopConsumers(all bool) {
 	}
 	b.mu.Unlock()
 	for _, c := range cs {
-		if err := c.Cancel(); err != nil && !isGone(err) {
-			b.log.Warn("cancel consumer", "err", err)
+		stop := c.Cancel
+		if a, ok := c.(Aborter); ok && abort {
+			stop = a.Abort
+		}
+		if err := stop(); err != nil && !isGone(err) {
+			b.log.Warn("stop consumer", "err", err)
 		}
 	}
 }

@@ -173,6 +173,12 @@
 // message.ErrClosed, cancels handlers' contexts and waits for them,
 // returns messages that had not started to their queues, and deletes the
 // reply and event queues. Neither closes the transport: its creator does.
+// Close gives back one-way messages waiting for their next attempt first,
+// then stops its consumers at once where the transport can ([Aborter]:
+// bus/amqpbus closes the channel), so that every message it held goes
+// back to its queue in the same step as the consumer leaves it: a
+// survivor that deletes an evicted node's queue once it looks idle never
+// deletes it while this node still holds messages of it.
 //
 // # Testing with the in-memory bus
 //

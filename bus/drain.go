@@ -133,7 +133,7 @@ func (b *CloudBus) Drain(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	b.stopConsumers(false)
+	b.stopConsumers(false, false)
 	if err := b.drainHandlers(ctx); err != nil {
 		return fmt.Errorf("bus: drain: handlers still running: %w", ctxError(ctx))
 	}

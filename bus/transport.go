@@ -224,6 +224,21 @@ type Consumer interface {
 	Cancel() error
 }
 
+// Aborter is implemented by a [Consumer] that can stop at once, giving
+// back every delivery it holds unsettled in the same step as it leaves
+// the queue: a later settlement of one of them does nothing. The bus's
+// Close uses it (Shutdown cancels, to let running handlers acknowledge),
+// so that no moment exists where the queue has no consumer while this one
+// still holds deliveries it will give back: a survivor deleting the queue
+// of an evicted node as idle then would lose them. A transport whose
+// DeleteQueueIfIdle counts such deliveries (bus/membus) needs none; the
+// fallback is Cancel.
+type Aborter interface {
+	// Abort stops the consumer; see the type. It waits until no handle
+	// call is running.
+	Abort() error
+}
+
 // TransportState is the connection state of a transport that can lose its
 // broker and recover (see [StateWatcher]).
 type TransportState uint8

@@ -232,6 +232,29 @@ func (c *consumer) stop() {
 	})
 }
 
+// abort stops the consumer at once: its channel closes without a
+// basic.cancel, so the broker takes back every delivery it holds
+// unsettled in the same step as it removes the consumer. After a
+// basic.cancel the queue counts as unused while the channel still holds
+// unacknowledged deliveries, and RabbitMQ's delete-if-empty ignores those:
+// a survivor draining an evicted node's queue could delete it in that
+// window, and the deliveries the node gave back after it were lost.
+func (c *consumer) abort() {
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.cancelled = true
+		ch := c.ch
+		c.mu.Unlock()
+		close(c.stopped)
+		if ch != nil {
+			_ = ch.Close()
+		}
+		c.t.mu.Lock()
+		delete(c.t.consumers, c)
+		c.t.mu.Unlock()
+	})
+}
+
 // settled records that a delivery of ch was acknowledged or rejected.
 func (c *consumer) settled(ch *amqp.Channel) {
 	c.mu.Lock()
@@ -256,6 +279,18 @@ func (c *consumer) settled(ch *amqp.Channel) {
 // it must not be called from this consumer's handle function.
 func (c *consumer) Cancel() error {
 	c.stop()
+	<-c.done
+	return nil
+}
+
+var _ bus.Aborter = (*consumer)(nil)
+
+// Abort implements [bus.Aborter]: the consumer's channel closes at once,
+// and the broker requeues every delivery it held unsettled as it removes
+// the consumer; a later Ack or Reject of one of them does nothing. It
+// waits until no handle call is running.
+func (c *consumer) Abort() error {
+	c.abort()
 	<-c.done
 	return nil
 }
@@ -334,7 +369,15 @@ func (d *delivery) DeadLetter(dead, reason string) error {
 func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 	var err error
 	d.once.Do(func() {
-		defer d.c.settled(d.d.Acknowledger.(*amqp.Channel))
+		ch := d.d.Acknowledger.(*amqp.Channel)
+		defer d.c.settled(ch)
+		if ch.IsClosed() {
+			// The broker took it back when the channel closed (an
+			// aborted consumer, a lost connection): a copy would run it
+			// twice.
+			err = fmt.Errorf("amqpbus: %s a delivery of %s: its channel closed, so the broker requeued it already: %w", what, d.c.queue, message.ErrUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), d.c.t.cfg.PublishTimeout)
 		defer cancel()
 		headers := amqp.Table{}

@@ -2,6 +2,7 @@ package bustest
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,4 +265,64 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 	assert.Zero(t, h.ran.Load(), "nothing refused ran")
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 3}))
 	assert.Equal(t, 3, recv(t, h.done, 10*time.Second, "a send after the heal"))
+}
+
+// testCloseWhileDrained: a bus that closes while another node deletes its
+// queue as soon as it is idle (a survivor draining an evicted node) loses
+// nothing: the messages it held (one running, one waiting) are back in
+// the queue before the queue can look idle, so the delete keeps failing.
+func testCloseWhileDrained(t *testing.T, c *cluster) {
+	a := c.open("", bus.Config{})
+	b := c.open("", bus.Config{MaxConcurrency: 1})
+	bl := newBlocker()
+	ctx := t.Context()
+	require.NoError(t, b.Register(ctx, "svc", bl))
+	id := b.LocalID("svc")
+	queue := b.QueueName(id)
+	require.NoError(t, a.Send(ctx, id, Echo{Seq: 1}))
+	require.NoError(t, a.Send(ctx, id, Echo{Seq: 2}))
+	recv(t, bl.started, 10*time.Second, "the first message's handler")
+
+	janitor := c.env.Transport(t, message.NewUUID())
+	idle, ok := janitor.(bus.IdleDeleter)
+	require.True(t, ok, "the transport deletes idle queues (bus.IdleDeleter)")
+	var deleted atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := idle.DeleteQueueIfIdle(context.Background(), queue); err == nil {
+				deleted.Store(true)
+				return
+			}
+		}
+	}()
+	require.NoError(t, b.Close())
+	time.Sleep(500 * time.Millisecond) // the deleter keeps trying after the close
+	close(stop)
+	<-done
+	require.False(t, deleted.Load(), "bustest: the queue was deleted as idle while the closing bus still held its messages: they are lost")
+
+	got := make(chan int, 4)
+	probe := c.env.Transport(t, message.NewUUID())
+	_, err := probe.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+		env, err := message.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
+		if err == nil {
+			var e Echo
+			if json.Unmarshal(env.Body, &e) == nil {
+				got <- e.Seq
+			}
+		}
+		_ = d.Ack()
+	})
+	require.NoError(t, err, "the queue is still there")
+	seen := map[int]bool{recv(t, got, 10*time.Second, "a message back in the queue"): true}
+	seen[recv(t, got, 10*time.Second, "the other message back in the queue")] = true
+	assert.Equal(t, map[int]bool{1: true, 2: true}, seen, "the running and the waiting message are both back")
 }

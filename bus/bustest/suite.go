@@ -131,6 +131,7 @@ var scenarios = []scenario{
 	{name: "a one-way message is retried only within its deadline, then dead-lettered", run: testOneWayDeadline},
 	{name: "a one-way message late in its queue is dead-lettered, not dropped", run: testOneWayLateDeadLettered},
 	{name: "a message refused before sending says nothing was sent", needCut: true, run: testRefusedNotSent},
+	{name: "a bus closing while its queue is deleted when idle loses nothing", run: testCloseWhileDrained},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.
