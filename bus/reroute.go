@@ -36,6 +36,22 @@ type RerouteStats struct {
 	Dropped int
 }
 
+// RerouteOption is an option of [CloudBus.Reroute].
+type RerouteOption func(*rerouteOptions)
+
+type rerouteOptions struct {
+	keep bool
+}
+
+// KeepQueue makes [CloudBus.Reroute] move the messages present in the
+// queue when it starts (those that arrive meanwhile too, up to its end
+// marker) and leave the queue in place, instead of deleting it once
+// idle. A node drains the queues of an evicted peer so, which may rejoin
+// with the same queues: RabbitMQ confirms a message published to a queue
+// that is deleted while the message is on its way, and drops it, so a
+// queue that someone may still publish to must not be deleted.
+func KeepQueue() RerouteOption { return func(o *rerouteOptions) { o.keep = true } }
+
 // Reroute empties queue, a durable queue that nobody consumes any more
 // (the service queue of a node that died, was evicted or left), and
 // deletes it. It consumes the queue and hands each message's envelope to
@@ -60,7 +76,11 @@ type RerouteStats struct {
 // is gone, or with ctx's error (the queue stays, with what was not moved).
 // It may run on any bus of the cluster; the messages go through its
 // transport.
-func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error) (RerouteStats, error) {
+func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, opts ...RerouteOption) (RerouteStats, error) {
+	var ro rerouteOptions
+	for _, o := range opts {
+		o(&ro)
+	}
 	var (
 		mu    sync.Mutex
 		stats RerouteStats
@@ -207,6 +227,9 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 		}
 		if ctx.Err() != nil {
 			return snapshot(), fmt.Errorf("bus: reroute %s: %w", queue, ctxError(ctx))
+		}
+		if ro.keep {
+			return snapshot(), nil
 		}
 		d, ok := b.tr.(IdleDeleter)
 		if !ok {

@@ -159,26 +159,48 @@ func (n *Node) sweepLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	drains := map[string]context.CancelFunc{}
+	absent := map[string]time.Time{} // when this node first found each absent node's queues
 	done := make(chan string, 16)
 	for {
-		n.sweep(ctx, drains, done, &wg)
-		select {
-		case <-ctx.Done():
-			for _, cancel := range drains {
-				cancel()
+		n.sweep(ctx, drains, absent, done, &wg)
+		for next := false; !next; {
+			select {
+			case <-ctx.Done():
+				for _, cancel := range drains {
+					cancel()
+				}
+				return
+			case <-t.C:
+				next = true
+			case <-n.sweepNow:
+				next = true
+			case node := <-done:
+				// A drain that kept its queues runs again at the next
+				// sweep, not at once.
+				delete(drains, node)
 			}
-			return
-		case <-t.C:
-		case <-n.sweepNow:
-		case node := <-done:
-			delete(drains, node)
 		}
 	}
 }
 
+// drainGraceBeats is how many EvictAfter periods a node must have been
+// absent before its queues are deleted, not only drained: see sweep.
+const drainGraceBeats = 3
+
 // sweep starts the drains this node owes and stops those of nodes that
 // came back. It runs on the sweep loop's goroutine.
-func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, done chan<- string, wg *sync.WaitGroup) {
+//
+// A drain moves the messages of an absent node's queues to their
+// resources' owners at once, but deletes the queues only once this node
+// has found the node absent for drainGraceBeats × EvictAfter (9 s by
+// default), draining them again at every sweep meanwhile: RabbitMQ
+// confirms a message published to a queue that is deleted while the
+// message is on its way, and drops it, so a queue must not be deleted
+// while someone may still publish to it. An evicted node that rejoins
+// (within seconds of learning it was evicted) consumes its queues again,
+// and senders whose rings still named it have long caught up when the
+// queues go.
+func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, done chan<- string, wg *sync.WaitGroup) {
 	if n.State() != StateServing || n.Fenced() {
 		return
 	}
@@ -215,18 +237,32 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 		}
 	}
 	members := n.ring.Members()
+	now := time.Now()
+	grace := drainGraceBeats * n.cfg.Heartbeat.WithDefaults().EvictAfter
+	for node := range absent {
+		if _, recorded := all[node]; !recorded || live[node] || slices.Contains(members, node) {
+			delete(absent, node)
+		}
+	}
 	for node, queues := range all {
 		if live[node] || slices.Contains(members, node) || drains[node] != nil {
 			continue
 		}
 		if owner, err := n.ring.Locate(node); err != nil || owner != n.id {
+			delete(absent, node) // another node drains it now
 			continue
 		}
+		since, ok := absent[node]
+		if !ok {
+			since = now
+			absent[node] = now
+		}
+		deleteQueues := now.Sub(since) >= grace
 		dctx, cancel := context.WithCancel(ctx)
 		drains[node] = cancel
 		wg.Go(func() {
 			defer cancel()
-			n.drain(dctx, book, node, queues)
+			n.drain(dctx, book, node, queues, deleteQueues)
 			select {
 			case done <- node:
 			case <-ctx.Done():
@@ -235,9 +271,9 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 	}
 }
 
-// drain moves the messages of node's queues to their current owners and
-// deletes the queues, forgetting them in the store.
-func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string, queues []string) {
+// drain moves the messages of node's queues to their current owners and,
+// with deleteQueues, deletes the queues, forgetting them in the store.
+func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string, queues []string, deleteQueues bool) {
 	b := n.Bus()
 	if b == nil {
 		return
@@ -245,8 +281,12 @@ func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string,
 	start := time.Now()
 	var total bus.RerouteStats
 	var gone []string
+	var opts []bus.RerouteOption
+	if !deleteQueues {
+		opts = append(opts, bus.KeepQueue())
+	}
 	for _, q := range queues {
-		st, err := b.Reroute(ctx, q, n.rerouteTarget(node))
+		st, err := b.Reroute(ctx, q, n.rerouteTarget(node), opts...)
 		total.Moved += st.Moved
 		total.Late += st.Late
 		total.Dropped += st.Dropped
@@ -256,7 +296,9 @@ func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string,
 			}
 			continue
 		}
-		gone = append(gone, q)
+		if deleteQueues {
+			gone = append(gone, q)
+		}
 	}
 	if len(gone) > 0 && ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Heartbeat.WithDefaults().OpTimeout)

@@ -146,7 +146,10 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 		time.Sleep(2 * hb.EvictAfter) // virtual time goes on: nothing spins
 		q, ok := c.Network().Queue(localQueue)
 		require.True(t, ok)
-		assert.Equal(t, 1, q.Consumers, "the evicted node is still the local queue's only consumer")
+		// The evicted node still consumes it; a survivor's drain may too
+		// for a moment (it drains an absent node's queues at every sweep
+		// until it deletes them).
+		assert.GreaterOrEqual(t, q.Consumers, 1, "the evicted node still consumes the local queue")
 
 		// Reaching the database again, it learns of its eviction and
 		// stops; the survivors move what it still held.
