@@ -24,8 +24,8 @@ type sighting struct{ node, id, resource, portal string }
 type idem struct {
 	mu         sync.Mutex
 	seen       []sighting
-	blockOn    string        // a handler on this node blocks until its ctx ends
-	entered    chan struct{} // closed when one first blocks
+	blockOn    string         // a handler on this node blocks until its ctx ends
+	entered    chan struct{}  // closed when one first blocks
 	refuseLeft int            // so many runs answer not_owner first
 	refusing   bool           // every run answers not_owner while set
 	refuseWith *message.Error // what a refusal answers; nil: not_owner
