@@ -144,7 +144,7 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 		case !errors.Is(err, message.ErrNotFound):
 			return api.VmCreated{}, err
 		}
-		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: cpus, MemoryMB: mem, State: cloud.VMCreated}
+		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: cpus, MemoryMB: mem, State: cloud.VMCreated, Version: 1} // as AddVM stores it
 		vm.HostUUID = alloc.HostUUID
 		if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
