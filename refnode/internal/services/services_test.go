@@ -3,6 +3,7 @@ package services_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -483,7 +484,8 @@ func (s cutStore) UpdateVM(ctx context.Context, uuid string, update func(*cloud.
 // TestVMJournalRepairs: with simulators that cannot tell a VM's power
 // (simhv Adopt, one per process), a VM operation whose final write fails
 // after the hypervisor acted is recorded by the owner's next sweep, from
-// what the owner saw the hypervisor do.
+// what the owner saw the hypervisor do: nothing wrote the VM since, so
+// the journal entry's base is still the record's version.
 func TestVMJournalRepairs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := message.NewRegistry()
@@ -491,13 +493,14 @@ func TestVMJournalRepairs(t *testing.T) {
 		hv, err := simhv.New(simhv.Config{Adopt: true})
 		require.NoError(t, err)
 		db := memdb.New()
+		logs := &logBuffer{}
 		var cut atomic.Bool
 		sets := map[int]*services.Set{}
 		var mu sync.Mutex
 		const sweep = 2 * time.Second
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
 			s, err := services.New(services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
-				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }})
+				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
 				panic(err)
 			}
@@ -533,13 +536,26 @@ func TestVMJournalRepairs(t *testing.T) {
 			return err == nil && v.State == cloud.VMRunning
 		})
 		t.Logf("recorded %s after the heal (virtual time; sweep every %s)", time.Since(healed), sweep)
-		var repairs uint64
+		var total services.VMStats
 		mu.Lock()
 		for _, s := range sets {
-			repairs += s.VM.Stats().Repairs
+			st := s.VM.Stats()
+			total.Repairs += st.Repairs
+			total.Journaled += st.Journaled
+			total.StaleJournal += st.StaleJournal
 		}
 		mu.Unlock()
-		assert.Equal(t, uint64(1), repairs)
+		assert.Equal(t, uint64(1), total.Repairs)
+		assert.Zero(t, total.Journaled, "the entry applied is gone")
+		assert.Zero(t, total.StaleJournal, "nothing wrote the VM since the failed write: the entry was current")
+		got, err = db.VM(ctx, vm)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), got.Version, "the repair is the VM's second write")
+		repaired := logs.lines("vm state repaired from the hypervisor", "vm="+vm)
+		require.Len(t, repaired, 1)
+		for _, attr := range []string{"from=created", "to=running", "power=unknown", "source=journal", "base=1", "version=2"} {
+			assert.Contains(t, repaired[0], attr)
+		}
 	})
 }
 
