@@ -101,7 +101,10 @@
 //     a write acknowledged after its evidence was taken changed.
 //
 //  3. A journal entry whose base is not the record's current version is
-//     dropped ([Journal.Check] returns [EntryStale] and counts it). A
+//     dropped ([Journal.Check] returns [EntryStale] and counts it; a node
+//     that reads the record outside a repair, listing records it does not
+//     own, drops the entries a version above their base overtook with
+//     [Journal.Overtaken]). A
 //     write was acknowledged after the failed one read the record, and
 //     the record says what that write's caller was told; applying the
 //     entry would undo it. (The lost write this rule prevents: a node

@@ -96,7 +96,8 @@ type JournalStats struct {
 	// ([Journal.Applied] reporting true).
 	Applied uint64
 	// Stale counts the entries dropped because their record changed
-	// since they were taken ([Journal.Check]'s EntryStale).
+	// since they were taken ([Journal.Check]'s EntryStale, and
+	// [Journal.Overtaken]).
 	Stale uint64
 	// Pending is the number of entries held now.
 	Pending int
@@ -153,6 +154,26 @@ func (j *Journal[T]) Check(resource string, current int64) (Entry[T], Verdict) {
 	delete(j.entries, resource)
 	j.stats.Stale++
 	return e, EntryStale
+}
+
+// Overtaken drops resource's entry, counted stale as by [Journal.Check],
+// if version is above the entry's base, and returns the dropped entry
+// and true. version is the record's version as read outside the
+// repair's transaction, by a listing say, which may lag the record but
+// never leads it: above the base, a write committed after the one that
+// failed, so the entry can never apply; at or below it, the entry is
+// kept (the read may predate the failed write). A node sweeping records
+// it does not own calls it to drop the entries those records overtook.
+func (j *Journal[T]) Overtaken(resource string, version int64) (Entry[T], bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.entries[resource]
+	if !ok || version <= e.Base {
+		return Entry[T]{}, false
+	}
+	delete(j.entries, resource)
+	j.stats.Stale++
+	return e, true
 }
 
 // Applied records that the repair of resource from e (as [Journal.Check]

@@ -46,6 +46,13 @@ func TestJournal(t *testing.T) {
 			j.Applied(res, e)
 		}
 	}
+	overtaken := func(res string, version int64, want bool, base int64) step {
+		return func(t *testing.T, j *fence.Journal[string]) {
+			e, ok := j.Overtaken(res, version)
+			assert.Equal(t, want, ok, "Overtaken(%s, %d)", res[:4], version)
+			assert.Equal(t, base, e.Base, "Overtaken(%s, %d): the dropped entry's base", res[:4], version)
+		}
+	}
 	applyTwice := func(res string, base int64) step {
 		return func(t *testing.T, j *fence.Journal[string]) {
 			e, v := j.Check(res, base)
@@ -103,6 +110,16 @@ func TestJournal(t *testing.T) {
 			checkThenApply(vm1, 2, forget(vm1)),
 			check(vm1, 2, fence.EntryNone, 0, ""),
 		}, fence.JournalStats{Recorded: 1}},
+		{"overtaken: a lagging read at or below the base keeps the entry, above it drops it", []step{
+			record(vm1, 3, "running"),
+			overtaken(vm1, 2, false, 0),
+			overtaken(vm1, 3, false, 0),
+			check(vm1, 3, fence.EntryCurrent, 3, "running"),
+			overtaken(vm1, 4, true, 3),
+			overtaken(vm1, 5, false, 0),
+			check(vm1, 5, fence.EntryNone, 0, ""),
+		}, fence.JournalStats{Recorded: 1, Stale: 1}},
+		{"overtaken without an entry", []step{overtaken(vm2, 9, false, 0)}, fence.JournalStats{}},
 		{"applied twice counts once", []step{
 			record(vm1, 2, "running"),
 			applyTwice(vm1, 2),
@@ -142,9 +159,13 @@ func TestJournalConcurrent(t *testing.T) {
 			for i := range rounds {
 				res := resources[(w+i)%len(resources)]
 				version := int64(i % 4)
-				switch (w * i) % 4 {
+				switch (w * i) % 5 {
 				case 0, 1:
 					j.Record(res, version, version) // the outcome names its base
+				case 4:
+					if e, ok := j.Overtaken(res, version); ok && e.Base >= version {
+						t.Errorf("Overtaken(%d) dropped an entry of base %d", version, e.Base)
+					}
 				case 2:
 					e, v := j.Check(res, version)
 					if v == fence.EntryCurrent {

@@ -82,12 +82,16 @@
 // says what its caller was told, so the entry is dropped, logged ("vm
 // journal entry dropped: the record changed since it was taken", with
 // the base and current versions) and counted ([VMStats].StaleJournal).
-// With the power unknown and no current entry, a repair moves only a
-// transitional state (to stopped), never a stable one. It cannot order
-// two unrecorded hypervisor calls on different nodes (each node's write
-// failed, both read the same version): a node forgets its entries for
-// VMs it no longer owns, which narrows that case, but only a hypervisor
-// that reports the power settles it. The journal lives in memory: a
-// node that crashes loses its entries, and their records stay behind
-// the hypervisor until it reports the truth or an operator acts.
+// A sweep also drops the entries of VMs its node does not own (any
+// more) once their listed version is above the entry's base; an entry
+// whose VM nobody wrote since is kept, for when the node owns the VM
+// again. With the power unknown and no current entry, a repair moves
+// only a transitional state (to stopped), never a stable one. It cannot
+// order two unrecorded hypervisor calls on different nodes (each node's
+// write failed, both read the same version): whichever node owns the VM
+// first applies its own entry, and the other's is then stale; only a
+// hypervisor that reports the power settles that case. The journal lives
+// in memory: a node that crashes loses its entries, and their records
+// stay behind the hypervisor until it reports the truth or an operator
+// acts.
 package services

@@ -440,12 +440,16 @@ func TestVMSweepRepairs(t *testing.T) {
 
 		// Left transitional while the VM runs.
 		set(cloud.VMStarting)
-		f.c.WaitFor(t, sweep+time.Second, "the owner repairs a VM left starting", func() bool { return state() == cloud.VMRunning })
+		f.c.WaitFor(t, sweep+time.Second, "the owner repairs a VM left starting", func() bool {
+			return state() == cloud.VMRunning && repairs(owner) > before // counted after the commit
+		})
 		assert.Equal(t, before+1, repairs(owner))
 
 		// The hypervisor stopped it behind the records' back.
 		require.NoError(t, f.hv.StopVM(ctx, host, vm))
-		f.c.WaitFor(t, sweep+time.Second, "the owner records the stop the hypervisor reports", func() bool { return state() == cloud.VMStopped })
+		f.c.WaitFor(t, sweep+time.Second, "the owner records the stop the hypervisor reports", func() bool {
+			return state() == cloud.VMStopped && repairs(owner) > before+1
+		})
 		assert.Equal(t, before+2, repairs(owner))
 
 		// The owner dies with the VM recorded as stopping: the new owner
@@ -455,7 +459,9 @@ func TestVMSweepRepairs(t *testing.T) {
 		f.c.WaitGone(t, owner, 2*time.Second)
 		f.c.WaitConverged(t, time.Second)
 		start := time.Now()
-		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool { return state() == cloud.VMStopped })
+		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool {
+			return state() == cloud.VMStopped && repairs(f.c.Owner(vm)) > 0
+		})
 		assert.Less(t, time.Since(start), sweep, "repaired at the ring change, not at the next sweep")
 		assert.Equal(t, uint64(1), repairs(f.c.Owner(vm)))
 	})
@@ -533,7 +539,7 @@ func TestVMJournalRepairs(t *testing.T) {
 		healed := time.Now()
 		c.WaitFor(t, sweep+time.Second, "the owner records what it saw the hypervisor do", func() bool {
 			v, err := db.VM(ctx, vm)
-			return err == nil && v.State == cloud.VMRunning
+			return err == nil && v.State == cloud.VMRunning && len(logs.lines("vm state repaired from the hypervisor", "vm="+vm)) > 0 // logged after the commit
 		})
 		t.Logf("recorded %s after the heal (virtual time; sweep every %s)", time.Since(healed), sweep)
 		var total services.VMStats

@@ -84,8 +84,13 @@ func (s *VMService) sweep(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Whoever owns the VM: a write since the failed one read the
+		// record makes this node's journal entry stale. Kept otherwise,
+		// for when this node owns the VM again.
+		if e, ok := s.journal.Overtaken(vm.UUID, vm.Version); ok {
+			s.dropped(vm.UUID, e, vm)
+		}
 		if vm.State == cloud.VMDestroyed || !s.node.Owns(vm.UUID) {
-			s.journal.Forget(vm.UUID) // another node owns it: this node's journal entry is no truth there
 			continue
 		}
 		err := s.repair(ctx, vm.UUID)
@@ -97,6 +102,13 @@ func (s *VMService) sweep(ctx context.Context) {
 			s.log.Warn("vm sweep: could not check a VM; next sweep retries", "vm", vm.UUID, "err", err)
 		}
 	}
+}
+
+// dropped logs that VM id's journal entry e was dropped unapplied: the
+// record, vm, changed since.
+func (s *VMService) dropped(id string, e fence.Entry[cloud.VMState], vm cloud.VM) {
+	s.log.Warn("vm journal entry dropped: the record changed since it was taken",
+		"vm", id, "base", e.Base, "current", vm.Version, "state", e.Outcome, "recorded", vm.State)
 }
 
 // errRecordMoved fails a repair whose VM record was written after the
@@ -137,8 +149,7 @@ func (s *VMService) repair(ctx context.Context, id string) error {
 			case fence.EntryCurrent: // nothing was written since the hypervisor acted
 				want, fix, source, entry, journaled = e.Outcome, e.Outcome != vm.State, "journal", e, true
 			case fence.EntryStale:
-				s.log.Warn("vm journal entry dropped: the record changed since it was taken",
-					"vm", id, "base", e.Base, "current", vm.Version, "state", e.Outcome, "recorded", vm.State)
+				s.dropped(id, e, vm)
 			}
 		}
 		if !fix {
