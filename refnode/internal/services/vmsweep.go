@@ -69,7 +69,8 @@ func (s *VMService) sweepLoop(ctx context.Context) {
 // sweep drives every VM this node owns to the stable state its
 // hypervisor reports, each in a transaction fenced by this node's claim
 // on the VM: the power is read while the claim holds the VM, so no
-// operation on it runs meanwhile.
+// operation on it runs meanwhile. It also drops the journal entries
+// that a later write overtook, on every VM it lists.
 func (s *VMService) sweep(ctx context.Context) {
 	if s.node.State() != service.StateServing {
 		return
