@@ -79,6 +79,63 @@
 // the truth (refnode's VM sweeper does, from the hypervisor's power
 // states).
 //
+// A side effect that succeeded while the write recording it failed
+// leaves the record behind what happened: the database link dropped, the
+// commit's outcome was lost, or the node was paused past its eviction
+// and its write was refused as stale. Repairing that record is a write
+// like any other: fenced by the repairing node's claim, and ordered
+// against every write of the resource acknowledged since. The rules, for
+// a record that carries a version (a number every committed update of
+// the record increases, and a failed transaction leaves as it was):
+//
+//  1. Record the version you saw. The failed transaction read the record
+//     before it acted: journal the outcome with that version, its base
+//     ([Journal.Record]). A later write of the resource by this node that
+//     commits supersedes the entry ([Journal.Forget]).
+//
+//  2. Reconcile only forward. A repair runs in a fenced transaction: it
+//     reads the record, takes its evidence (the other system's state,
+//     read then, inside the transaction; or a journal entry), and writes
+//     only if the record is still at the version it read, a
+//     compare-and-set in the update. A repair never moves a record that
+//     a write acknowledged after its evidence was taken changed.
+//
+//  3. A journal entry whose base is not the record's current version is
+//     dropped ([Journal.Check] returns [EntryStale] and counts it; a node
+//     that reads the record outside a repair, listing records it does not
+//     own, drops the entries a version above their base overtook with
+//     [Journal.Overtaken]). A
+//     write was acknowledged after the failed one read the record, and
+//     the record says what that write's caller was told; applying the
+//     entry would undo it. (The lost write this rule prevents: a node
+//     paused past its eviction after its hypervisor started a VM, whose
+//     final write was then refused; the new owner started and stopped
+//     the VM, both acknowledged; the old node rejoined, owned the VM
+//     again, and "repaired" it to running from its journal.)
+//
+//  4. What the other system reports wins where it can be known: where it
+//     reports the resource's state, the repair reads it at the moment of
+//     the repair and records that (and forgets the journal entry). Where
+//     it cannot tell, a repair may only apply a journal entry whose base
+//     is still current: with nothing written since, the node's own side
+//     effect is the last thing known to have happened. Two unrecorded
+//     side effects on different nodes (two failed writes that read the
+//     same version) cannot be ordered by their journals; only the other
+//     system's truth can.
+//
+//  5. The journal is in memory. The failure that makes a node journal is
+//     usually the database itself (a cut link, a transaction the server
+//     ended while the node was paused), so an entry written there would
+//     fail with the write. A crash loses the entries: the record then
+//     stays behind the side effect until the other system tells the
+//     truth or an operator acts. A record behind the truth is the safe
+//     failure; a record that overwrote an acknowledged write is not.
+//
+// [Journal] is rules 1 and 3 for any kind of outcome: refnode's VM
+// service journals the state its hypervisor put a VM in, with the VM
+// record's version, and its sweeper applies an entry only at that
+// version.
+//
 // # Creations
 //
 // A creation message runs on the node that received it (the article's

@@ -86,6 +86,8 @@ type nodeStatus struct {
 	Counters counterStatus `json:"counters"`
 	// Hosts is the host tracker's work.
 	Hosts trackerStatus `json:"hosts"`
+	// VMs is the VM sweeper's work.
+	VMs sweeperStatus `json:"vms"`
 }
 
 // ringStatus is this node's ring copy.
@@ -130,6 +132,18 @@ type trackerStatus struct {
 	Takeovers    uint64 `json:"takeovers"`
 }
 
+// sweeperStatus is the VM sweeper's counters (services.VMStats).
+type sweeperStatus struct {
+	Sweeps  uint64 `json:"sweeps"`
+	Repairs uint64 `json:"repairs"`
+	// Journaled counts the VMs whose hypervisor acted while their record
+	// did not follow, waiting for a sweep; StaleJournal the journal
+	// entries dropped because an acknowledged write changed the record
+	// first.
+	Journaled    int    `json:"journaled"`
+	StaleJournal uint64 `json:"stale_journal"`
+}
+
 // newAdmin returns the admin HTTP handler: GET /healthz and GET /status.
 func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time) http.Handler {
 	mux := http.NewServeMux()
@@ -145,7 +159,7 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 		c.mu.Lock()
 		handled, failed := maps.Clone(c.handled), maps.Clone(c.failed)
 		c.mu.Unlock()
-		hs := set.Host.Stats()
+		hs, vs := set.Host.Stats(), set.VM.Stats()
 		var bs bus.Stats
 		if b := n.Bus(); b != nil {
 			bs = b.Stats()
@@ -171,6 +185,7 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 				Handled: handled, HandleErrors: failed,
 			},
 			Hosts: trackerStatus{Tracked: hs.Tracked, Pings: hs.Pings, PingFailures: hs.PingFailures, Reconnects: hs.Reconnects, Takeovers: hs.Takeovers},
+			VMs:   sweeperStatus{Sweeps: vs.Sweeps, Repairs: vs.Repairs, Journaled: vs.Journaled, StaleJournal: vs.StaleJournal},
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

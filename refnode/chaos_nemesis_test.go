@@ -333,7 +333,7 @@ func serving(fc *faultCluster) error {
 // running node and of no other: a killed node's record stays until its
 // peers evict it, whatever the rings say.
 func inStore(ctx context.Context, fc *faultCluster) error {
-	rows, err := fc.pg.db.QueryContext(ctx, `SELECT node FROM "`+fc.pg.base+`_heartbeat" ORDER BY node`)
+	rows, err := fc.tables.db.QueryContext(ctx, `SELECT node FROM "`+fc.tables.base+`_heartbeat" ORDER BY node`)
 	if err != nil {
 		return fmt.Errorf("read the heartbeat store: %w", err)
 	}

@@ -142,7 +142,7 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, n.Proc().awaitHealthy(ctx), "node %s", n.Label())
 	}
 	require.NoError(t, poll(ctx, fc.Agreed), "the rings agree")
-	audit := newChaosAudit(fc.pg.db, fc.pg.base)
+	audit := newChaosAudit(fc.tables.db, fc.tables.base)
 	t.Cleanup(func() { // before the cluster's cleanup drops the tables
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -112,7 +112,7 @@ func failoverEnv(t *testing.T) (broker, dsn string) {
 type failoverCluster struct {
 	dir, broker, prefix string
 	args                []string // common to every node
-	pg                  *pgTables
+	pg                  *dbTables
 
 	all  []*child // every node started
 	live []*child // those not killed, in start order
@@ -126,7 +126,7 @@ func newFailoverCluster(t *testing.T, ctx context.Context, broker, dsn string) *
 	_, _ = rand.Read(b)
 	fc := &failoverCluster{dir: t.TempDir(), broker: broker, prefix: "refnode-test-fo-" + hex.EncodeToString(b)}
 	fc.args = []string{"-bus", broker, "-db", dsn, "-prefix", fc.prefix, "-listen", "127.0.0.1:0"}
-	pg, err := openPGTables(ctx, dsn, tableBase(fc.prefix))
+	pg, err := openTables(ctx, dsn, tableBase(fc.prefix))
 	require.NoError(t, err)
 	fc.pg = pg
 	t.Cleanup(func() { fc.cleanup(t) })

@@ -433,7 +433,7 @@ type vmRow struct {
 // vmRows reads every VM row of the cluster.
 func (f *fencingRun) vmRows(t *testing.T, ctx context.Context) map[string]vmRow {
 	t.Helper()
-	rows, err := f.fc.pg.db.QueryContext(ctx, `SELECT uuid, name, image_uuid, host_uuid, cpus, memory_mb, state FROM "`+f.fc.pg.base+`_refnode_vms"`)
+	rows, err := f.fc.tables.db.QueryContext(ctx, `SELECT uuid, name, image_uuid, host_uuid, cpus, memory_mb, state FROM "`+f.fc.tables.base+`_refnode_vms"`)
 	require.NoError(t, err, "read the VM rows")
 	defer rows.Close()
 	out := map[string]vmRow{}
@@ -476,7 +476,7 @@ type tokenRow struct {
 func (f *fencingRun) token(t *testing.T, ctx context.Context, resource string) (tokenRow, bool) {
 	t.Helper()
 	var r tokenRow
-	err := f.fc.pg.db.QueryRowContext(ctx, `SELECT token, node, epoch, uses FROM "`+f.fc.pg.base+`_refnode_fence_tokens" WHERE resource = $1`, resource).
+	err := f.fc.tables.db.QueryRowContext(ctx, `SELECT token, node, epoch, uses FROM "`+f.fc.tables.base+`_refnode_fence_tokens" WHERE resource = $1`, resource).
 		Scan(&r.Token, &r.Node, &r.Epoch, &r.Uses)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false

@@ -22,7 +22,8 @@ import (
 )
 
 // The fault harness: N `refnode serve` processes on RabbitMQ and
-// PostgreSQL, each reaching the broker and the database through its own
+// PostgreSQL (failoverEnv) or MariaDB (mariadbEnv: the database as a
+// mysql:// URL), each reaching the broker and the database through its own
 // test-owned TCP proxy (one per node per link), so that a test can cut
 // (reset), blackhole (stall) and heal each link of each node, pause,
 // kill, terminate and restart nodes, and skew their clocks. Every node
@@ -72,7 +73,7 @@ type faultOptions struct {
 type faultCluster struct {
 	dir, broker, dsn, prefix string
 	opts                     faultOptions
-	pg                       *pgTables
+	tables                   *dbTables // the cluster's tables in the database
 	nodes                    []*faultNode
 }
 
@@ -114,9 +115,9 @@ func newFaultCluster(t *testing.T, ctx context.Context, broker, dsn string, opts
 	_, _ = rand.Read(b)
 	fc := &faultCluster{dir: t.TempDir(), broker: broker, dsn: dsn, opts: opts,
 		prefix: "refnode-test-" + opts.Name + "-" + hex.EncodeToString(b)}
-	pg, err := openPGTables(ctx, dsn, tableBase(fc.prefix))
+	tables, err := openTables(ctx, dsn, tableBase(fc.prefix))
 	require.NoError(t, err)
-	fc.pg = pg
+	fc.tables = tables
 	for i := range opts.Nodes {
 		n := &faultNode{fc: fc, index: i, label: string(rune('A' + i))}
 		if i < len(opts.Skew) {
@@ -393,13 +394,13 @@ func (fc *faultCluster) cleanup(t *testing.T) {
 		assert.NoError(t, err, "rabbitmqctl list_queues")
 		assert.Empty(t, left, "no queue %s.* is left on the broker", fc.prefix)
 	}
-	if err := fc.pg.dropAll(ctx); err != nil {
-		t.Errorf("drop the tables %s_*: %v", fc.pg.base, err)
+	if err := fc.tables.dropAll(ctx); err != nil {
+		t.Errorf("drop the tables %s_*: %v", fc.tables.base, err)
 	}
-	if left, err := fc.pg.list(ctx); assert.NoError(t, err, "list the tables %s_*", fc.pg.base) {
-		assert.Empty(t, left, "no table %s_* is left in PostgreSQL", fc.pg.base)
+	if left, err := fc.tables.list(ctx); assert.NoError(t, err, "list the tables %s_*", fc.tables.base) {
+		assert.Empty(t, left, "no table %s_* is left in the database", fc.tables.base)
 	}
-	assert.NoError(t, fc.pg.close())
+	assert.NoError(t, fc.tables.close())
 }
 
 // describe is "A1 <uuid>, B1 <uuid>, …": the running nodes, for logs.

@@ -77,7 +77,7 @@ func TestOneWayWritesSurviveADatabaseCut(t *testing.T) {
 		require.NoError(t, err, "add an image")
 		images = append(images, id)
 	}
-	audit := newChaosAudit(fc.pg.db, fc.pg.base)
+	audit := newChaosAudit(fc.tables.db, fc.tables.base)
 	require.NoError(t, audit.install(ctx))
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -258,6 +258,7 @@ func TestAdmin(t *testing.T) {
 		assert.Equal(t, "connected", st.Transport, "the in-memory transport reports its connection state too")
 		assert.Positive(t, st.Epoch)
 		assert.Len(t, st.Ring.Members, 3)
+		assert.Equal(t, sweeperStatus{Sweeps: st.VMs.Sweeps}, st.VMs, "the VM sweeper's counters: nothing to repair")
 		fingerprints = append(fingerprints, st.Ring.Fingerprint)
 	}
 	assert.Equal(t, fingerprints[0], fingerprints[1])

@@ -269,14 +269,22 @@ func TestStuckStateRepaired(t *testing.T) {
 	t.Logf("the stuck-state test took %s", since(testStart))
 }
 
-// recordedState reads VM id's state from PostgreSQL directly.
+// recordedState reads VM id's state from the database directly.
 func recordedState(ctx context.Context, fc *faultCluster, id string) (cloud.VMState, error) {
+	st, _, err := recordedVM(ctx, fc, id)
+	return st, err
+}
+
+// recordedVM reads VM id's state and version from the database directly.
+func recordedVM(ctx context.Context, fc *faultCluster, id string) (cloud.VMState, int64, error) {
 	var st string
-	err := fc.pg.db.QueryRowContext(ctx, `SELECT state FROM "`+fc.pg.base+`_refnode_vms" WHERE uuid = $1`, id).Scan(&st)
+	var version int64
+	tb := fc.tables
+	err := tb.db.QueryRowContext(ctx, tb.rebind(`SELECT state, version FROM `+tb.table("refnode_vms")+` WHERE uuid = ?`), id).Scan(&st, &version)
 	if err != nil {
-		return "", fmt.Errorf("read VM %s's state: %w", id, err)
+		return "", 0, fmt.Errorf("read VM %s's record: %w", id, err)
 	}
-	return cloud.VMState(st), nil
+	return cloud.VMState(st), version, nil
 }
 
 // stuckWords mark the log lines that tell what a node did about a VM

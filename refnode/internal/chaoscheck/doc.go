@@ -2,7 +2,9 @@
 // linearizability with porcupine (github.com/anishathalye/porcupine): a
 // [Recorder] records what concurrent clients invoked and what came back,
 // and [Register] is the sequential specification of one register with
-// reads, writes and compare-and-set. A history is linearizable if every
+// reads, writes and compare-and-set; [VM] is that of one VM, refnode's
+// state machine (cloud.Transition) with reads of its state. A history is
+// linearizable if every
 // operation can be placed at one instant between its invocation and its
 // return so that, in that order, each one returns what the register
 // would.
@@ -22,6 +24,12 @@
 //   - not linearizable: a read of a value no write put there, a
 //     compare-and-set that swapped from a value the register did not
 //     hold, a stale read after a newer value was read.
+//
+// The repair test of refnode checks one VM's history the same way: a
+// StartVm whose node was paused past its eviction (unknown outcome), a
+// start and a stop acknowledged by the new owner, and reads of the
+// record; a repair that brought the paused node's start back after the
+// stop makes it illegal.
 //
 // # Unknown outcomes
 //

@@ -11,9 +11,9 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// Recorder records the operations of concurrent clients on one register:
-// each invocation, and how and when it ended. It is safe for concurrent
-// use; the usual client does
+// Recorder records the operations of concurrent clients on one register
+// or one VM: each invocation, and how and when it ended. It is safe for
+// concurrent use; the usual client does
 //
 //	op := rec.Invoke(client, chaoscheck.Input{Kind: chaoscheck.Write, Value: v})
 //	err := call(ctx) // deadline: the ctx's
@@ -24,7 +24,9 @@ import (
 //	}
 //
 // and the test checks porcupine.CheckOperations(Register(init),
-// rec.Operations()).
+// rec.Operations()). A history of one VM is recorded the same way with
+// [Recorder.InvokeVM] and [Recorder.ReturnVM], and checked with [VM]; a
+// Recorder holds the operations of one model only.
 type Recorder struct {
 	now func() time.Time
 
@@ -62,10 +64,18 @@ const (
 
 type record struct {
 	client    int
-	in        Input
-	out       Output
+	in, out   any // Input and Output, or VMInput and VMOutput
 	call, ret stamp
 	outcome   outcome
+}
+
+// unknownOf is the output of an operation with input in whose outcome
+// is unknown.
+func unknownOf(in any) any {
+	if _, ok := in.(VMInput); ok {
+		return VMOutput{Unknown: true}
+	}
+	return Output{Unknown: true}
 }
 
 // NewRecorder returns an empty recorder that stamps events with now
@@ -87,7 +97,12 @@ func (r *Recorder) stampLocked() stamp {
 // Invoke records that client (a small number, 0 for the first) invokes
 // in now, and returns the operation, to end with Return, Unknown or Fail.
 // Call it just before sending the request.
-func (r *Recorder) Invoke(client int, in Input) Op {
+func (r *Recorder) Invoke(client int, in Input) Op { return r.invoke(client, in) }
+
+// InvokeVM is [Recorder.Invoke] for an operation on a VM ([VM]).
+func (r *Recorder) InvokeVM(client int, in VMInput) Op { return r.invoke(client, in) }
+
+func (r *Recorder) invoke(client int, in any) Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ops = append(r.ops, record{client: client, in: in, call: r.stampLocked()})
@@ -95,7 +110,7 @@ func (r *Recorder) Invoke(client int, in Input) Op {
 }
 
 // end records how op ended; it panics if op is unknown or ended before.
-func (r *Recorder) end(op Op, o outcome, out Output, ret stamp) {
+func (r *Recorder) end(op Op, o outcome, out func(in any) any, ret stamp) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if op < 0 || int(op) >= len(r.ops) || r.ops[op].outcome != pending {
@@ -108,14 +123,21 @@ func (r *Recorder) end(op Op, o outcome, out Output, ret stamp) {
 	if ret.compare(rec.call) < 0 {
 		ret = rec.call
 	}
-	rec.outcome, rec.out, rec.ret = o, out, ret
+	rec.outcome, rec.out, rec.ret = o, out(rec.in), ret
 }
 
 // Return records that op returned out now, a reply saying what happened.
 // Call it just after the reply arrived.
 func (r *Recorder) Return(op Op, out Output) {
 	out.Unknown = false
-	r.end(op, returned, out, stamp{})
+	r.end(op, returned, func(any) any { return out }, stamp{})
+}
+
+// ReturnVM is [Recorder.Return] for an operation on a VM: the reply said
+// what happened (out.Unknown is ignored).
+func (r *Recorder) ReturnVM(op Op, out VMOutput) {
+	out.Unknown = false
+	r.end(op, returned, func(any) any { return out }, stamp{})
 }
 
 // Unknown records that op ended without saying whether it took effect
@@ -123,16 +145,16 @@ func (r *Recorder) Return(op Op, out Output) {
 // instant from its invocation up to deadline, the latest instant its
 // caller allowed it to run, or never.
 func (r *Recorder) Unknown(op Op, deadline time.Time) {
-	r.end(op, unknown, Output{Unknown: true}, stamp{at: deadline, seq: afterAll})
+	r.end(op, unknown, unknownOf, stamp{at: deadline, seq: afterAll})
 }
 
 // Fail records that op did not take effect (refused before it ran):
 // it is left out of the history.
-func (r *Recorder) Fail(op Op) { r.end(op, failed, Output{}, stamp{}) }
+func (r *Recorder) Fail(op Op) { r.end(op, failed, func(any) any { return nil }, stamp{}) }
 
 // Operations returns the history for porcupine: one operation per
 // invocation, but those recorded with Fail, with Input and Output values
-// and times that order the events as recorded. An operation that has not
+// (VMInput and VMOutput for a VM's) and times that order the events as recorded. An operation that has not
 // ended is taken as unknown with no deadline. The caller owns the slice.
 func (r *Recorder) Operations() []porcupine.Operation {
 	r.mu.Lock()
@@ -158,7 +180,7 @@ func (r *Recorder) Operations() []porcupine.Operation {
 		case failed:
 			continue
 		case pending:
-			op.Output = Output{Unknown: true}
+			op.Output = unknownOf(rec.in)
 			op.Call, op.Return = rank(rec.call), int64(len(stamps))
 		default:
 			op.Call, op.Return = rank(rec.call), rank(rec.ret)

@@ -81,4 +81,10 @@ type VM struct {
 	MemoryMB int `json:"memory_mb,omitempty"`
 	// State is the VM's state; see [Transition].
 	State VMState `json:"state"`
+	// Version counts the record's committed writes: a Store sets it to 1
+	// when it adds the VM and adds 1 at every update that commits, and
+	// ignores the value it is given. A repair compares it to order itself
+	// against acknowledged writes (package fence, "Side effects outside
+	// the database").
+	Version int64 `json:"version"`
 }

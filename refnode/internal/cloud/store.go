@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -61,13 +62,20 @@ type Store interface {
 	// UpdateHost.
 	UpdateImage(ctx context.Context, uuid string, update func(*Image) error) (Image, error)
 
-	// AddVM inserts vm; an existing UUID fails like AddHost.
+	// AddVM inserts vm at Version 1, whatever vm.Version says; an
+	// existing UUID fails like AddHost.
 	AddVM(ctx context.Context, vm VM) error
 	// VM returns the VM, or an error matching message.ErrNotFound.
 	VM(ctx context.Context, uuid string) (VM, error)
 	// VMs returns every VM, destroyed ones included.
 	VMs(ctx context.Context) ([]VM, error)
-	// UpdateVM applies update to the VM atomically, like UpdateHost.
+	// UpdateVM applies update to the VM atomically, like UpdateHost,
+	// and sets its Version to one more than the stored one, whatever
+	// update set it to: update sees the stored Version, so it can
+	// compare-and-set on it. Inside [Store.Do] every UpdateVM adds 1 (two
+	// updates of one VM in one transaction add 2), and only if the
+	// transaction commits. A VM at the largest int64 Version cannot be
+	// updated (an error matching message.ErrInternal).
 	UpdateVM(ctx context.Context, uuid string, update func(*VM) error) (VM, error)
 
 	// Do runs fn in one transaction guarded by w (package fence): it
@@ -133,4 +141,15 @@ func CheckUUID(kind, uuid string) error {
 		return fmt.Errorf("%s: %w", kind, err)
 	}
 	return message.ErrInvalidUUID.WithDetails(fmt.Sprintf("%s UUID %s is not canonical; normalize it with message.NormalizeUUID", kind, uuid))
+}
+
+// NextVersion returns the Version a [Store] gives VM uuid at an update
+// that finds it at stored: stored+1, or an error matching
+// message.ErrInternal if stored is the largest int64 (a Version never
+// goes back, so it cannot wrap).
+func NextVersion(uuid string, stored int64) (int64, error) {
+	if stored == math.MaxInt64 {
+		return 0, message.ErrInternal.WithDetails(fmt.Sprintf("vm %s is at version %d, the largest there is; it cannot be updated", uuid, stored))
+	}
+	return stored + 1, nil
 }

@@ -54,4 +54,44 @@
 // how often it was taken over; the tracker writes a host's status only
 // while the record names its own node, so a node that lost a host to a
 // new owner cannot overwrite the new owner's writes.
+//
+// # Repairs
+//
+// A VM operation calls the hypervisor inside its fenced transaction and
+// then records the outcome. If that final write fails after the
+// hypervisor acted (the database link dropped, the transaction timed
+// out, the node was paused past its eviction and the fence refused it),
+// the record is behind the VM. The [VMService]'s sweeper repairs it:
+// every Config.VMSweepInterval and at every ring change, for each VM its
+// node owns, in a transaction fenced by the node's claim, it reads the
+// record, asks the hypervisor for the VM's power state then (inside the
+// transaction, so the evidence is taken at the moment of the repair),
+// and writes the stable state the power calls for (cloud.Repair). A
+// repair is a write like any other: its update is a compare-and-set on
+// the version it read (cloud.VM.Version), so it never moves a record that
+// an acknowledged write changed after its evidence was taken; such a
+// repair writes nothing, and the next sweep looks again.
+//
+// Where the hypervisor cannot tell a VM's power (PowerUnknown: refnode
+// serve's per-process simulators, simhv with Adopt), a repair may
+// conclude only what its own node saw: each failed final write after a
+// hypervisor success is journaled (fence.Journal) with the state the
+// hypervisor put the VM in and the record's version the operation read,
+// and a sweep applies the entry only if the record is still at that
+// version; otherwise an acknowledged write came after, and the record
+// says what its caller was told, so the entry is dropped, logged ("vm
+// journal entry dropped: the record changed since it was taken", with
+// the base and current versions) and counted ([VMStats].StaleJournal).
+// A sweep also drops the entries of VMs its node does not own (any
+// more) once their listed version is above the entry's base; an entry
+// whose VM nobody wrote since is kept, for when the node owns the VM
+// again. With the power unknown and no current entry, a repair moves
+// only a transitional state (to stopped), never a stable one. It cannot
+// order two unrecorded hypervisor calls on different nodes (each node's
+// write failed, both read the same version): whichever node owns the VM
+// first applies its own entry, and the other's is then stale; only a
+// hypervisor that reports the power settles that case. The journal lives
+// in memory: a node that crashes loses its entries, and their records
+// stay behind the hypervisor until it reports the truth or an operator
+// acts.
 package services

@@ -3,6 +3,7 @@ package services_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -439,12 +440,16 @@ func TestVMSweepRepairs(t *testing.T) {
 
 		// Left transitional while the VM runs.
 		set(cloud.VMStarting)
-		f.c.WaitFor(t, sweep+time.Second, "the owner repairs a VM left starting", func() bool { return state() == cloud.VMRunning })
+		f.c.WaitFor(t, sweep+time.Second, "the owner repairs a VM left starting", func() bool {
+			return state() == cloud.VMRunning && repairs(owner) > before // counted after the commit
+		})
 		assert.Equal(t, before+1, repairs(owner))
 
 		// The hypervisor stopped it behind the records' back.
 		require.NoError(t, f.hv.StopVM(ctx, host, vm))
-		f.c.WaitFor(t, sweep+time.Second, "the owner records the stop the hypervisor reports", func() bool { return state() == cloud.VMStopped })
+		f.c.WaitFor(t, sweep+time.Second, "the owner records the stop the hypervisor reports", func() bool {
+			return state() == cloud.VMStopped && repairs(owner) > before+1
+		})
 		assert.Equal(t, before+2, repairs(owner))
 
 		// The owner dies with the VM recorded as stopping: the new owner
@@ -454,7 +459,9 @@ func TestVMSweepRepairs(t *testing.T) {
 		f.c.WaitGone(t, owner, 2*time.Second)
 		f.c.WaitConverged(t, time.Second)
 		start := time.Now()
-		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool { return state() == cloud.VMStopped })
+		f.c.WaitFor(t, 2*time.Second, "the new owner repairs the VM at the takeover", func() bool {
+			return state() == cloud.VMStopped && repairs(f.c.Owner(vm)) > 0
+		})
 		assert.Less(t, time.Since(start), sweep, "repaired at the ring change, not at the next sweep")
 		assert.Equal(t, uint64(1), repairs(f.c.Owner(vm)))
 	})
@@ -483,7 +490,8 @@ func (s cutStore) UpdateVM(ctx context.Context, uuid string, update func(*cloud.
 // TestVMJournalRepairs: with simulators that cannot tell a VM's power
 // (simhv Adopt, one per process), a VM operation whose final write fails
 // after the hypervisor acted is recorded by the owner's next sweep, from
-// what the owner saw the hypervisor do.
+// what the owner saw the hypervisor do: nothing wrote the VM since, so
+// the journal entry's base is still the record's version.
 func TestVMJournalRepairs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := message.NewRegistry()
@@ -491,13 +499,14 @@ func TestVMJournalRepairs(t *testing.T) {
 		hv, err := simhv.New(simhv.Config{Adopt: true})
 		require.NoError(t, err)
 		db := memdb.New()
+		logs := &logBuffer{}
 		var cut atomic.Bool
 		sets := map[int]*services.Set{}
 		var mu sync.Mutex
 		const sweep = 2 * time.Second
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
 			s, err := services.New(services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
-				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }})
+				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
 				panic(err)
 			}
@@ -530,16 +539,29 @@ func TestVMJournalRepairs(t *testing.T) {
 		healed := time.Now()
 		c.WaitFor(t, sweep+time.Second, "the owner records what it saw the hypervisor do", func() bool {
 			v, err := db.VM(ctx, vm)
-			return err == nil && v.State == cloud.VMRunning
+			return err == nil && v.State == cloud.VMRunning && len(logs.lines("vm state repaired from the hypervisor", "vm="+vm)) > 0 // logged after the commit
 		})
 		t.Logf("recorded %s after the heal (virtual time; sweep every %s)", time.Since(healed), sweep)
-		var repairs uint64
+		var total services.VMStats
 		mu.Lock()
 		for _, s := range sets {
-			repairs += s.VM.Stats().Repairs
+			st := s.VM.Stats()
+			total.Repairs += st.Repairs
+			total.Journaled += st.Journaled
+			total.StaleJournal += st.StaleJournal
 		}
 		mu.Unlock()
-		assert.Equal(t, uint64(1), repairs)
+		assert.Equal(t, uint64(1), total.Repairs)
+		assert.Zero(t, total.Journaled, "the entry applied is gone")
+		assert.Zero(t, total.StaleJournal, "nothing wrote the VM since the failed write: the entry was current")
+		got, err = db.VM(ctx, vm)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), got.Version, "the repair is the VM's second write")
+		repaired := logs.lines("vm state repaired from the hypervisor", "vm="+vm)
+		require.Len(t, repaired, 1)
+		for _, attr := range []string{"from=created", "to=running", "power=unknown", "source=journal", "base=1", "version=2"} {
+			assert.Contains(t, repaired[0], attr)
+		}
 	})
 }
 

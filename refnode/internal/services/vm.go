@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +38,10 @@ type VMService struct {
 	sweeper          worker
 	sweeps, repairs  atomic.Uint64
 
-	jmu     sync.Mutex
-	journal map[string]cloud.VMState // VMs whose hypervisor acted but whose record did not follow
+	// journal holds the VMs whose hypervisor acted but whose record did
+	// not follow, each with the state it put the VM in and the version
+	// of the record the failed write read.
+	journal fence.Journal[cloud.VMState]
 }
 
 func newVMService(cfg Config) *VMService {
@@ -144,7 +145,7 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 		case !errors.Is(err, message.ErrNotFound):
 			return api.VmCreated{}, err
 		}
-		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: cpus, MemoryMB: mem, State: cloud.VMCreated}
+		vm := cloud.VM{UUID: id, Name: m.Name, ImageUUID: imageID, CPUs: cpus, MemoryMB: mem, State: cloud.VMCreated, Version: 1} // as AddVM stores it
 		vm.HostUUID = alloc.HostUUID
 		if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
@@ -181,11 +182,13 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 	id := r.Resource() // the VM's UUID, canonical: the bus checked
 	start := time.Now()
 	var acted cloud.VMState // the state the hypervisor's success calls for
+	var base int64          // the version of the record the operation read
 	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmReply, error) {
 		vm, err := tx.VM(ctx, id)
 		if err != nil {
 			return api.VmReply{}, err
 		}
+		base = vm.Version
 		_, after, err := cloud.Transition(vm.State, op)
 		if err != nil {
 			return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: %w", id, err)
@@ -203,7 +206,8 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 		// If the write below fails, the hypervisor acted and the record
 		// did not follow: the sweeper repairs the record, from the
 		// hypervisor's power state or, where the hypervisor cannot tell,
-		// from this journal of what it did.
+		// from the journal of what it did, while the record is still at
+		// the version read above (see "Repairs" in the package doc).
 		acted = after
 		if s.stallFinal != nil {
 			s.stallFinal(ctx, id)
@@ -219,9 +223,11 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 	})
 	switch {
 	case err != nil && acted != "":
-		s.unrecorded(id, acted)
+		s.journal.Record(id, base, acted)
+		s.log.Warn("vm: the hypervisor acted but the record did not follow; a sweep records it unless the record changes first",
+			"vm", id, "state", acted, "base", base)
 	case err == nil:
-		s.recorded(id)
+		s.journal.Forget(id) // the record follows a later operation
 	}
 	if err != nil {
 		return api.VmReply{}, stale(s.log, err)

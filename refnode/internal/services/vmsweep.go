@@ -17,13 +17,22 @@ type VMStats struct {
 	Sweeps uint64
 	// Repairs counts VM records set to the stable state the hypervisor
 	// reports: a VM left transitional, or recorded against its power
-	// state (a final write that failed after the hypervisor acted).
+	// state or this node's journal of what the hypervisor did (a final
+	// write that failed after the hypervisor acted).
 	Repairs uint64
+	// Journaled is the number of VMs whose hypervisor acted while their
+	// record did not follow, waiting for a sweep.
+	Journaled int
+	// StaleJournal counts the journal entries dropped unapplied: the
+	// VM's record changed (an acknowledged write) after the failed write
+	// that made the entry read it.
+	StaleJournal uint64
 }
 
 // Stats returns the service's counters.
 func (s *VMService) Stats() VMStats {
-	return VMStats{Sweeps: s.sweeps.Load(), Repairs: s.repairs.Load()}
+	js := s.journal.Stats()
+	return VMStats{Sweeps: s.sweeps.Load(), Repairs: s.repairs.Load(), Journaled: js.Pending, StaleJournal: js.Stale}
 }
 
 // Stop stops the sweeper and waits for it (or for ctx). It is idempotent
@@ -39,34 +48,6 @@ func (s *VMService) RingChanged(ctx context.Context, ch service.RingChange) {
 	case s.kick <- struct{}{}:
 	default: // a sweep is pending already
 	}
-}
-
-// unrecorded journals that the hypervisor put VM id in state st but the
-// record did not follow (its write failed): the next sweep records it.
-func (s *VMService) unrecorded(id string, st cloud.VMState) {
-	s.jmu.Lock()
-	defer s.jmu.Unlock()
-	if s.journal == nil {
-		s.journal = make(map[string]cloud.VMState)
-	}
-	s.journal[id] = st
-	s.log.Warn("vm: the hypervisor acted but the record did not follow; the next sweep records it", "vm", id, "state", st)
-}
-
-// recorded forgets VM id's journal entry: an operation recorded its
-// outcome since.
-func (s *VMService) recorded(id string) {
-	s.jmu.Lock()
-	defer s.jmu.Unlock()
-	delete(s.journal, id)
-}
-
-// journaled returns VM id's journal entry.
-func (s *VMService) journaled(id string) (cloud.VMState, bool) {
-	s.jmu.Lock()
-	defer s.jmu.Unlock()
-	st, ok := s.journal[id]
-	return st, ok
 }
 
 // sweepLoop sweeps every Config.VMSweepInterval and at every ring
@@ -88,7 +69,8 @@ func (s *VMService) sweepLoop(ctx context.Context) {
 // sweep drives every VM this node owns to the stable state its
 // hypervisor reports, each in a transaction fenced by this node's claim
 // on the VM: the power is read while the claim holds the VM, so no
-// operation on it runs meanwhile.
+// operation on it runs meanwhile. It also drops the journal entries
+// that a later write overtook, on every VM it lists.
 func (s *VMService) sweep(ctx context.Context) {
 	if s.node.State() != service.StateServing {
 		return
@@ -103,20 +85,48 @@ func (s *VMService) sweep(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Whoever owns the VM: a write since the failed one read the
+		// record makes this node's journal entry stale. Kept otherwise,
+		// for when this node owns the VM again.
+		if e, ok := s.journal.Overtaken(vm.UUID, vm.Version); ok {
+			s.dropped(vm.UUID, e, vm)
+		}
 		if vm.State == cloud.VMDestroyed || !s.node.Owns(vm.UUID) {
-			s.recorded(vm.UUID) // another node owns it: its journal entry is no truth there
 			continue
 		}
-		if err := s.repair(ctx, vm.UUID); err != nil && !errors.Is(err, fence.ErrStale) && ctx.Err() == nil {
+		err := s.repair(ctx, vm.UUID)
+		switch {
+		case err == nil, errors.Is(err, fence.ErrStale), ctx.Err() != nil:
+		case errors.Is(err, errRecordMoved):
+			s.log.Info("vm sweep: the record changed during the check; next sweep checks again", "vm", vm.UUID)
+		default:
 			s.log.Warn("vm sweep: could not check a VM; next sweep retries", "vm", vm.UUID, "err", err)
 		}
 	}
 }
 
-// repair sets VM id to the stable state its power state calls for, if
-// it differs.
+// dropped logs that VM id's journal entry e was dropped unapplied: the
+// record, vm, changed since.
+func (s *VMService) dropped(id string, e fence.Entry[cloud.VMState], vm cloud.VM) {
+	s.log.Warn("vm journal entry dropped: the record changed since it was taken",
+		"vm", id, "base", e.Base, "current", vm.Version, "state", e.Outcome, "recorded", vm.State)
+}
+
+// errRecordMoved fails a repair whose VM record was written after the
+// repair read it: its evidence may predate that write.
+var errRecordMoved = errors.New("the record changed since the repair read it")
+
+// repair sets VM id to the stable state its power state calls for, if it
+// differs; where the hypervisor cannot tell the power, to the state this
+// node's journal says the hypervisor put it in, if the record has not
+// changed since the write that failed to record it. It is a write like
+// any other: fenced by this node's claim, and a compare-and-set on the
+// version it read, so it never moves a record that an acknowledged write
+// changed after its evidence (the power, read here, in the transaction;
+// or the journal entry) was taken.
 func (s *VMService) repair(ctx context.Context, id string) error {
 	w := fence.Write{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
+	var committed func() // what to do once the transaction committed
 	_, err := s.store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		vm, err := tx.VM(ctx, id)
 		if err != nil {
@@ -130,21 +140,47 @@ func (s *VMService) repair(ctx context.Context, id string) error {
 		}
 		want, fix := cloud.Repair(vm.State, p)
 		source := "power"
-		if st, ok := s.journaled(id); ok && p == cloud.PowerUnknown {
-			// The hypervisor cannot tell; this node saw it act.
-			want, fix, source = st, st != vm.State, "journal"
+		var entry fence.Entry[cloud.VMState]
+		journaled := false
+		if p != cloud.PowerUnknown {
+			s.journal.Forget(id) // the hypervisor's truth wins over what this node saw
+		} else {
+			e, v := s.journal.Check(id, vm.Version)
+			switch v {
+			case fence.EntryCurrent: // nothing was written since the hypervisor acted
+				want, fix, source, entry, journaled = e.Outcome, e.Outcome != vm.State, "journal", e, true
+			case fence.EntryStale:
+				s.dropped(id, e, vm)
+			}
 		}
 		if !fix {
-			s.recorded(id)
+			if journaled {
+				committed = func() { s.journal.Applied(id, entry) } // the record says it already
+			}
 			return nil, nil
 		}
-		if _, err := tx.UpdateVM(ctx, id, func(v *cloud.VM) error { v.State = want; return nil }); err != nil {
+		rec, err := tx.UpdateVM(ctx, id, func(v *cloud.VM) error {
+			if v.Version != vm.Version {
+				return errRecordMoved
+			}
+			v.State = want
+			return nil
+		})
+		if err != nil {
 			return nil, err
 		}
-		s.repairs.Add(1)
-		s.recorded(id)
-		s.log.Warn("vm state repaired from the hypervisor", "vm", id, "from", vm.State, "to", want, "power", p, "source", source)
+		committed = func() {
+			if journaled {
+				s.journal.Applied(id, entry)
+			}
+			s.repairs.Add(1)
+			s.log.Warn("vm state repaired from the hypervisor", "vm", id, "from", vm.State, "to", want, "power", p, "source", source,
+				"base", vm.Version, "version", rec.Version)
+		}
 		return nil, nil
 	})
+	if err == nil && committed != nil {
+		committed()
+	}
 	return err
 }

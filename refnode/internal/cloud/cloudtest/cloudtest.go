@@ -67,6 +67,8 @@ func Run(t *testing.T, h Harness) {
 		{"Transaction", testTransaction},
 		{"TransactionRollsBack", testTransactionRollback},
 		{"TransactionsSerialize", testTransactionsSerialize},
+		{"VMVersions", testVersions},
+		{"VMVersionsInTransactions", testVersionsInTransactions},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
@@ -95,8 +97,9 @@ func sampleImage(id string) cloud.Image {
 	return cloud.Image{UUID: id, Name: "ubuntu-24.04 ☁", URL: "http://images.example/ubuntu.qcow2?v=1&x=%20", SizeMB: 1 << 40}
 }
 
+// sampleVM is a VM as AddVM stores it: at version 1.
 func sampleVM(id string) cloud.VM {
-	return cloud.VM{UUID: id, Name: "web-1", ImageUUID: uuidB, HostUUID: uuidC, CPUs: 4, MemoryMB: 8192, State: cloud.VMRunning}
+	return cloud.VM{UUID: id, Name: "web-1", ImageUUID: uuidB, HostUUID: uuidC, CPUs: 4, MemoryMB: 8192, State: cloud.VMRunning, Version: 1}
 }
 
 // sameHost asserts a == b, comparing times with Equal.
@@ -290,8 +293,8 @@ func testUpdate(t *testing.T, h Harness) {
 	vm, err := s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMStopped; v.CPUs = 2; return nil })
 	require.NoError(t, err)
 	wantVM := sampleVM(uuidA)
-	wantVM.State, wantVM.CPUs = cloud.VMStopped, 2
-	assert.Equal(t, wantVM, vm, "UpdateVM returns the record after the update")
+	wantVM.State, wantVM.CPUs, wantVM.Version = cloud.VMStopped, 2, 2
+	assert.Equal(t, wantVM, vm, "UpdateVM returns the record after the update, one version up")
 	_, err = s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMDestroyed; return boom })
 	assert.Same(t, boom, err, "the update's error is returned as is")
 	readVM, err := s.VM(ctx, uuidA)
@@ -435,6 +438,7 @@ func testAtomicUpdates(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.Equal(t, writers*each, gotHost.Takeovers, "UpdateHost is atomic: no increment is lost")
 	assert.Equal(t, writers*each, gotVM.CPUs, "UpdateVM is atomic: no increment is lost")
+	assert.Equal(t, int64(1+writers*each), gotVM.Version, "every committed UpdateVM adds one to the version, none is lost")
 	gotImg, err := s.Image(ctx, uuidA)
 	require.NoError(t, err)
 	assert.Equal(t, int64(writers*each), gotImg.SizeMB, "UpdateImage is atomic: no increment is lost")
@@ -605,6 +609,131 @@ func testTransactionsSerialize(t *testing.T, h Harness) {
 	got, err := s.Image(ctx, uuidA)
 	require.NoError(t, err)
 	assert.Equal(t, int64(writers*each), got.SizeMB, "an update in a transaction holds the record until the commit: no increment is lost")
+}
+
+// testVersions: a VM's Version is 1 when added and one more at each
+// update, whatever the caller or the update function set; the update
+// function sees the stored version, so it can compare-and-set on it; a
+// failed update leaves it; every handle reads the same.
+func testVersions(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	version := func(st cloud.Store) int64 {
+		t.Helper()
+		vm, err := st.VM(ctx, uuidA)
+		require.NoError(t, err)
+		return vm.Version
+	}
+	vm := sampleVM(uuidA)
+	vm.Version = 42
+	require.NoError(t, s.AddVM(ctx, vm))
+	assert.Equal(t, int64(1), version(s), "AddVM stores version 1, whatever the VM says")
+	vms, err := p.VMs(ctx)
+	require.NoError(t, err)
+	require.Len(t, vms, 1)
+	assert.Equal(t, int64(1), vms[0].Version, "VMs lists the version")
+
+	var seen int64
+	got, err := s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error {
+		seen, v.Version, v.State = v.Version, 100, cloud.VMStopped
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), seen, "the update function sees the stored version")
+	assert.Equal(t, int64(2), got.Version, "UpdateVM returns the next version, whatever update set")
+	assert.Equal(t, int64(2), version(p), "UpdateVM stores the version it returns; every handle reads it")
+	_, err = p.UpdateVM(ctx, uuidA, func(*cloud.VM) error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), version(s), "an update that changes nothing else counts too")
+
+	boom := errors.New("boom")
+	_, err = s.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMRunning; return boom })
+	assert.Same(t, boom, err)
+	assert.Equal(t, int64(3), version(s), "a failed update leaves the version")
+
+	moved := errors.New("the record moved on")
+	cas := func(base int64) error {
+		_, err := p.UpdateVM(ctx, uuidA, func(v *cloud.VM) error {
+			if v.Version != base {
+				return moved
+			}
+			v.State = cloud.VMRunning
+			return nil
+		})
+		return err
+	}
+	assert.ErrorIs(t, cas(2), moved, "a compare-and-set on an older version is refused")
+	assert.NoError(t, cas(3), "a compare-and-set on the stored version succeeds")
+	got, err = s.VM(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, cloud.VMRunning, got.State)
+	assert.Equal(t, int64(4), got.Version)
+}
+
+// testVersionsInTransactions: in Do, each UpdateVM adds one to the
+// staged version, which the transaction reads and nobody else sees before
+// the commit; an added VM is at version 1; a transaction that does not
+// commit leaves the version as it was.
+func testVersionsInTransactions(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
+	version := func(st cloud.Store, id string) int64 {
+		t.Helper()
+		vm, err := st.VM(ctx, id)
+		require.NoError(t, err)
+		return vm.Version
+	}
+	_, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		for want := int64(2); want <= 3; want++ {
+			vm, err := tx.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.CPUs++; return nil })
+			if err != nil {
+				return nil, err
+			}
+			assert.Equal(t, want, vm.Version, "each UpdateVM in a transaction adds one")
+			assert.Equal(t, want, version(tx, uuidA), "a transaction reads its own version")
+		}
+		assert.Equal(t, int64(1), version(p, uuidA), "nobody sees a transaction's version before it commits")
+		vm := sampleVM(uuidB)
+		vm.Version = 7
+		if err := tx.AddVM(ctx, vm); err != nil {
+			return nil, err
+		}
+		assert.Equal(t, int64(1), version(tx, uuidB), "AddVM in a transaction stores version 1")
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), version(p, uuidA), "a committed transaction's updates count, each")
+	assert.Equal(t, int64(1), version(p, uuidB), "a VM added in a transaction is at version 1")
+
+	boom := errors.New("boom")
+	update := func(ctx context.Context, tx cloud.Store) error {
+		_, err := tx.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMStopped; return nil })
+		return err
+	}
+	_, err = s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if err := update(ctx, tx); err != nil {
+			return nil, err
+		}
+		return nil, boom
+	})
+	assert.ErrorIs(t, err, boom)
+	assert.Equal(t, int64(3), version(p, uuidA), "a transaction whose fn failed leaves the version")
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = s.Do(cctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if err := update(ctx, tx); err != nil {
+			return nil, err
+		}
+		cancel() // after the update, before the commit
+		return nil, nil
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(3), version(p, uuidA), "a transaction whose ctx ended before the commit leaves the version")
+	got, err := s.UpdateVM(ctx, uuidA, func(*cloud.VM) error { return nil })
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), got.Version, "the next update after the rollbacks is the next version")
 }
 
 func first[T any](v T, _ error) T { return v }

@@ -19,7 +19,8 @@
 // unique index do, until the transaction ends: another transaction's or
 // a plain update of that record waits (bounded by its ctx), so a
 // compare-and-set made in an update function holds at commit. Reads never
-// wait.
+// wait. A VM's Version moves with its staged updates and is applied with
+// them, so a transaction that does not commit leaves it as it was.
 package memdb
 
 import (
@@ -142,7 +143,43 @@ func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid str
 	if _, ok := rows[uuid]; ok {
 		return cloud.Exists(kind, uuid)
 	}
+	if v := versionOf(&rec); v != nil {
+		*v = 1
+	}
 	rows[uuid] = rec
+	return nil
+}
+
+// versionOf returns rec's Version, if its kind has one (a VM).
+func versionOf[T any](rec *T) *int64 {
+	if vm, ok := any(rec).(*cloud.VM); ok {
+		return &vm.Version
+	}
+	return nil
+}
+
+// storedVersion returns a copy of rec's Version, if its kind has one,
+// before an update function may change it.
+func storedVersion[T any](rec *T) *int64 {
+	v := versionOf(rec)
+	if v == nil {
+		return nil
+	}
+	stored := *v
+	return &stored
+}
+
+// bump sets the Version of rec (of a kind that has one), updated from a
+// record at version stored, to the next; see cloud.Store.UpdateVM.
+func bump[T any](rec *T, uuid string, stored *int64) error {
+	if stored == nil {
+		return nil
+	}
+	next, err := cloud.NextVersion(uuid, *stored)
+	if err != nil {
+		return err
+	}
+	*versionOf(rec) = next
 	return nil
 }
 
@@ -193,11 +230,15 @@ func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid 
 	if !ok {
 		return zero, cloud.NotFound(kind, uuid)
 	}
+	stored := storedVersion(&rec)
 	if err := update(&rec); err != nil {
 		return zero, err
 	}
 	if id(rec) != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("memdb: update of %s %s changed its UUID to %q; UUIDs never change", kind, uuid, id(rec)))
+	}
+	if err := bump(&rec, uuid, stored); err != nil {
+		return zero, err
 	}
 	rows[uuid] = rec
 	return rec, nil

@@ -236,6 +236,9 @@ func txAdd[T any](ctx context.Context, t *txn, o kindOps[T], rec T) error {
 	case !errors.Is(err, message.ErrNotFound):
 		return err
 	}
+	if v := versionOf(&rec); v != nil {
+		*v = 1
+	}
 	t.stage(k, rec)
 	return nil
 }
@@ -256,11 +259,15 @@ func txModify[T any](ctx context.Context, t *txn, o kindOps[T], uuid string, upd
 	if err != nil {
 		return zero, err
 	}
+	stored := storedVersion(&rec)
 	if err := update(&rec); err != nil {
 		return zero, err
 	}
 	if got := o.id(rec); got != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("memdb: update of %s %s changed its UUID to %q; UUIDs never change", o.kind, uuid, got))
+	}
+	if err := bump(&rec, uuid, stored); err != nil {
+		return zero, err
 	}
 	t.stage(k, rec)
 	return rec, nil

@@ -353,7 +353,11 @@ func (h *Hypervisor) DestroyVM(ctx context.Context, hostUUID, vmUUID string) err
 // VMPower implements [cloud.Hypervisor.VMPower]. A VM this simulator
 // never saw is PowerUnknown. With Adopt every VM is PowerUnknown: another
 // process's simulator may have changed it since, so this one's memory is
-// no truth about the data centre.
+// no truth about the data centre. A repair then has no evidence of its
+// own: it may record what its node saw this simulator do only while the
+// VM's record is at the version that node's failed write read, and it
+// cannot order two such calls on different nodes (see "Repairs" in
+// refnode's services package).
 func (h *Hypervisor) VMPower(ctx context.Context, hostUUID, vmUUID string) (cloud.Power, error) {
 	p := cloud.PowerUnknown
 	err := h.onHost(ctx, OpVMPower, hostUUID, "vm "+vmUUID, func(hs *host) error {

@@ -26,16 +26,35 @@
 //
 //	p_hosts   (uuid PRIMARY KEY, name, address, status, managed_by, takeovers, connected_us)
 //	p_images  (uuid PRIMARY KEY, name, url, size_mb)
-//	p_vms     (uuid PRIMARY KEY, name, image_uuid, host_uuid, cpus, memory_mb, state)
+//	p_vms     (uuid PRIMARY KEY, name, image_uuid, host_uuid, cpus, memory_mb, state, version)
 //	p_meta    (id = 1 PRIMARY KEY, version)
 //
 // connected_us is Host.ConnectedAt in microseconds since 1970 (NULL for
-// the zero time), so times keep microseconds on every database. [Open]
+// the zero time), so times keep microseconds on every database. A VM's
+// version is cloud.VM.Version: 1 when the row is inserted, one more at
+// every update, written under the row's lock. [Open]
 // creates the tables if they are missing, holding a lock so that nodes
 // starting together do it once (PostgreSQL pg_advisory_xact_lock, SQLite
-// BEGIN IMMEDIATE, MySQL GET_LOCK), and refuses tables of a newer schema
-// version than it knows. Clusters sharing a database use different
-// prefixes.
+// BEGIN IMMEDIATE, MySQL GET_LOCK), migrates older tables, and refuses
+// tables of a newer schema version than it knows. Clusters sharing a
+// database use different prefixes. The schema versions:
+//
+//	1  the three record tables
+//	2  ALTER TABLE p_vms ADD COLUMN version BIGINT NOT NULL DEFAULT 1
+//
+// so tables of version 1 are migrated in place, and each VM row they
+// hold gets version 1, as if just inserted: nothing but the version
+// compares with it, and the in-memory journals whose entries carry a
+// version (package fence, Journal) belonged to processes of the older
+// code. A node of version 1 refuses to open migrated tables; one already
+// running when another migrated them goes on writing VMs without moving
+// their version, so upgrade every node of a cluster together (stop them
+// all, then start the new ones). The migration runs again harmlessly on
+// PostgreSQL (ADD COLUMN IF NOT EXISTS) and MySQL (the ALTER runs only
+// if information_schema lacks the column) if the meta row is lost; on
+// SQLite, which has neither, Open then fails with "duplicate column
+// name: version", and the meta row must be restored (version 2) by hand,
+// rather than the column be rebuilt with every VM back at version 1.
 //
 // # Atomic updates
 //

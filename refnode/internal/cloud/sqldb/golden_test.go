@@ -170,14 +170,21 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 		{UUID: goldenHostEpoch, Name: "kvm-04 «ünïcode»", Address: "[fd00::4]:16509", Status: cloud.HostConnected, ManagedBy: goldenNode1, Takeovers: 7,
 			ConnectedAt: time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)},
 	}
+	// The VMs' versions: schema version 1 had none, and its rows are
+	// migrated to version 1, as if just inserted; from schema version 2
+	// a VM added and then updated once is at version 2.
+	updated := int64(2)
+	if v < 2 {
+		updated = 1
+	}
 	wantVMs := []cloud.VM{
-		{UUID: goldenVMCreated, Name: "web-1", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 2, MemoryMB: 2048, State: cloud.VMCreated},
-		{UUID: goldenVMStarting, Name: "web-2", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 1, MemoryMB: 512, State: cloud.VMStarting},
-		{UUID: goldenVMRunning, Name: "db-1", ImageUUID: goldenImgOdd, HostUUID: goldenHostDown, CPUs: 64, MemoryMB: 262144, State: cloud.VMRunning},
-		{UUID: goldenVMStopping, ImageUUID: goldenImgBlank, HostUUID: goldenHostDown, State: cloud.VMStopping},
-		{UUID: goldenVMStopped, Name: "it's stopped", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostEpoch, CPUs: 4, MemoryMB: 8192, State: cloud.VMStopped},
-		{UUID: goldenVMRebooting, Name: "cache-1", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 8, MemoryMB: 16384, State: cloud.VMRebooting},
-		{UUID: goldenVMDestroyed, Name: "old", ImageUUID: goldenImgBlank, HostUUID: goldenHostNever, CPUs: 1, MemoryMB: 256, State: cloud.VMDestroyed},
+		{UUID: goldenVMCreated, Name: "web-1", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 2, MemoryMB: 2048, State: cloud.VMCreated, Version: 1},
+		{UUID: goldenVMStarting, Name: "web-2", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 1, MemoryMB: 512, State: cloud.VMStarting, Version: updated},
+		{UUID: goldenVMRunning, Name: "db-1", ImageUUID: goldenImgOdd, HostUUID: goldenHostDown, CPUs: 64, MemoryMB: 262144, State: cloud.VMRunning, Version: updated},
+		{UUID: goldenVMStopping, ImageUUID: goldenImgBlank, HostUUID: goldenHostDown, State: cloud.VMStopping, Version: 1},
+		{UUID: goldenVMStopped, Name: "it's stopped", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostEpoch, CPUs: 4, MemoryMB: 8192, State: cloud.VMStopped, Version: updated},
+		{UUID: goldenVMRebooting, Name: "cache-1", ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, CPUs: 8, MemoryMB: 16384, State: cloud.VMRebooting, Version: updated},
+		{UUID: goldenVMDestroyed, Name: "old", ImageUUID: goldenImgBlank, HostUUID: goldenHostNever, CPUs: 1, MemoryMB: 256, State: cloud.VMDestroyed, Version: updated},
 	}
 	// What the state and status strings mean to today's code.
 	transitional := map[string]bool{goldenVMStarting: true, goldenVMStopping: true, goldenVMRebooting: true}
@@ -224,8 +231,8 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 	got, err = s.UpdateVM(ctx, goldenVMStopping, func(vm *cloud.VM) error { vm.State = after; return nil })
 	require.NoError(t, err)
 	want := wantVMs[3]
-	want.State = cloud.VMStopped
-	assert.Equal(t, want, got)
+	want.State, want.Version = cloud.VMStopped, wantVMs[3].Version+2
+	assert.Equal(t, want, got, "each update of a golden row moves its version one up")
 	got, err = s.VM(ctx, goldenVMStopping)
 	require.NoError(t, err)
 	assert.Equal(t, want, got, "an update of a golden row keeps its other columns")

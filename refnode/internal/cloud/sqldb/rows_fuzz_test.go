@@ -67,6 +67,7 @@ type kindOps struct {
 	list    func(ctx context.Context, s *sqldb.Store) ([]any, error)
 	get     func(ctx context.Context, s *sqldb.Store, uuid string) (any, error)
 	update  func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) // a no-op update; nil if the kind has none
+	updated func(rec any) (any, bool)                                           // rec after a no-op update, or false if the update must fail; nil: rec
 	values  func(rec any) []any                                                 // the record's column values, as the store writes them
 	check   func(t *testing.T, rec any)
 }
@@ -129,7 +130,7 @@ var recordKinds = []kindOps{
 	},
 	{
 		table:   fuzzPrefix + "_vms",
-		columns: []string{"uuid", "name", "image_uuid", "host_uuid", "cpus", "memory_mb", "state"},
+		columns: []string{"uuid", "name", "image_uuid", "host_uuid", "cpus", "memory_mb", "state", "version"},
 		list:    listOf((*sqldb.Store).VMs),
 		get: func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) {
 			return s.VM(ctx, uuid)
@@ -137,9 +138,17 @@ var recordKinds = []kindOps{
 		update: func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) {
 			return s.UpdateVM(ctx, uuid, func(*cloud.VM) error { return nil })
 		},
+		updated: func(rec any) (any, bool) { // one version up, unless there is none above
+			vm := rec.(cloud.VM)
+			if vm.Version == math.MaxInt64 {
+				return nil, false
+			}
+			vm.Version++
+			return vm, true
+		},
 		values: func(rec any) []any {
 			vm := rec.(cloud.VM)
-			return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State)}
+			return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State), vm.Version}
 		},
 		check: func(t *testing.T, rec any) {
 			// A state this version does not define is read as is; it
@@ -166,7 +175,8 @@ var recordKinds = []kindOps{
 // get by UUID and a no-op update. The store never panics and returns
 // either an error (coded, or saying what failed) or records true to the
 // stored values that a reply can carry: the list and the get agree, a
-// no-op update changes nothing, a time reads back to the microsecond in
+// no-op update changes nothing but a VM's version (one up; refused at
+// the largest int64), a time reads back to the microsecond in
 // UTC, the record encodes to JSON and back, and a VM state or host
 // status this version does not define names itself unknown (and allows
 // no VM operation).
@@ -190,13 +200,15 @@ func FuzzRecordRows(f *testing.F) {
 	f.Add(byte(2), uint64(0o22222222), id, "", "", "", "", int64(0), int64(0), int64(0), int64(0), 0.0, "12", []byte(nil))
 	f.Add(byte(2), uint64(0o33333333), id, "", "", "", "", int64(0), int64(0), int64(0), int64(0), 0.0, "", []byte("932763162d054c04adaab6ab498c9139"))
 	f.Add(byte(1), uint64(0o0006), "93276316-2d05-4c04-adaa-b6ab498c9139", "", "", "", "", int64(7), int64(0), int64(0), int64(0), 0.0, "", []byte(nil))
+	f.Add(byte(2), uint64(0), id, "vm", other, other, "running", int64(1), int64(512), int64(math.MaxInt64), int64(0), 0.0, "", []byte(nil)) // no version above
+	f.Add(byte(2), uint64(0o40000000), id, "vm", other, other, "running", int64(1), int64(512), int64(1), int64(0), 0.0, "", []byte(nil))    // a NULL version
 	f.Fuzz(func(t *testing.T, which byte, kindBits uint64, uuid, t1, t2, t3, t4 string, n1, n2, connected, alt int64, fl float64, str string, blob []byte) {
 		ctx := context.Background()
 		k := recordKinds[int(which)%len(recordKinds)]
 		natural := map[string]any{
 			"uuid": uuid, "name": t1, "address": t2, "status": t3, "managed_by": t4, "takeovers": n1, "connected_us": connected,
 			"url": t2, "size_mb": n1,
-			"image_uuid": t2, "host_uuid": t3, "cpus": n1, "memory_mb": n2, "state": t4,
+			"image_uuid": t2, "host_uuid": t3, "cpus": n1, "memory_mb": n2, "state": t4, "version": connected,
 		}
 		if _, err := db.ExecContext(ctx, `DELETE FROM "`+k.table+`"`); err != nil {
 			t.Fatal(err)
@@ -240,16 +252,25 @@ func FuzzRecordRows(f *testing.F) {
 		if k.update == nil {
 			return
 		}
+		want, ok := got, true
+		if k.updated != nil {
+			want, ok = k.updated(got)
+		}
 		updated, err := k.update(ctx, s, key)
-		if err != nil {
+		switch {
+		case !ok && !errors.Is(err, message.ErrInternal):
+			t.Fatalf("a no-op update of %#v gives %v, want an internal error", got, err)
+		case !ok:
+			return
+		case err != nil:
 			t.Fatalf("a no-op update of a record the store reads fails: %v", err)
 		}
 		again, err := k.get(ctx, s, key)
 		if err != nil {
 			t.Fatalf("a record read, updated with no change, then fails to read: %v", err)
 		}
-		if !reflect.DeepEqual(got, updated) || !reflect.DeepEqual(got, again) {
-			t.Fatalf("a no-op update changed the record:\nread    %#v\nupdate  %#v\nreread  %#v", got, updated, again)
+		if !reflect.DeepEqual(want, updated) || !reflect.DeepEqual(want, again) {
+			t.Fatalf("a no-op update changed the record:\nread    %#v\nwant    %#v\nupdate  %#v\nreread  %#v", got, want, updated, again)
 		}
 	})
 }

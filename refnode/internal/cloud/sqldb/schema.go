@@ -8,8 +8,9 @@ import (
 
 // A column of a record table. The key is always the first column, uuid.
 type column struct {
-	name string
-	kind colKind
+	name  string
+	kind  colKind
+	since int // the schema version that added it; 0 for version 1
 }
 
 type colKind int
@@ -19,18 +20,19 @@ const (
 	colText                   // a string
 	colInt                    // an integer
 	colNullInt                // an integer or NULL (a zero time)
+	colVersion                // a record's version: an integer, 1 for rows that predate the column
 )
 
 // The record tables' columns, in the order of the records' fields.
 var (
 	hostColumns = []column{
-		{"uuid", colKey}, {"name", colText}, {"address", colText}, {"status", colText},
-		{"managed_by", colText}, {"takeovers", colInt}, {"connected_us", colNullInt},
+		{"uuid", colKey, 0}, {"name", colText, 0}, {"address", colText, 0}, {"status", colText, 0},
+		{"managed_by", colText, 0}, {"takeovers", colInt, 0}, {"connected_us", colNullInt, 0},
 	}
-	imageColumns = []column{{"uuid", colKey}, {"name", colText}, {"url", colText}, {"size_mb", colInt}}
+	imageColumns = []column{{"uuid", colKey, 0}, {"name", colText, 0}, {"url", colText, 0}, {"size_mb", colInt, 0}}
 	vmColumns    = []column{
-		{"uuid", colKey}, {"name", colText}, {"image_uuid", colText}, {"host_uuid", colText},
-		{"cpus", colInt}, {"memory_mb", colInt}, {"state", colText},
+		{"uuid", colKey, 0}, {"name", colText, 0}, {"image_uuid", colText, 0}, {"host_uuid", colText, 0},
+		{"cpus", colInt, 0}, {"memory_mb", colInt, 0}, {"state", colText, 0}, {"version", colVersion, 2},
 	}
 )
 
@@ -38,18 +40,24 @@ var (
 // key is ASCII with a binary collation, so UUIDs compare and sort byte by
 // byte as in the other databases.
 var columnTypes = map[sqlconn.Dialect]map[colKind]string{
-	sqlconn.SQLite:   {colKey: "TEXT NOT NULL PRIMARY KEY", colText: "TEXT NOT NULL", colInt: "INTEGER NOT NULL", colNullInt: "INTEGER"},
-	sqlconn.Postgres: {colKey: "TEXT NOT NULL PRIMARY KEY", colText: "TEXT NOT NULL", colInt: "BIGINT NOT NULL", colNullInt: "BIGINT"},
+	sqlconn.SQLite: {
+		colKey: "TEXT NOT NULL PRIMARY KEY", colText: "TEXT NOT NULL", colInt: "INTEGER NOT NULL", colNullInt: "INTEGER",
+		colVersion: "INTEGER NOT NULL DEFAULT 1",
+	},
+	sqlconn.Postgres: {
+		colKey: "TEXT NOT NULL PRIMARY KEY", colText: "TEXT NOT NULL", colInt: "BIGINT NOT NULL", colNullInt: "BIGINT",
+		colVersion: "BIGINT NOT NULL DEFAULT 1",
+	},
 	sqlconn.MySQL: {
 		colKey: "VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY", colText: "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
-		colInt: "BIGINT NOT NULL", colNullInt: "BIGINT NULL",
+		colInt: "BIGINT NOT NULL", colNullInt: "BIGINT NULL", colVersion: "BIGINT NOT NULL DEFAULT 1",
 	},
 }
 
 // tableSQL is the SQL of one record table.
 type tableSQL struct {
 	name    string // unquoted, for messages
-	create  string
+	create  string // the table of schema version 1, which later migrations change
 	insert  string // all columns; on PostgreSQL and SQLite a duplicate inserts nothing
 	get     string // all columns, by uuid
 	lockGet string // get, locking the row for the transaction (FOR UPDATE)
@@ -69,12 +77,14 @@ type statements struct {
 func newTableSQL(d sqlconn.Dialect, name string, cols []column) tableSQL {
 	q := sqlconn.QuoteIdent(d, name)
 	names := make([]string, len(cols))
-	defs := make([]string, len(cols))
 	marks := make([]string, len(cols))
 	sets := make([]string, 0, len(cols)-1)
+	var defs []string
 	for i, c := range cols {
 		names[i] = c.name
-		defs[i] = c.name + " " + columnTypes[d][c.kind]
+		if c.since <= 1 {
+			defs = append(defs, c.name+" "+columnTypes[d][c.kind])
+		}
 		marks[i] = "?"
 		if c.kind != colKey {
 			sets = append(sets, c.name+" = ?")
@@ -114,14 +124,53 @@ func newStatements(d sqlconn.Dialect, prefix string) statements {
 	s.schema = sqlconn.Schema{
 		Dialect: d,
 		Meta:    prefix + "_meta",
-		// Version 1: the three record tables.
-		Migrations: [][]string{{s.hosts.create, s.images.create, s.vms.create}},
-		Lock:       "refnode.sqldb." + prefix,
-		Owner:      "refnode",
-		Elsewhere:  "use another table prefix",
+		Migrations: [][]string{
+			// Version 1: the three record tables.
+			{s.hosts.create, s.images.create, s.vms.create},
+			// Version 2: the VMs' version (cloud.VM.Version); the rows
+			// of version 1 get version 1.
+			addColumns(d, prefix+"_vms", vmColumns, 2),
+		},
+		Lock:      "refnode.sqldb." + prefix,
+		Owner:     "refnode",
+		Elsewhere: "use another table prefix",
 	}
 	return s
 }
 
 // tables returns the record tables' SQL.
 func (s statements) tables() []tableSQL { return []tableSQL{s.hosts, s.images, s.vms} }
+
+// addColumns returns the statements that add to table the columns of
+// cols that schema version v added, each a step that may run again on a
+// table that has the column (MySQL cannot roll a failed step back, and a
+// lost meta row runs every step again): PostgreSQL's ADD COLUMN IF NOT
+// EXISTS; on MySQL an ALTER prepared only if information_schema lacks
+// the column, on the migration's connection; SQLite has neither, and
+// adds the column in the migration's transaction (see the package
+// documentation for a lost meta row).
+func addColumns(d sqlconn.Dialect, table string, cols []column, v int) []string {
+	q := sqlconn.QuoteIdent(d, table)
+	var out []string
+	for _, c := range cols {
+		if c.since != v {
+			continue
+		}
+		def := c.name + " " + columnTypes[d][c.kind]
+		switch d {
+		case sqlconn.Postgres:
+			out = append(out, "ALTER TABLE "+q+" ADD COLUMN IF NOT EXISTS "+def)
+		case sqlconn.MySQL:
+			out = append(out,
+				"SET @refnode_ddl = (SELECT IF(COUNT(*) = 0, 'ALTER TABLE "+q+" ADD COLUMN "+def+"', 'DO 0') "+
+					"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '"+table+"' AND COLUMN_NAME = '"+c.name+"')",
+				"PREPARE refnode_ddl FROM @refnode_ddl",
+				"EXECUTE refnode_ddl",
+				"DEALLOCATE PREPARE refnode_ddl",
+			)
+		default:
+			out = append(out, "ALTER TABLE "+q+" ADD COLUMN "+def)
+		}
+	}
+	return out
+}

@@ -133,6 +133,9 @@ type record[T any] struct {
 	uuid func(*T) string
 	args func(*T) []any // column values in table order, uuid first
 	dest func(*T) (dest []any, done func() error)
+	// version, if set, is the record's Version: 1 at an add, one more
+	// at every update (cloud.Store.UpdateVM).
+	version func(*T) *int64
 }
 
 var hostRecord = record[cloud.Host]{
@@ -178,16 +181,17 @@ var vmRecord = record[cloud.VM]{
 	sql:  func(s *Store) tableSQL { return s.st.vms },
 	uuid: func(vm *cloud.VM) string { return vm.UUID },
 	args: func(vm *cloud.VM) []any {
-		return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State)}
+		return []any{vm.UUID, vm.Name, vm.ImageUUID, vm.HostUUID, int64(vm.CPUs), int64(vm.MemoryMB), string(vm.State), vm.Version}
 	},
 	dest: func(vm *cloud.VM) ([]any, func() error) {
 		var cpus, mem int64
 		var state string
-		return []any{&vm.UUID, &vm.Name, &vm.ImageUUID, &vm.HostUUID, &cpus, &mem, &state}, func() error {
+		return []any{&vm.UUID, &vm.Name, &vm.ImageUUID, &vm.HostUUID, &cpus, &mem, &state, &vm.Version}, func() error {
 			vm.CPUs, vm.MemoryMB, vm.State = int(cpus), int(mem), cloud.VMState(state)
 			return nil
 		}
 	},
+	version: func(vm *cloud.VM) *int64 { return &vm.Version },
 }
 
 // AddHost implements [cloud.Store.AddHost] with one INSERT.
@@ -266,6 +270,9 @@ func add[T any](ctx context.Context, s *Store, r record[T], rec *T) error {
 	op := "add " + r.kind + " " + id
 	if err := s.begin(ctx, op, r.kind, id); err != nil {
 		return err
+	}
+	if r.version != nil {
+		*r.version(rec) = 1
 	}
 	res, err := s.q.ExecContext(ctx, r.sql(s).insert, r.args(rec)...)
 	var n int64
@@ -375,11 +382,20 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 	case err != nil:
 		return zero, s.fail(ctx, op+": lock the row", err)
 	}
+	var next int64
+	if r.version != nil { // the row is locked: the stored version is the latest
+		if next, err = cloud.NextVersion(uuid, *r.version(&rec)); err != nil {
+			return zero, err
+		}
+	}
 	if err := update(&rec); err != nil {
 		return zero, err
 	}
 	if got := r.uuid(&rec); got != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("sqldb: update of %s %s changed its UUID to %q; UUIDs never change", r.kind, uuid, got))
+	}
+	if r.version != nil {
+		*r.version(&rec) = next
 	}
 	args := r.args(&rec)
 	if _, err := tx.ExecContext(ctx, t.update, append(args[1:], uuid)...); err != nil {
