@@ -86,6 +86,9 @@ type nodeStatus struct {
 	Counters counterStatus `json:"counters"`
 	// Hosts is the host tracker's work.
 	Hosts trackerStatus `json:"hosts"`
+	// Database is the node's connection pools and its beats' durations;
+	// absent for a node without a SQL database.
+	Database *databaseStatus `json:"database,omitempty"`
 }
 
 // ringStatus is this node's ring copy.
@@ -128,7 +131,8 @@ type trackerStatus struct {
 }
 
 // newAdmin returns the admin HTTP handler: GET /healthz and GET /status.
-func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time) http.Handler {
+// db reads the node's database status; nil leaves it out.
+func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time, db *dbWatch) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		st := n.State()
@@ -167,6 +171,10 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 				Handled: handled, HandleErrors: failed,
 			},
 			Hosts: trackerStatus{Tracked: hs.Tracked, Pings: hs.Pings, PingFailures: hs.PingFailures, Reconnects: hs.Reconnects, Takeovers: hs.Takeovers},
+		}
+		if db != nil {
+			ds := db.status()
+			st.Database = &ds
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -241,6 +241,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		return fmt.Errorf("open the heartbeat store: %w; check -db", err)
 	}
 	closers = append(closers, closer{"heartbeat store", hb.Close})
+	beats := &beatStats{}
 	records, err := sqldb.Open(ctx, pool, sqldb.Config{Prefix: recPrefix, HeartbeatTable: hb.Table(), MaxAge: o.heartbeat.EvictAfter, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("open the record store: %w; check -db", err)
@@ -271,7 +272,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		Node:      id,
 		Prefix:    o.prefix,
 		Transport: tr,
-		Store:     hb,
+		Store:     timedStore{Store: hb, beats: beats},
 		Registry:  reg,
 		Services:  set.Services(),
 		Heartbeat: o.heartbeat,
@@ -291,7 +292,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	}()
 	closers = append(closers, closer{"message record sweeper", func() error { stopSweep(); <-swept; return nil }})
 
-	admin := newAdmin(node, tr, set, counts, o.prefix, start)
+	admin := newAdmin(node, tr, set, counts, o.prefix, start, &dbWatch{heartbeat: pool.DB, records: pool.DB, beats: beats})
 	if o.testPprof {
 		admin = withGoroutineProfile(admin)
 	}
