@@ -1,10 +1,13 @@
 package main
 
 import (
+	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBeatStats: GET /status's beats: totals since the start, runs of
@@ -35,4 +38,20 @@ func TestBeatStats(t *testing.T) {
 	assert.Equal(t, 2, st.MostFailedInARow)
 
 	assert.Zero(t, (&beatStats{}).status(now).Count, "no beats: an empty summary")
+}
+
+// TestDatabaseStatus: GET /status's database section names each pool's
+// cap and use.
+func TestDatabaseStatus(t *testing.T) {
+	s, err := openStores(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "refnode.db"), 3*time.Second, "hb", "rec", slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer s.close(slog.New(slog.DiscardHandler))
+	c, err := s.recPool.DB.Conn(t.Context())
+	require.NoError(t, err)
+	defer c.Close()
+	st := (&dbWatch{heartbeat: s.hbPool.DB, records: s.recPool.DB, beats: &beatStats{}}).status()
+	assert.Equal(t, heartbeatConns, st.Heartbeat.MaxOpen)
+	assert.Equal(t, recordConns, st.Records.MaxOpen)
+	assert.Equal(t, 1, st.Records.InUse)
+	assert.Zero(t, st.Heartbeat.InUse)
 }
