@@ -119,10 +119,12 @@
 // ends, and the claimant's next beat (an UPDATE of that record) waits for
 // it. A beat of a node with a fenced transaction open thus waits for
 // that transaction to end: measured on MariaDB 10.11, a beat sent while
-// one was open missed its 500 ms timeout, against 2 ms on PostgreSQL,
-// whose check takes no lock on the record. Keep fenced transactions on
-// MySQL much shorter than the heartbeat's OpTimeout, or prefer
-// PostgreSQL.
+// one was open missed its 500 ms timeout, against 2-3 ms on PostgreSQL,
+// whose check takes no lock on the record (refnode's
+// TestBeatsDuringFencedTransactions). On SQLite every writing
+// transaction holds the file's one write lock, which a beat needs too.
+// Keep fenced transactions there much shorter than the heartbeat's
+// OpTimeout, or prefer PostgreSQL.
 //
 // # Implementations
 //

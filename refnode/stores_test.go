@@ -13,11 +13,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
 
 // TestBeatsDoNotWaitForRecords: with every connection of the record
@@ -100,6 +102,72 @@ func beatsDoNotWaitForRecords(t *testing.T, url string) {
 	err = shared.Beat(opCtx, node, epoch)
 	cancelOp()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a heartbeat store on the busy record pool times out: the hold is real")
+}
+
+// TestBeatsDuringFencedTransactions measures a beat sent while a fenced
+// transaction of the same node is open (package fence, "Writes, not
+// liveness"). On PostgreSQL the fence's check takes no lock on the
+// heartbeat record: the beat must land within its timeout. On MySQL and
+// MariaDB the check holds a shared lock on the record until the
+// transaction ends, and on SQLite any writing transaction holds the
+// file's write lock: there the beat waits for the transaction, which this
+// test only reports (the documented limit).
+func TestBeatsDuringFencedTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		url   func(t *testing.T) string
+		waits bool // the beat waits for the transaction: report only
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "refnode.db") }, true},
+		{"postgres", func(t *testing.T) string { return testenv.PostgresDSN(t) }, false},
+		{"mysql", func(t *testing.T) string { return testenv.MySQLDSN(t) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			hbCfg := heartbeat.DefaultConfig()
+			base := "storestest_" + strings.ToLower(message.NewUUID()[:12])
+			s, err := openStores(ctx, tc.url(t), hbCfg.EvictAfter, base+"_heartbeat", base+"_refnode", slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				dropStores(t, s)
+				s.close(slog.New(slog.DiscardHandler))
+			})
+			node := message.NewUUID()
+			epoch, err := s.hb.Register(ctx, node)
+			require.NoError(t, err)
+
+			inTx, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				_, err := s.records.Do(ctx, fence.Write{Claim: fence.Claim{Resource: message.NewUUID(), Node: node, Epoch: epoch}},
+					func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+						close(inTx)
+						<-release
+						return nil, nil
+					})
+				done <- err
+			}()
+			select {
+			case <-inTx:
+			case err := <-done:
+				t.Fatalf("the fenced transaction ended before its function ran: %v", err)
+			}
+			opCtx, cancelOp := context.WithTimeout(ctx, hbCfg.OpTimeout)
+			start := time.Now()
+			err = s.hb.Beat(opCtx, node, epoch)
+			took := time.Since(start)
+			cancelOp()
+			close(release)
+			require.NoError(t, <-done, "the fenced transaction commits")
+			if tc.waits {
+				t.Logf("%s: a beat sent while a fenced transaction of its node was open: %v after %s (it waits for the transaction: see package fence)",
+					tc.name, err, took.Round(time.Millisecond))
+				return
+			}
+			require.NoError(t, err, "a beat while a fenced transaction of its node is open lands within the heartbeat's timeout %s", hbCfg.OpTimeout)
+			t.Logf("%s: a beat sent while a fenced transaction of its node was open took %s", tc.name, took.Round(time.Microsecond))
+		})
+	}
 }
 
 // holdEvery takes n connections of db, each in an open read-only
