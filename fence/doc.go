@@ -158,6 +158,31 @@
 // for a retention window (default a day) and bounded in size (default 1
 // MiB per reply); both are configurable.
 //
+// # Writes, not liveness
+//
+// A check decides whether one write commits, never whether a node is
+// live: it reads the claimant's heartbeat record inside the user's
+// transaction, on the user's connection, and a check that is slow or
+// refused fails that write ([*StaleError], or the database's error) and
+// nothing else. Liveness is decided only by the heartbeat monitor's own
+// beats and lists; no fence statement writes a heartbeat record or
+// evicts anyone. So the fence's statements go with the user's records,
+// on their pool, and the heartbeat store keeps a pool of its own
+// (heartbeat/sqlstore, "A pool of its own"): a beat never waits for a
+// connection behind fenced transactions.
+//
+// One wait remains on MySQL and MariaDB: a check reads the claimant's
+// record with a shared lock, which InnoDB holds until the transaction
+// ends, and the claimant's next beat (an UPDATE of that record) waits for
+// it. A beat of a node with a fenced transaction open thus waits for
+// that transaction to end: measured on MariaDB 10.11, a beat sent while
+// one was open missed its 500 ms timeout, against 2-3 ms on PostgreSQL,
+// whose check takes no lock on the record (refnode's
+// TestBeatsDuringFencedTransactions). On SQLite every writing
+// transaction holds the file's one write lock, which a beat needs too.
+// Keep fenced transactions there much shorter than the heartbeat's
+// OpTimeout, or prefer PostgreSQL.
+//
 // # Implementations
 //
 // Package fence/sqlfence works in SQL transactions on SQLite, PostgreSQL

@@ -88,6 +88,9 @@ type nodeStatus struct {
 	Hosts trackerStatus `json:"hosts"`
 	// VMs is the VM sweeper's work.
 	VMs sweeperStatus `json:"vms"`
+	// Database is the node's connection pools and its beats' durations;
+	// absent for a node without a SQL database.
+	Database *databaseStatus `json:"database,omitempty"`
 }
 
 // ringStatus is this node's ring copy.
@@ -145,7 +148,8 @@ type sweeperStatus struct {
 }
 
 // newAdmin returns the admin HTTP handler: GET /healthz and GET /status.
-func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time) http.Handler {
+// db reads the node's database status; nil leaves it out.
+func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time, db *dbWatch) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		st := n.State()
@@ -186,6 +190,10 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 			},
 			Hosts: trackerStatus{Tracked: hs.Tracked, Pings: hs.Pings, PingFailures: hs.PingFailures, Reconnects: hs.Reconnects, Takeovers: hs.Takeovers},
 			VMs:   sweeperStatus{Sweeps: vs.Sweeps, Repairs: vs.Repairs, Journaled: vs.Journaled, StaleJournal: vs.StaleJournal},
+		}
+		if db != nil {
+			ds := db.status()
+			st.Database = &ds
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

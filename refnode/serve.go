@@ -26,12 +26,10 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
-	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
-	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -229,24 +227,15 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		fmt.Fprintf(stdout, "clock:   skewed by %s (-clock-skew, for fault tests)\n", o.clockSkew)
 	}
 
-	// One pool for both stores: one set of connections, and on SQLite
-	// one pool of writers to the file; room for the heartbeats beside
-	// the records' transactions.
-	pool, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(o.db, o.heartbeat.EvictAfter, serverIsMariaDB(ctx, o.db)), MaxOpenConns: 2 * sqlconn.DefaultMaxOpenConns, Logger: ioLog})
+	// Each store on its own pool, so that beats never wait for a
+	// connection behind the records' work (see openStores).
+	stores, err := openStores(ctx, o.db, o.heartbeat.EvictAfter, hbTable, recPrefix, ioLog)
 	if err != nil {
-		return fmt.Errorf("open the database: %w; check -db", err)
+		return err
 	}
-	closers = append(closers, closer{"database pool", pool.Close})
-	hb, err := sqlstore.OpenDB(ctx, pool.DB, sqlstore.Config{URL: o.db, Table: hbTable, Logger: ioLog})
-	if err != nil {
-		return fmt.Errorf("open the heartbeat store: %w; check -db", err)
-	}
-	closers = append(closers, closer{"heartbeat store", hb.Close})
-	records, err := sqldb.Open(ctx, pool, sqldb.Config{Prefix: recPrefix, HeartbeatTable: hb.Table(), MaxAge: o.heartbeat.EvictAfter, Logger: ioLog})
-	if err != nil {
-		return fmt.Errorf("open the record store: %w; check -db", err)
-	}
-	closers = append(closers, closer{"record store", records.Close})
+	closers = append(closers, closer{"stores", func() error { stores.close(log); return nil }})
+	beats := &beatStats{}
+	records := stores.records
 	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: o.bus, ConnectionName: "refnode " + id, Logger: ioLog})
 	if err != nil {
 		return fmt.Errorf("connect to the broker: %w; check -bus and that RabbitMQ runs", err)
@@ -272,7 +261,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		Node:      id,
 		Prefix:    o.prefix,
 		Transport: tr,
-		Store:     hb,
+		Store:     timedStore{Store: stores.hb, beats: beats},
 		Registry:  reg,
 		Services:  set.Services(),
 		Heartbeat: o.heartbeat,
@@ -292,7 +281,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	}()
 	closers = append(closers, closer{"message record sweeper", func() error { stopSweep(); <-swept; return nil }})
 
-	admin := newAdmin(node, tr, set, counts, o.prefix, start)
+	admin := newAdmin(node, tr, set, counts, o.prefix, start, &dbWatch{heartbeat: stores.hbPool.DB, records: stores.recPool.DB, beats: beats})
 	if o.testPprof {
 		admin = withGoroutineProfile(admin)
 	}

@@ -241,7 +241,7 @@ func TestAdmin(t *testing.T) {
 	defer c.close()
 	var fingerprints []string
 	for _, m := range c.all() {
-		h := newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now())
+		h := newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now(), nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 		assert.Equal(t, http.StatusOK, rec.Code)
@@ -267,7 +267,7 @@ func TestAdmin(t *testing.T) {
 	m := c.all()[0]
 	require.NoError(t, m.node.Close())
 	rec := httptest.NewRecorder()
-	newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now(), nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "a node that left is not healthy")
 }
 

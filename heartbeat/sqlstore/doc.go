@@ -13,28 +13,70 @@
 //	defer s.Close()
 //	m, err := heartbeat.NewMonitor(s, nodeUUID, heartbeat.DefaultConfig(), listener, logger)
 //
-// [Open] creates its own small connection pool (at most
+// [Open] creates the store's own small connection pool (at most
 // [Config.MaxOpenConns], default 4: PostgreSQL allows 100 connections in
-// all); [OpenDB] uses the caller's *sql.DB. Both create the tables if
-// they are missing and migrate them to this version's schema.
+// all); [OpenDB] uses a *sql.DB the caller opened. Both create the tables
+// if they are missing and migrate them to this version's schema.
 //
-// # Sharing a pool
+// # A pool of its own
 //
-// A process with other stores in the same database can give the
-// heartbeat store the pool it already has, with [OpenDB] and the URL it
-// opened the pool from (see the example of OpenDB):
+// Give the heartbeat store a pool that nothing else uses: the one [Open]
+// makes, or a *sql.DB of its own passed to [OpenDB]. A beat counts only
+// if it reaches the database within the monitor's OpTimeout (500 ms by
+// default); one that waits for a connection behind the application's
+// work misses it as surely as one the database never answered, and a
+// node whose beats miss for the lease fences itself and is evicted. That
+// happened to refnode, which shared one pool of 8 connections between
+// this store and its records: with its database link slowed to 100-150
+// ms per round trip and about 60 calls a second, record transactions (5
+// to 9 round trips each) held all 8 connections within 1.2 s, 7 beats in
+// a row timed out waiting for one though the database answered each in
+// 200-300 ms once it had it, and the node was evicted 4.2-4.6 s after the
+// slowdown. With the heartbeat store on a pool of its own, the same
+// slowdown, with the record pool just as full, missed no beat (about 130
+// ms at p50, at most 465 ms on a machine at a load average of 13) and
+// evicted nobody (refnode's TestSlowDatabaseEvictsNobody; see the
+// README). On MySQL and MariaDB a beat still waits for any fenced
+// transaction of its node to end, for a row lock rather than a
+// connection (see package fence, "Writes, not liveness").
 //
-//	db, err := sql.Open("pgx", url) // the application's pool, for its own tables too
-//	s, err := sqlstore.OpenDB(ctx, db, sqlstore.Config{URL: url})
+// Four connections (the default) are plenty: the store's users make one
+// statement at a time each, the monitor (a beat, a list and any
+// evictions every interval, the clock every fourth) and, in a
+// service.Node, the queue sweep (every EvictAfter) and the check of a
+// lifecycle event against the store (one event at a time), so the
+// monitor finds a free connection even when all the others run.
+// Connections idle for a minute are closed: a quiet node keeps one or
+// two.
+//
+// A process that opens its pools itself passes one to [OpenDB] with the
+// URL it opened it from:
+//
+//	hb, err := sql.Open("pgx", url) // for the heartbeat store alone
+//	hb.SetMaxOpenConns(4)
+//	s, err := sqlstore.OpenDB(ctx, hb, sqlstore.Config{URL: url})
 //
 // The URL is never connected to: it tells the dialect, names the database
 // (masked) in errors and logs, and lets the store scrub its passwords from
 // driver errors. Without it, [Config.Dialect] is required and errors name
-// the dialect only. The caller closes its pool after the store. On
-// SQLite, whose file has one writer at a time, one pool per process keeps
-// the process's writers together; give it the settings Open uses (see
-// SQLite below). refnode shares one pool between this store and its
-// record store.
+// the dialect only. The caller closes its pool after the store; on
+// SQLite, give it the settings Open uses (see SQLite below).
+//
+// SQLite has one writer per file: a beat on its own pool still waits for
+// the write lock that any writing transaction holds until it ends, and a
+// pool of its own spares it only the wait for a connection. refnode's
+// BenchmarkSQLiteBeatsUnderRecordLoad measured both, two processes on
+// one file: with every record connection held 200 ms at a time, beats on
+// the shared pool took 106 ms (p50) and up to 205 ms, on their own
+// pool 0.4 ms and up to 3 ms; at 60 calls a second, or with bursts of 64
+// transactions 5 times a second, the same; only with the file's writer
+// saturated (8 writers per process in a loop, 8,000-11,000 writes a
+// second) did more beats miss their timeout on their own pool, 7-11 %
+// against 1 %, as SQLite's busy handler lets a waiting connection sleep
+// (1, 2, 5, 10 ms, ...) while a writer that the shared pool hands a
+// connection takes the lock at once. refnode gives the heartbeat store
+// its own pool on SQLite too; a load that saturates one file's writer
+// calls for PostgreSQL or MySQL.
 //
 // # Tables
 //

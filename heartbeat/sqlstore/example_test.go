@@ -60,41 +60,64 @@ func Example() {
 	// the node's next beat: true
 }
 
-// A process that keeps its own tables in the database shares its pool
-// with the heartbeat store: OpenDB never connects with the URL, which
-// names the database in errors and logs, and leaves the pool open.
+// A process that opens its pools itself gives the heartbeat store one of
+// its own, beside the pool of its own tables, so that no beat waits for a
+// connection behind the application's work. OpenDB never connects with
+// the URL, which names the database in errors and logs, and leaves the
+// pool open.
 func ExampleOpenDB() {
 	dir, _ := os.MkdirTemp("", "sqlstore-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 	path := filepath.Join(dir, "app.db")
+	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate" // the settings Open uses
 
-	// The application's pool, with the settings Open would use.
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	app, err := sql.Open("sqlite", dsn) // the application's pool, for its tables
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer db.Close() // after the store
-	if _, err := db.ExecContext(ctx, `CREATE TABLE app_items (id TEXT PRIMARY KEY)`); err != nil {
-		fmt.Println(err)
-		return
-	}
-
-	s, err := sqlstore.OpenDB(ctx, db, sqlstore.Config{URL: "sqlite:" + path})
+	defer app.Close()
+	app.SetMaxOpenConns(1)
+	hb, err := sql.Open("sqlite", dsn) // the heartbeat store's, for nothing else
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	_, _ = s.Register(ctx, "3694776ab31a45709259254a018913ca")
+	defer hb.Close() // after the store
+	hb.SetMaxOpenConns(4)
+	if _, err := app.ExecContext(ctx, `CREATE TABLE app_items (id TEXT PRIMARY KEY)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	s, err := sqlstore.OpenDB(ctx, hb, sqlstore.Config{URL: "sqlite:" + path})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The application's work holds its one connection (a read: on
+	// SQLite a write would hold the file's one write lock too)...
+	busy, err := app.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var items int
+	_ = busy.QueryRowContext(ctx, `SELECT COUNT(*) FROM app_items`).Scan(&items)
+	epoch, _ := s.Register(ctx, "3694776ab31a45709259254a018913ca")
+	err = s.Beat(ctx, "3694776ab31a45709259254a018913ca", epoch) // ...and the beat does not wait for it
+	fmt.Println("beat:", err)
+	_ = busy.Rollback()
 	recs, _ := s.List(ctx)
 	fmt.Println("dialect:", s.Dialect(), "records:", len(recs))
 	fmt.Println("named as given:", s.MaskedURL() == "sqlite:"+path)
 	_ = s.Close()
 
-	_, err = db.ExecContext(ctx, `INSERT INTO app_items (id) VALUES ('a')`)
+	_, err = hb.ExecContext(ctx, `SELECT 1`)
 	fmt.Println("the pool is still open:", err == nil)
 	// Output:
+	// beat: <nil>
 	// dialect: sqlite records: 1
 	// named as given: true
 	// the pool is still open: true

@@ -31,7 +31,9 @@
 // connection. PostgreSQL goes through pgx's database/sql driver, MySQL
 // through go-sql-driver/mysql; the pool is capped at
 // [Config.MaxOpenConns] (default 4). Stores of one process may share a
-// Pool; whoever opened it closes it, after the stores.
+// Pool, but the heartbeat store needs one of its own, so that no beat
+// waits for a connection behind other work (see heartbeat/sqlstore).
+// Whoever opened a Pool closes it, after the stores.
 //
 // # Versioned tables
 //

@@ -77,10 +77,10 @@ func (c Config) Problems() []error {
 // settings every cloudbus SQL store uses: SQLite in WAL mode with a busy
 // timeout and immediate transactions, PostgreSQL through pgx, MySQL
 // through go-sql-driver/mysql, a capped pool, and the URL's passwords
-// known so that errors and logs name the database masked. Stores of one
-// process may share one Pool (refnode's heartbeat and record stores do):
-// on SQLite, whose file has one writer at a time, that keeps the
-// process's writers in one pool.
+// known so that errors and logs name the database masked. A heartbeat
+// store needs a Pool of its own: a beat must not wait for a connection
+// behind other stores' work (see heartbeat/sqlstore); refnode opens one
+// Pool for its heartbeat store and one for its record store.
 //
 // A Pool is safe for concurrent use. Whoever opened it closes it, after
 // every store using it.

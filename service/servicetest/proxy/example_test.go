@@ -63,3 +63,43 @@ func Example() {
 	// after Cut, reset: true
 	// after Heal: pong
 }
+
+// SetLatency slows a link: here 50 to 75 ms each way, so each round
+// trip gains 100 to 150 ms, as a distant database would.
+func ExampleProxy_SetLatency() {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0") // an echo server
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+		}
+	}()
+	p, err := proxy.Listen(ln.Addr().String())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	c, _ := net.Dial("tcp", p.Addr())
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	roundTrip := func() time.Duration {
+		start := time.Now()
+		_, _ = c.Write([]byte("x"))
+		_, _ = c.Read(make([]byte, 1))
+		return time.Since(start)
+	}
+
+	each := proxy.Latency{Delay: 50 * time.Millisecond, Jitter: 25 * time.Millisecond}
+	p.SetLatency(each, each)
+	fmt.Println("slowed by 100 ms at least:", roundTrip() >= 100*time.Millisecond)
+	p.Heal()
+	fmt.Println("after Heal, under 50 ms:", roundTrip() < 50*time.Millisecond)
+	// Output:
+	// slowed by 100 ms at least: true
+	// after Heal, under 50 ms: true
+}

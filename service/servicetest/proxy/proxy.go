@@ -21,8 +21,16 @@
 //     network looks: reads wait until their deadlines, and so do writes
 //     once the socket buffers are full. Bytes the proxy already read are
 //     delivered after Heal, in order.
-//   - [Proxy.Heal] undoes both: new connections go through, stalled ones
-//     flow again. Connections reset by Cut stay reset.
+//   - [Proxy.SetLatency] delays the bytes of each direction by a fixed
+//     delay plus a random jitter, as a slow or distant network looks:
+//     a delay line, not a pause per read, so round trips in flight
+//     overlap and throughput is not limited by the delay; bytes keep
+//     their order. A request/response round trip gains the delays of
+//     both directions: SetLatency(Latency{Delay: 50ms, Jitter: 25ms},
+//     Latency{Delay: 50ms, Jitter: 25ms}) adds 100 to 150 ms to each.
+//   - [Proxy.Heal] undoes all three: new connections go through, stalled
+//     ones flow again, and the latency is gone (bytes already delayed
+//     keep their delivery time). Connections reset by Cut stay reset.
 //
 // A clean close on one side (FIN) is passed on to the other side; both
 // sockets of a pair are closed once both directions are done. An error
@@ -38,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"sync"
@@ -48,6 +57,30 @@ import (
 
 // dialTimeout bounds each upstream dial.
 const dialTimeout = 5 * time.Second
+
+// lineChunks bounds the reads a delayed direction holds (each at most
+// 32 KiB, so 8 MiB in all); past it the reader waits, as it would on a
+// full socket buffer.
+const lineChunks = 256
+
+// Latency is a delay the proxy adds to the bytes of one direction (see
+// [Proxy.SetLatency]). The zero value adds none.
+type Latency struct {
+	// Delay is how long each byte is held at least.
+	Delay time.Duration
+	// Jitter adds a random part of [0, Jitter) to each read's delay.
+	// Bytes still keep their order: a read is never delivered before
+	// the one read before it.
+	Jitter time.Duration
+}
+
+// direction is which way a pipe copies.
+type direction int
+
+const (
+	toTarget direction = iota // client to target
+	toClient                  // target to client
+)
 
 // Proxy is a TCP proxy between a test's code and a real server. Create
 // one with [New] or [NewURL] in a test, or [Listen] outside one. All
@@ -64,6 +97,7 @@ type Proxy struct {
 	gen     uint64             // incremented by every Cut
 	refuse  bool               // between Cut and Heal
 	stalled chan struct{}      // non-nil while stalled; closed by Heal
+	latency [2]Latency         // by direction
 	wg      sync.WaitGroup     // the accept loop, dials and pipes
 }
 
@@ -194,30 +228,70 @@ func (p *Proxy) serve(c net.Conn) {
 	p.pairs[pr] = struct{}{}
 	p.wg.Add(2)
 	p.mu.Unlock()
-	go p.pipe(pr, c, up)
-	go p.pipe(pr, up, c)
+	go p.pipe(pr, c, up, toTarget)
+	go p.pipe(pr, up, c, toClient)
 }
 
-// pipe copies src to dst, waiting while the proxy is stalled.
-func (p *Proxy) pipe(pr *pair, src, dst net.Conn) {
+// chunk is one read in a delay line: its bytes (nil for the FIN) and
+// when they are due.
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pipe copies src to dst, waiting while the proxy is stalled. Until dir
+// is first delayed it writes each read itself; from then on it hands
+// every read, stamped with its due time, to a delay line (deliver), so
+// that reads keep their order.
+func (p *Proxy) pipe(pr *pair, src, dst net.Conn, dir direction) {
 	defer p.wg.Done()
+	var line chan chunk // nil until dir is first delayed
+	var lastDue time.Time
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitUnstalled(pr) {
-				return // cut while stalled
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				p.drop(pr, true)
-				return
+			lat := p.latencyOf(dir)
+			switch {
+			case line == nil && lat == Latency{}:
+				if !p.waitUnstalled(pr) {
+					return // cut while stalled
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					p.drop(pr, true)
+					return
+				}
+			default:
+				if line == nil {
+					line = make(chan chunk, lineChunks)
+					p.wg.Add(1)
+					go p.deliver(pr, dst, line)
+				}
+				d := lat.Delay
+				if lat.Jitter > 0 {
+					d += rand.N(lat.Jitter)
+				}
+				due := time.Now().Add(d)
+				if due.Before(lastDue) {
+					due = lastDue // never before the read before it
+				}
+				lastDue = due
+				select {
+				case line <- chunk{data: append([]byte(nil), buf[:n]...), due: due}:
+				case <-pr.cut:
+					return
+				}
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			closeWrite(dst) // pass the FIN on
-			if pr.open.Add(-1) == 0 {
-				p.drop(pr, false)
+			if line != nil {
+				select {
+				case line <- chunk{due: lastDue}: // deliver passes the FIN on
+				case <-pr.cut:
+				}
+				return
 			}
+			p.finish(pr, dst)
 			return
 		}
 		if err != nil {
@@ -225,6 +299,57 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn) {
 			return
 		}
 	}
+}
+
+// deliver writes the reads of a delay line to dst, each at its due time
+// and once the proxy is not stalled, until the FIN (nil data) or a cut.
+func (p *Proxy) deliver(pr *pair, dst net.Conn, line <-chan chunk) {
+	defer p.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		var c chunk
+		select {
+		case c = <-line:
+		case <-pr.cut:
+			return
+		}
+		if wait := time.Until(c.due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-pr.cut:
+				return
+			}
+		}
+		if !p.waitUnstalled(pr) {
+			return // cut while stalled
+		}
+		if c.data == nil {
+			p.finish(pr, dst)
+			return
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			p.drop(pr, true)
+			return
+		}
+	}
+}
+
+// finish passes a FIN on to dst and closes the pair once both
+// directions are done.
+func (p *Proxy) finish(pr *pair, dst net.Conn) {
+	closeWrite(dst)
+	if pr.open.Add(-1) == 0 {
+		p.drop(pr, false)
+	}
+}
+
+// latencyOf returns the latency of dir now.
+func (p *Proxy) latencyOf(dir direction) Latency {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.latency[dir]
 }
 
 // waitUnstalled waits while the proxy is stalled; it reports false if
@@ -293,11 +418,30 @@ func (p *Proxy) Stall() {
 	p.mu.Unlock()
 }
 
-// Heal undoes Cut and Stall: new connections go through and stalled
-// bytes flow again. Connections already reset stay reset.
+// SetLatency delays every byte the proxy reads from now on, on every
+// connection, open or new: toTarget the bytes from the client to the
+// target, toClient the target's. Each read is held for its direction's
+// Delay plus a random part of its Jitter, and never delivered before the
+// read before it, so bytes keep their order; reads already held keep
+// their delivery time. The delay is a delay line, not a pause per read:
+// a connection's reads in flight are held at once, so throughput does
+// not fall with the delay (up to 8 MiB in flight per direction of a
+// connection). A request/response round trip gains both directions'
+// delays. Zero values remove the latency; so does [Proxy.Heal]. A
+// stalled proxy holds delayed bytes until Heal too.
+func (p *Proxy) SetLatency(toTarget, toClient Latency) {
+	p.mu.Lock()
+	p.latency = [2]Latency{toTarget, toClient}
+	p.mu.Unlock()
+}
+
+// Heal undoes Cut, Stall and SetLatency: new connections go through,
+// stalled bytes flow again, and bytes read from now on are not delayed.
+// Connections already reset stay reset.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.refuse = false
+	p.latency = [2]Latency{}
 	if p.stalled != nil {
 		close(p.stalled)
 		p.stalled = nil

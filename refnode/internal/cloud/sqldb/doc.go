@@ -71,19 +71,18 @@
 //
 // # Connections
 //
-// The store uses the caller's pool and never closes it: refnode serve
-// opens one pool from -db and shares it between this store and the
-// heartbeat store (sqlstore.OpenDB), so that the process has one set of
-// connections, and on SQLite, whose file has one writer at a time, one
-// pool of writers. The pool's settings are sqlconn's: capped (default 4
-// connections; refnode serve gives its shared pool 8), and on SQLite
-// every connection sets busy_timeout (default 5 s: a writer waits for
-// another process's write lock instead of failing with "database is
-// locked"), journal_mode=WAL (readers never block the writer) and
-// synchronous=NORMAL, and begins transactions with BEGIN IMMEDIATE. WAL
-// needs shared memory between the processes: keep the file on a local
-// disk. An in-memory SQLite database is refused (it would be private to
-// one connection; use package memdb).
+// The store uses the caller's pool and never closes it. refnode serve
+// opens two pools from -db: one of 8 connections for this store, one of
+// 4 for the heartbeat store (sqlstore.OpenDB), so that beats never wait
+// for a connection behind this store's transactions (see refnode's
+// openStores). The pool's settings are sqlconn's: capped (default 4
+// connections), and on SQLite every connection sets busy_timeout
+// (default 5 s: a writer waits for another process's write lock instead
+// of failing with "database is locked"), journal_mode=WAL (readers never
+// block the writer) and synchronous=NORMAL, and begins transactions with
+// BEGIN IMMEDIATE. WAL needs shared memory between the processes: keep
+// the file on a local disk. An in-memory SQLite database is refused (it
+// would be private to one connection; use package memdb).
 //
 // # Errors and credentials
 //

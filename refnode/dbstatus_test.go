@@ -1,0 +1,57 @@
+package main
+
+import (
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBeatStats: GET /status's beats: totals since the start, runs of
+// failures, and the durations of the beats within the window only.
+func TestBeatStats(t *testing.T) {
+	var b beatStats
+	now := time.Now()
+	b.add(now.Add(-time.Minute), 900*time.Millisecond, true) // outside the window
+	for i := range 100 {
+		b.add(now.Add(-10*time.Second+time.Duration(i)*time.Millisecond), time.Duration(i+1)*time.Millisecond, false)
+	}
+	b.add(now, 500*time.Millisecond, true)
+	b.add(now, 501*time.Millisecond, true)
+	st := b.status(now)
+	assert.Equal(t, uint64(103), st.Total)
+	assert.Equal(t, uint64(3), st.TotalFailed)
+	assert.Equal(t, 2, st.FailingNow)
+	assert.Equal(t, 2, st.MostFailedInARow)
+	assert.Equal(t, 102, st.Count, "the beat a minute ago is outside the window")
+	assert.Equal(t, 2, st.Failed)
+	assert.Equal(t, 51.0, st.P50MS)
+	assert.Equal(t, 100.0, st.P99MS)
+	assert.Equal(t, 501.0, st.MaxMS)
+
+	b.add(now, time.Millisecond, false)
+	st = b.status(now)
+	assert.Equal(t, 0, st.FailingNow, "a beat that succeeds ends the run")
+	assert.Equal(t, 2, st.MostFailedInARow)
+
+	assert.Zero(t, (&beatStats{}).status(now).Count, "no beats: an empty summary")
+}
+
+// TestDatabaseStatus: GET /status's database section names each pool's
+// cap and use.
+func TestDatabaseStatus(t *testing.T) {
+	s, err := openStores(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "refnode.db"), 3*time.Second, "hb", "rec", slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer s.close(slog.New(slog.DiscardHandler))
+	c, err := s.recPool.DB.Conn(t.Context())
+	require.NoError(t, err)
+	defer c.Close()
+	st := (&dbWatch{heartbeat: s.hbPool.DB, records: s.recPool.DB, beats: &beatStats{}}).status()
+	assert.Equal(t, heartbeatConns, st.Heartbeat.MaxOpen)
+	assert.Equal(t, recordConns, st.Records.MaxOpen)
+	assert.Equal(t, 1, st.Records.InUse)
+	assert.Zero(t, st.Heartbeat.InUse)
+}
