@@ -65,9 +65,9 @@ func (b *CloudBus) failOneWay(serviceID string, env *message.Envelope, d Deliver
 	var why string
 	switch {
 	case attempts >= b.cfg.RetryAttempts:
-		why = fmt.Sprintf("its handler failed %d times (Config.RetryAttempts %d)", attempts, b.cfg.RetryAttempts)
+		why = fmt.Sprintf("it failed %d times (Config.RetryAttempts %d)", attempts, b.cfg.RetryAttempts)
 	case !dl.at.IsZero() && !now.Add(pause).Before(dl.at):
-		why = fmt.Sprintf("its handler failed %d times and its deadline passes in %s, before the next attempt (in %s)",
+		why = fmt.Sprintf("it failed %d times and its deadline passes in %s, before the next attempt (in %s)",
 			attempts, max(dl.at.Sub(now), 0).Round(time.Millisecond), pause)
 	}
 	if why != "" {
