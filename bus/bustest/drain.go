@@ -109,16 +109,7 @@ func testCutReported(t *testing.T, c *cluster) {
 	id := message.NewUUID()
 	b := c.open(id, bus.Config{})
 	require.NoError(t, b.Register(t.Context(), "svc", echoHandler(b)))
-	w, ok := b.tr.(bus.StateWatcher)
-	require.True(t, ok, "a transport that can be cut must report its state (bus.StateWatcher)")
-	states := make(chan bus.TransportState, 16)
-	stop := w.WatchState(func(s bus.TransportState) {
-		select {
-		case states <- s:
-		default:
-		}
-	})
-	defer stop()
+	states := watchStates(t, b.tr)
 	cutter.Cut(t, id)
 	awaitState(t, states, bus.TransportReconnecting)
 	cutter.Heal(t, id)
@@ -127,6 +118,23 @@ func testCutReported(t *testing.T, c *cluster) {
 		_, err := bus.Call[Echoed](t.Context(), a.CloudBus, b.LocalID("svc"), Echo{Seq: 1}, bus.WithTimeout(time.Second))
 		return err == nil
 	})
+}
+
+// watchStates reports tr's state changes on the returned channel (the
+// latest 16; more are dropped) until the test ends.
+func watchStates(t *testing.T, tr bus.Transport) <-chan bus.TransportState {
+	t.Helper()
+	w, ok := tr.(bus.StateWatcher)
+	require.True(t, ok, "a transport that can be cut must report its state (bus.StateWatcher)")
+	states := make(chan bus.TransportState, 16)
+	stop := w.WatchState(func(s bus.TransportState) {
+		select {
+		case states <- s:
+		default:
+		}
+	})
+	t.Cleanup(stop)
+	return states
 }
 
 func awaitState(t *testing.T, ch <-chan bus.TransportState, want bus.TransportState) {

@@ -238,16 +238,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 	b := c.open("", bus.Config{})
 	h := newFailing()
 	require.NoError(t, b.Register(t.Context(), "svc", h))
-	w, ok := a.tr.(bus.StateWatcher)
-	require.True(t, ok, "a transport that can be cut must report its state (bus.StateWatcher)")
-	states := make(chan bus.TransportState, 16)
-	stop := w.WatchState(func(s bus.TransportState) {
-		select {
-		case states <- s:
-		default:
-		}
-	})
-	defer stop()
+	states := watchStates(t, a.tr)
 	cutter.Cut(t, id)
 	awaitState(t, states, bus.TransportReconnecting)
 
