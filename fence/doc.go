@@ -34,8 +34,8 @@
 // Claims are lazy: a node taking over a third of the key space does no
 // store work at takeover; the first write of each resource moves its
 // token in the statement that checks it (a first-ever write inserts the
-// row). Every fenced transaction costs one extra statement (two on
-// PostgreSQL) and holds the resource's token row until it ends.
+// row). Every fenced transaction costs two extra statements (one on
+// SQLite) and holds the resource's token row until it ends.
 //
 // # Isolation
 //
@@ -43,14 +43,18 @@
 // COMMITTED and MariaDB's REPEATABLE READ it reads a snapshot that may be
 // older than the eviction. The conditional UPDATE is the check:
 //
-//   - PostgreSQL: the token row is locked first (SELECT … FOR UPDATE),
-//     then the UPDATE reads the claimant's record in a statement that
-//     starts after the lock was granted, so a claimant evicted while it
-//     waited for the lock is refused. Use READ COMMITTED (the default),
-//     or make Check the first statement of the transaction.
-//   - MySQL and MariaDB: the record is read in the UPDATE with a shared
-//     lock, that is its latest committed version, whatever the
-//     isolation level.
+//   - PostgreSQL, MySQL and MariaDB: the token row is locked first
+//     (SELECT … FOR UPDATE), then the UPDATE reads the claimant's record
+//     in a statement that starts after the lock was granted, so a
+//     claimant evicted while it waited for the lock is refused. Run
+//     fenced transactions at READ COMMITTED (PostgreSQL's default;
+//     sqlfence.Fence.Do begins them so on MySQL and MariaDB, whose
+//     default is REPEATABLE READ), so that each statement reads the
+//     latest committed record, Verify included, without locking it.
+//     Under REPEATABLE READ on MySQL the check is still safe (InnoDB
+//     then reads the record with a shared lock) but the claimant's beats
+//     wait for the transaction (see "Writes, not liveness"), and Verify
+//     reads the transaction's snapshot.
 //   - SQLite: transactions must begin with BEGIN IMMEDIATE (_txlock=immediate,
 //     as sqlstore.Open sets), so the check runs under the write lock.
 //
@@ -171,17 +175,20 @@
 // (heartbeat/sqlstore, "A pool of its own"): a beat never waits for a
 // connection behind fenced transactions.
 //
-// One wait remains on MySQL and MariaDB: a check reads the claimant's
-// record with a shared lock, which InnoDB holds until the transaction
-// ends, and the claimant's next beat (an UPDATE of that record) waits for
-// it. A beat of a node with a fenced transaction open thus waits for
-// that transaction to end: measured on MariaDB 10.11, a beat sent while
-// one was open missed its 500 ms timeout, against 2-3 ms on PostgreSQL,
-// whose check takes no lock on the record (refnode's
-// TestBeatsDuringFencedTransactions). On SQLite every writing
-// transaction holds the file's one write lock, which a beat needs too.
-// Keep fenced transactions there much shorter than the heartbeat's
-// OpTimeout, or prefer PostgreSQL.
+// No check locks the claimant's heartbeat record, so a node's beat never
+// waits for its own open fenced transactions: at READ COMMITTED the
+// check and Verify read the record without a lock. At REPEATABLE READ,
+// MySQL's default, InnoDB would read it with a shared lock held until the
+// transaction ends, and the node's next beat (an UPDATE of that record)
+// would wait for it: measured on MariaDB 10.11, a beat sent while such a
+// transaction was open missed its 500 ms timeout; at READ COMMITTED it
+// takes milliseconds, as on PostgreSQL (refnode's
+// TestBeatsDuringFencedTransactions). sqlfence.Fence.Do begins its
+// transactions at READ COMMITTED; a transaction of your own that calls
+// sqlfence.Fence.Check should too. On SQLite every writing transaction
+// holds the file's one write lock, which a beat needs too: keep fenced
+// transactions there much shorter than the heartbeat's OpTimeout, or
+// prefer PostgreSQL.
 //
 // # Implementations
 //

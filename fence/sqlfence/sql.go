@@ -21,7 +21,7 @@ type statements struct {
 	// resource's row with token 1 under the same condition, or nothing
 	// if the row exists.
 	check, first string
-	// lock (PostgreSQL only) takes the token row's lock before check:
+	// lock (PostgreSQL, MySQL) takes the token row's lock before check:
 	// a statement that waits for a row lock re-checks only that row
 	// afterwards, and would judge the claimant's record by the snapshot
 	// taken before it waited; check, run once the lock is held, reads
@@ -30,8 +30,7 @@ type statements struct {
 	// record reads a node's record for the error message: epoch, age.
 	record string
 	// verify reads whether the claimant's record is live now, in a
-	// statement of its own: a locking read on MySQL (REPEATABLE READ's
-	// plain SELECT would read the transaction's snapshot).
+	// statement of its own (READ COMMITTED: a fresh snapshot).
 	verify string
 	// holder reads who holds a resource: node, epoch, token.
 	holder string
@@ -53,10 +52,10 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 	// The claimant's record is live: it exists with this epoch and beat
 	// less than MaxAge ago by the database's clock. It is read in the
 	// statement that moves the token, never from an earlier snapshot:
-	// PostgreSQL (READ COMMITTED) reads it as of the statement, MySQL
-	// and MariaDB read it with a shared lock (the latest committed
-	// version, whatever the isolation level), SQLite under the write
-	// lock of BEGIN IMMEDIATE.
+	// PostgreSQL, MySQL and MariaDB (READ COMMITTED, the token row locked
+	// by the statement before) read it as of the statement, without a
+	// lock, so the node's own beat never waits for its open fenced
+	// transactions; SQLite under the write lock of BEGIN IMMEDIATE.
 	live := `EXISTS (SELECT 1 FROM {hb} WHERE node = ? AND epoch = ? AND beat_us > {now} - ?)`
 	var s statements
 	switch d {
@@ -103,6 +102,7 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 				"WHERE resource = ? AND " + live,
 			first: "INSERT INTO {tok} (resource, token, node, epoch, uses) SELECT ?, 1, ?, ?, 1 FROM DUAL WHERE " + live +
 				" ON DUPLICATE KEY UPDATE resource = resource",
+			lock:       "SELECT 1 FROM {tok} WHERE resource = ? FOR UPDATE",
 			onceInsert: "INSERT INTO {once} (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, 0, NULL, {now}) ON DUPLICATE KEY UPDATE id = id",
 			// A locking read: the latest committed record, not the
 			// snapshot of REPEATABLE READ.
@@ -112,9 +112,6 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 	s.drop = []string{`DROP TABLE IF EXISTS {once}`, `DROP TABLE IF EXISTS {tok}`}
 	s.record = `SELECT epoch, {now} - beat_us FROM {hb} WHERE node = ?`
 	s.verify = `SELECT COUNT(*) FROM {hb} WHERE node = ? AND epoch = ? AND beat_us > {now} - ?`
-	if d == MySQL {
-		s.verify += ` LOCK IN SHARE MODE`
-	}
 	s.holder = `SELECT node, epoch, token FROM {tok} WHERE resource = ?`
 	s.onceFinish = `UPDATE {once} SET done = 1, reply = ? WHERE id = ?`
 	s.sweep = `DELETE FROM {once} WHERE at_us < {now} - ?`

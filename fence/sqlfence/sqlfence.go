@@ -161,9 +161,12 @@ func (f *Fence) Config() Config { return f.cfg }
 // Call it as the first statement of tx: the check is the conditional
 // UPDATE itself, which reads the heartbeat record as it is now, not as an
 // earlier statement's snapshot saw it (a plain SELECT of the token would
-// fence nothing). A resource's first check inserts its row; later ones
-// are one UPDATE each: one round trip (two on PostgreSQL, which takes
-// the row's lock first; see the package documentation).
+// fence nothing). Begin tx at READ COMMITTED on MySQL and MariaDB (as
+// [Fence.Do] does): at REPEATABLE READ the check locks the claimant's
+// heartbeat record until tx ends, so the node's beats wait for tx, and
+// [Fence.Verify] reads tx's snapshot. A resource's first check inserts
+// its row; later ones take the row's lock, then move it: two round trips
+// (one on SQLite; see the package fence documentation).
 func (f *Fence) Check(ctx context.Context, tx *sql.Tx, c fence.Claim) (fence.Token, error) {
 	if err := c.Validate(); err != nil {
 		return 0, err
@@ -397,7 +400,14 @@ func deadlock(err error) bool {
 
 // do is one attempt of Do; ran says whether fn was called.
 func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) (_ []byte, ran bool, _ error) {
-	tx, err := f.db.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if f.cfg.Dialect == MySQL {
+		// REPEATABLE READ, MySQL's default, would take a shared lock on
+		// the claimant's heartbeat record in the check and keep it until
+		// the end: the node's own beats would wait for its transactions.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := f.db.BeginTx(ctx, opts)
 	if err != nil {
 		if !w.Claim.IsZero() {
 			return nil, false, f.fail(ctx, w.Claim, "begin", err)
