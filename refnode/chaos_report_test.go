@@ -54,7 +54,7 @@ func chaosReport(s chaosSummary) string {
 	}
 	p("Faults by kind: %s", counts(kinds))
 	p("")
-	p("| # | at | fault | hold | evicted (from the injection) | every node serving, the store theirs, after the heal | every ring agreeing after that | calls invoked in the window | slowest |")
+	p("| # | at | fault | hold | evicted (from the injection) | every node serving, the store theirs, after the heal | every ring agreeing after that | image calls invoked in the window | slowest |")
 	p("| ---: | ---: | --- | ---: | --- | ---: | ---: | --- | ---: |")
 	t0 := time.Time{}
 	if len(s.windows) > 0 {
@@ -155,7 +155,7 @@ func chaosReport(s chaosSummary) string {
 		p("| one-way writes: taken by the broker / committed once / dead-lettered / refused at send | %d / %d / %d / %d |", ow.sent, ow.committed, ow.dead, ow.refusedAtSend)
 		p("| one-way writes: confirmed but never run (neither committed nor dead-lettered) | %d |", len(ow.lost))
 		p("| one-way writes: applied twice | %d |", len(ow.twice))
-		p("| one-way writes: committed after their deadline + %s | %d |", fdBound, len(ow.late))
+		p("| one-way writes: committed after their deadline + %s (+ a slowed link's one-way delay) | %d |", fdBound, len(ow.late))
 		p("| one-way writes: names no send wrote | %d |", len(ow.foreign))
 		p("| one-way writes: dead letters by reason | %s |", counts(ow.reasons))
 		p("| one-way writes: committed and dead-lettered too / refused at send yet committed (allowed) | %d / %d |", ow.deadCommitted, ow.refusedCommitted)
@@ -176,7 +176,7 @@ func chaosReport(s chaosSummary) string {
 	p("| database: names no call wrote | %d |", len(d.foreign))
 	p("| database: stale writes (token below an earlier commit's) | %d |", len(d.stale))
 	p("| database: two-owner commits (one token, two claims) | %d |", len(d.twoOwners))
-	p("| database: late executions (commit after the deadline + %s) | %d (latest %s) |", fdBound, len(d.late), d.lateMax.Round(time.Millisecond))
+	p("| database: late executions (commit after the deadline + %s, + a slowed link's one-way delay) | %d (latest %s) |", fdBound, len(d.late), d.lateMax.Round(time.Millisecond))
 	p("| database: broken chains of names | %d |", len(d.chainBreaks))
 	p("| database: a client's writes out of issue order | %d |", len(d.reordered))
 	p("| database: commits after the writer lost its lease (allowed) | %d |", d.afterLease)
