@@ -206,7 +206,7 @@ func TestChaosAuditOneWay(t *testing.T) {
 	}
 	dead := map[string]string{
 		"m2": "its deadline passed 1.2s before it could start on node ab; it did not run",
-		"m6": "its handler failed 3 times and its deadline passes in 10ms, before the next attempt (in 400ms); last error: internal",
+		"m6": "it failed 3 times and its deadline passes in 10ms, before the next attempt (in 400ms); last error: internal",
 	}
 	f := analyzeOneWay(sends, rows, map[string]int{"img": 1}, func(id string) string { return dead[id] }, nil)
 	assert.Equal(t, 6, f.sent)
@@ -228,5 +228,5 @@ func TestChaosAuditOneWay(t *testing.T) {
 		assert.NotEmpty(t, list, "the made-up writes break %q", name)
 	}
 	assert.Equal(t, "retries past its deadline", deadReason(dead["m6"]))
-	assert.Equal(t, "out of attempts", deadReason("its handler failed 20 times (Config.RetryAttempts 20); last error: x"))
+	assert.Equal(t, "out of attempts", deadReason("it failed 20 times (Config.RetryAttempts 20); last error: x"))
 }
