@@ -97,7 +97,9 @@ const HeaderRetry = "cloudbus-retry"
 // are spent. Each retry is sent with the same message id, once the
 // router's ring has changed (for node_left: once it no longer names the
 // owner that left), within ctx; the handler may so run on both the old
-// owner and the new one. max must be at least 1; a smaller one fails the
+// owner and the new one, and after a node_left a later attempt's refusal
+// does not say the first attempt will not run: the router returns
+// node_left then. max must be at least 1; a smaller one fails the
 // call with message.ErrBadRequest before anything is sent. Default: no
 // such retry; node_left reaches the caller.
 //

@@ -36,7 +36,9 @@ import (
 //   - late executions: a commit after its caller's deadline + fdBound
 //     (the commit's time by the database's clock, which the deadlines
 //     travel in; the test takes the clients' clock for it, as both run on
-//     this machine);
+//     this machine), plus, while the writer's database link was slowed,
+//     the link's one-way delay: a COMMIT sent by the deadline reaches the
+//     database that much later (linkSlack);
 //   - broken chains: a commit whose old name is not the name the
 //     previous commit wrote, or a cas committed over a name other than
 //     the one it expected;
@@ -175,10 +177,22 @@ func (f *dbFigures) violations() map[string][]string {
 	}
 }
 
+// linkSlack is how much later than its node's decision a commit by node
+// at may reach the database: the one-way delay of the node's database
+// link if it was slowed then; nil for none.
+type linkSlack func(node string, at time.Time) time.Duration
+
+func (s linkSlack) of(node string, at time.Time) time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s(node, at)
+}
+
 // analyzeAudit checks the audit rows against the calls. images maps an
 // image's UUID to its index; init is every image's first name; maxAge is
-// the lease (-evict-after).
-func analyzeAudit(rows []auditRow, ops []chaosOp, images map[string]int, init string, maxAge time.Duration) *dbFigures {
+// the lease (-evict-after); slack the delay of slowed database links.
+func analyzeAudit(rows []auditRow, ops []chaosOp, images map[string]int, init string, maxAge time.Duration, slack linkSlack) *dbFigures {
 	f := &dbFigures{commits: len(rows)}
 	type key struct {
 		image int
@@ -235,7 +249,7 @@ func analyzeAudit(rows []auditRow, ops []chaosOp, images map[string]int, init st
 		if o.Kind == chaosCAS && r.Old != o.Expect {
 			f.chainBreaks = append(f.chainBreaks, fmt.Sprintf("%s: a cas that expected %q", r, o.Expect))
 		}
-		if late := r.at().Sub(o.deadline()); late > fdBound {
+		if late := r.at().Sub(o.deadline()); late > fdBound+slack.of(r.Node, r.at()) {
 			f.late = append(f.late, fmt.Sprintf("%s, %s after the deadline of %s", r, late.Round(time.Millisecond), o))
 			f.lateMax = max(f.lateMax, late)
 		}
@@ -326,7 +340,7 @@ func TestChaosAudit(t *testing.T) {
 		row(8, "x", "zzz", 3, "n1", 6001),     // from nowhere
 	}
 	rows[1].HBEpoch = 0 // the writer's record was gone at the commit
-	f := analyzeAudit(rows, ops, map[string]int{"img": 0}, chaosInitName, 3*time.Second)
+	f := analyzeAudit(rows, ops, map[string]int{"img": 0}, chaosInitName, 3*time.Second, nil)
 	assert.Equal(t, 8, f.commits)
 	assert.Len(t, f.lost, 1)
 	assert.Contains(t, f.lost[0], `write("c1.1")`)
@@ -351,4 +365,17 @@ func TestChaosAudit(t *testing.T) {
 	for name, list := range f.violations() {
 		assert.NotEmpty(t, list, "the made-up commits break %q", name)
 	}
+
+	// A COMMIT sent by the deadline over a slowed database link reaches
+	// the database up to the link's one-way delay later.
+	windows := []chaosWindow{{start: ms(4000), healed: ms(5000), slowed: []slowedLink{{node: "n1", delay: 300 * time.Millisecond}}}}
+	slack := slowedLinks(windows)
+	assert.Equal(t, 300*time.Millisecond, slack("n1", ms(5200)))
+	assert.Zero(t, slack("n1", ms(5400)), "after the link's last delayed bytes")
+	assert.Zero(t, slack("n2", ms(4500)), "another node")
+	slow := []chaosOp{call(3, 1, chaosWrite, "c3.1", "", classUnknown, false)}
+	slowRows := []auditRow{row(1, "init", "c3.1", 1, "n1", 5200)}
+	assert.Len(t, analyzeAudit(slowRows, slow, map[string]int{"img": 0}, chaosInitName, 3*time.Second, nil).late, 1)
+	assert.Empty(t, analyzeAudit(slowRows, slow, map[string]int{"img": 0}, chaosInitName, 3*time.Second, slack).late,
+		"200 ms after the deadline over a link slowed by 300 ms each way")
 }

@@ -28,13 +28,17 @@ import (
 
 // The chaos test's clients: separate processes (this test binary run
 // again with -test.run=^TestClientProcessForChaos$ and its work in an
-// environment variable), each running one client per image, with a
-// service.Client (its own broker connection) each, straight to the
-// broker, never through a node's proxy. A client calls one operation
-// at a time on its image (GetImage, SetImageName with a unique name,
-// or SetImageName with if_name: a compare-and-set from the name it last
-// saw), each with a deadline, and records every call, as it ends, in a
-// JSON lines file. The parent stops the clients by closing their stdin.
+// environment variable), each running one client per image and one per
+// VM, with a service.Client (its own broker connection) each, and one
+// sender of one-way writes, straight to the broker, never through a
+// node's proxy. An image client calls one operation at a time on its
+// image (GetImage, SetImageName with a unique name, or SetImageName
+// with if_name: a compare-and-set from the name it last saw), a VM
+// client on its VM (StartVm, StopVm, GetVm: chaos_vm_test.go), each
+// with a deadline; the sender sends one-way SetImageName messages with
+// unique names to the images of its own (chaos_oneway_test.go). Each
+// records every call or send, as it ends, in a JSON lines file of its
+// kind. The parent stops the clients by closing their stdin.
 
 // chaosClientEnv carries a client process's chaosClientConfig, as JSON.
 const chaosClientEnv = "CLOUDBUS_CHAOS_CLIENT"
@@ -54,7 +58,16 @@ type chaosClientConfig struct {
 	Timeout  time.Duration `json:"timeout"`   // each call's deadline
 	MaxPause time.Duration `json:"max_pause"` // between a client's calls, at random
 	Retry    bool          `json:"retry"`     // bus.WithRetry(2): the portal resends after node_left or not_owner
-	Out      string        `json:"out"`       // the JSON lines file of the records
+	Out      string        `json:"out"`       // the JSON lines file of the image calls' records
+	VMs      []string      `json:"vms"`       // one client per VM
+	VMOut    string        `json:"vm_out"`    // the file of the VM calls' records
+	// OneWay are the images of the one-way writes: one sender each,
+	// sending every OneWayEvery[0] to OneWayEvery[1], at random, a
+	// message with the deadline OneWayTimeout.
+	OneWay        []string         `json:"one_way"`
+	OneWayEvery   [2]time.Duration `json:"one_way_every"`
+	OneWayTimeout time.Duration    `json:"one_way_timeout"`
+	OneWayOut     string           `json:"one_way_out"` // the file of the sends' records
 }
 
 // The kinds of a chaos call.
@@ -168,12 +181,26 @@ func TestClientProcessForChaos(t *testing.T) {
 	defer func() { require.NoError(t, out.Close()) }()
 	w := &recordWriter{f: out}
 
+	vmOut, err := os.OpenFile(cfg.VMOut, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, vmOut.Close()) }()
+	vw := &recordWriter{f: vmOut}
+	owOut, err := os.OpenFile(cfg.OneWayOut, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, owOut.Close()) }()
+	ow := &recordWriter{f: owOut}
+
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	clients := make([]*service.Client, len(cfg.Images))
 	for k := range cfg.Images {
 		clients[k] = newClient(t, ctx, cfg.Broker, cfg.Prefix)
 	}
+	vmClients := make([]*service.Client, len(cfg.VMs))
+	for k := range cfg.VMs {
+		vmClients[k] = newClient(t, ctx, cfg.Broker, cfg.Prefix)
+	}
+	sender := newClient(t, ctx, cfg.Broker, cfg.Prefix)
 	// Stop when the parent closes our stdin (or dies).
 	stop, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
@@ -189,10 +216,18 @@ func TestClientProcessForChaos(t *testing.T) {
 	for k, img := range cfg.Images {
 		wg.Go(func() { runChaosClient(stop, clients[k], cfg, k, img, w) })
 	}
+	for k, vm := range cfg.VMs {
+		wg.Go(func() { runChaosVMClient(stop, vmClients[k], cfg, k, vm, vw) })
+	}
+	for k, img := range cfg.OneWay {
+		wg.Go(func() { runOneWaySender(stop, sender, cfg, k, img, ow) })
+	}
 	wg.Wait()
 	<-stdinDone
 	require.NoError(t, w.err(), "write the records to %s", cfg.Out)
-	t.Logf("client %d: %d calls recorded", cfg.Client, w.count())
+	require.NoError(t, vw.err(), "write the records to %s", cfg.VMOut)
+	require.NoError(t, ow.err(), "write the records to %s", cfg.OneWayOut)
+	t.Logf("client %d: %d image calls, %d VM calls and %d one-way sends recorded", cfg.Client, w.count(), vw.count(), ow.count())
 }
 
 // recordWriter appends records to a file, one JSON line each. Safe for
@@ -204,8 +239,9 @@ type recordWriter struct {
 	first error
 }
 
-func (w *recordWriter) write(o chaosOp) {
-	b, err := json.Marshal(o)
+// write appends record r (a chaosOp, chaosVMOp or chaosSend).
+func (w *recordWriter) write(r any) {
+	b, err := json.Marshal(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil {
@@ -303,7 +339,9 @@ type clientProc struct {
 	index          int
 	cmd            *exec.Cmd
 	stdin          io.WriteCloser
-	out            string // its records
+	out            string // its records: image calls
+	vmOut          string // VM calls
+	oneWayOut      string // one-way sends
 	stdout, stderr string // files
 	exited         chan struct{}
 	waitErr        error
@@ -316,7 +354,7 @@ func startClientProc(t *testing.T, dir string, cfg chaosClientConfig) *clientPro
 	require.NoError(t, err)
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	p := &clientProc{index: cfg.Client, out: cfg.Out, exited: make(chan struct{}),
+	p := &clientProc{index: cfg.Client, out: cfg.Out, vmOut: cfg.VMOut, oneWayOut: cfg.OneWayOut, exited: make(chan struct{}),
 		stdout: filepath.Join(dir, fmt.Sprintf("client-%d.out", cfg.Client)), stderr: filepath.Join(dir, fmt.Sprintf("client-%d.err", cfg.Client))}
 	so, err := os.Create(p.stdout)
 	require.NoError(t, err)
@@ -384,24 +422,27 @@ func (p *clientProc) stop(bound time.Duration) error {
 	}
 }
 
-// readChaosOps reads a client process's records.
-func readChaosOps(path string) ([]chaosOp, error) {
+// readChaosOps reads a client process's image calls.
+func readChaosOps(path string) ([]chaosOp, error) { return readRecords[chaosOp](path) }
+
+// readRecords reads a client process's records of one kind.
+func readRecords[T any](path string) ([]T, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var ops []chaosOp
+	var out []T
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for line := 1; sc.Scan(); line++ {
-		var o chaosOp
-		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+		var r T
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		ops = append(ops, o)
+		out = append(out, r)
 	}
-	return ops, sc.Err()
+	return out, sc.Err()
 }
 
 // TestChaosClientRecords checks the client's bookkeeping without a

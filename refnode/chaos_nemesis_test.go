@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
 
 // The chaos test's nemesis: a schedule of faults drawn from a seed, run
@@ -21,23 +25,39 @@ import (
 // drawn at random where it targets one, and one pair of kinds at once,
 // in a random order; the short form runs one round, the long form
 // rounds until its duration has passed.
+//
+// Two kinds reach into a node. db-slow delays one node's database link
+// (100-300 ms each way, drawn per fault) for the hold. stall-pause has
+// the owner of a VM the clients call stall its next VM operation after
+// the hypervisor call, before the final write (refnode serve
+// -test-hooks, POST /test/stall-vm-final-write), and pauses it there,
+// once it logs the stall, past its eviction: the new owner serves the VM
+// meanwhile, and the stalled write, whose hypervisor acted, fails after
+// the resume and is journaled, to be repaired or dropped as stale.
 
 // chaosKind is a kind of fault.
 type chaosKind int
 
 const (
-	kindKill    chaosKind = iota // SIGKILL a node; a new process in its slot after the hold
-	kindTerm                     // SIGTERM a node (it leaves in order); a new process after the hold
-	kindPause                    // SIGSTOP a node past its eviction; SIGCONT
-	kindBusCut                   // one node's broker link reset, and refused until the heal
-	kindBusHole                  // one node's broker link blackholed (bytes stall)
-	kindDBHole                   // one node's database link blackholed (its transactions stall, then go on)
-	kindBusAll                   // every node's broker link reset
-	kindDBCut                    // the database cut: every node's link reset
+	kindKill       chaosKind = iota // SIGKILL a node; a new process in its slot after the hold
+	kindTerm                        // SIGTERM a node (it leaves in order); a new process after the hold
+	kindPause                       // SIGSTOP a node past its eviction; SIGCONT
+	kindBusCut                      // one node's broker link reset, and refused until the heal
+	kindBusHole                     // one node's broker link blackholed (bytes stall)
+	kindDBHole                      // one node's database link blackholed (its transactions stall, then go on)
+	kindBusAll                      // every node's broker link reset
+	kindDBCut                       // the database cut: every node's link reset
+	kindDBSlow                      // one node's database link delayed each way
+	kindStallPause                  // a VM's owner stalled after a hypervisor call, before the final write, and paused there
 )
 
 // chaosKinds are the single kinds, in the order a round draws them.
-var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindDBHole, kindBusAll, kindDBCut}
+var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindDBHole, kindBusAll, kindDBCut, kindDBSlow, kindStallPause}
+
+// pairable reports whether the kind runs in a pair. A stall-pause does
+// not: it waits for its node's stall before its pause, and its node is
+// the owner of a VM, not drawn.
+func (k chaosKind) pairable() bool { return k != kindStallPause }
 
 // String names the kind; "kind(n)" for a value not defined here.
 func (k chaosKind) String() string {
@@ -58,12 +78,17 @@ func (k chaosKind) String() string {
 		return "bus-cut-all"
 	case kindDBCut:
 		return "db-cut"
+	case kindDBSlow:
+		return "db-slow"
+	case kindStallPause:
+		return "stall-pause"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
-// targeted reports whether the kind hits one node.
-func (k chaosKind) targeted() bool { return k <= kindDBHole }
+// targeted reports whether the schedule draws a node for the kind. A
+// stall-pause hits one node too: the owner of a VM the schedule draws.
+func (k chaosKind) targeted() bool { return k <= kindDBHole || k == kindDBSlow }
 
 // The nemesis's timing. The pause outlasts the eviction (default
 // -evict-after 3 s, checked every 500 ms beat).
@@ -82,13 +107,27 @@ const (
 	// eviction), every ring agrees within it.
 	chaosReconcileBound = 2 * time.Second
 	chaosStartBound     = 60 * time.Second // a new process healthy
+	// A db-slow fault delays each direction of a node's database link by
+	// a delay drawn in [chaosSlowMin, chaosSlowMax) plus a jitter in
+	// [0, chaosSlowJitter): 100-300 ms each way, 200-600 ms per round
+	// trip.
+	chaosSlowMin, chaosSlowMax = 100 * time.Millisecond, 200 * time.Millisecond
+	chaosSlowJitter            = 100 * time.Millisecond
+	// A stall-pause arms its node's stall for the hold plus
+	// chaosStallMargin, so the stall outlasts the pause and the final
+	// write comes after the resume, and waits up to chaosStallTrigger
+	// for the stall to hold a VM operation.
+	chaosStallMargin  = 2 * time.Second
+	chaosStallTrigger = 15 * time.Second
 )
 
 // faultPart is one kind of a fault, on node (a slot index; -1 for every
-// node).
+// node, or for a stall-pause's node, the owner of VM vm at the time).
 type faultPart struct {
-	kind chaosKind
-	node int
+	kind  chaosKind
+	node  int
+	vm    int           // a stall-pause's VM, by index; -1 for another kind
+	delay time.Duration // a db-slow's delay each way, before its jitter
 }
 
 // chaosFault is one fault of the schedule: one kind, or two at once.
@@ -105,13 +144,20 @@ func (f chaosFault) Kind() string {
 	return "double"
 }
 
-// String is "sigkill A", "bus-cut-all", "sigstop B + db-cut".
+// String is "sigkill A", "bus-cut-all", "sigstop B + db-cut",
+// "db-slow C (142-242ms each way)", "stall-pause (owner of vm 1)".
 func (f chaosFault) String() string {
 	var parts []string
 	for _, p := range f.parts {
 		s := p.kind.String()
 		if p.node >= 0 {
 			s += " " + string(rune('A'+p.node))
+		}
+		switch p.kind {
+		case kindDBSlow:
+			s += fmt.Sprintf(" (%d-%dms each way)", p.delay.Milliseconds(), (p.delay + chaosSlowJitter).Milliseconds())
+		case kindStallPause:
+			s += fmt.Sprintf(" (owner of vm %d)", p.vm)
 		}
 		parts = append(parts, s)
 	}
@@ -121,14 +167,22 @@ func (f chaosFault) String() string {
 // chaosSchedule draws faults from a seed: the same seed, the same faults
 // in the same order with the same gaps and holds.
 type chaosSchedule struct {
-	rng    *rand.Rand
-	nodes  int
-	round  []chaosFault // what is left of the current round
-	rounds int          // rounds begun
+	rng       *rand.Rand
+	nodes     int
+	vms       int          // VMs a stall-pause draws from
+	round     []chaosFault // what is left of the current round
+	rounds    int          // rounds begun
+	pairKinds []chaosKind  // the kinds a pair draws from
 }
 
-func newChaosSchedule(seed uint64, nodes int) *chaosSchedule {
-	return &chaosSchedule{rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), nodes: nodes}
+func newChaosSchedule(seed uint64, nodes, vms int) *chaosSchedule {
+	s := &chaosSchedule{rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), nodes: nodes, vms: vms}
+	for _, k := range chaosKinds {
+		if k.pairable() {
+			s.pairKinds = append(s.pairKinds, k)
+		}
+	}
+	return s
 }
 
 // next returns the next fault, beginning a round if need be.
@@ -150,10 +204,10 @@ func (s *chaosSchedule) newRound() []chaosFault {
 	for _, k := range chaosKinds {
 		round = append(round, s.plan(k))
 	}
-	a := chaosKinds[s.rng.IntN(len(chaosKinds))]
+	a := s.pairKinds[s.rng.IntN(len(s.pairKinds))]
 	b := a
 	for b == a {
-		b = chaosKinds[s.rng.IntN(len(chaosKinds))]
+		b = s.pairKinds[s.rng.IntN(len(s.pairKinds))]
 	}
 	round = append(round, s.plan(a, b))
 	s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
@@ -166,15 +220,21 @@ func (s *chaosSchedule) plan(kinds ...chaosKind) chaosFault {
 	used := map[int]bool{}
 	least := chaosHoldMin
 	for _, k := range kinds {
-		p := faultPart{kind: k, node: -1}
+		p := faultPart{kind: k, node: -1, vm: -1}
 		if k.targeted() {
 			for p.node < 0 || used[p.node] {
 				p.node = s.rng.IntN(s.nodes)
 			}
 			used[p.node] = true
 		}
-		if k == kindPause {
+		switch k {
+		case kindPause, kindStallPause:
 			least = chaosPauseMin
+		case kindDBSlow:
+			p.delay = s.between(chaosSlowMin, chaosSlowMax)
+		}
+		if k == kindStallPause {
+			p.vm = s.rng.IntN(s.vms)
 		}
 		f.parts = append(f.parts, p)
 	}
@@ -196,8 +256,57 @@ type chaosWindow struct {
 	recovered     time.Time      // and every ring agrees
 	termExit      string         // a SIGTERMed node's exit, if not 0
 	evictions     []string       // "A1 after 3.1s" for each node hit that a peer evicted in the window
-	calls         map[string]int // calls invoked in the window, by outcome
+	calls         map[string]int // image calls invoked in the window, by outcome
 	slowest       time.Duration  // the longest of them
+	stall         *chaosStall    // a stall-pause's stall
+	slowed        []slowedLink   // a db-slow's link
+}
+
+// slowedLink is a node's database link slowed by a db-slow fault.
+type slowedLink struct {
+	node  string        // the UUID of the process
+	delay time.Duration // the most each byte was held, each way
+}
+
+// slowedLinks is the linkSlack of the windows' db-slow faults: a
+// commit by a slowed node from the injection until its most delayed
+// bytes arrived after the heal may reach the database that much after
+// the node sent it.
+func slowedLinks(windows []chaosWindow) linkSlack {
+	return func(node string, at time.Time) time.Duration {
+		var d time.Duration
+		for _, w := range windows {
+			for _, l := range w.slowed {
+				if l.node == node && !at.Before(w.start) && !at.After(w.healed.Add(l.delay)) {
+					d = max(d, l.delay)
+				}
+			}
+		}
+		return d
+	}
+}
+
+// chaosStall is what a stall-pause did: the stall armed on the owner of
+// a VM, the operation it held, the pause.
+type chaosStall struct {
+	proc      *child
+	node      string        // the label of the process stalled and paused
+	vm        int           // the VM whose owner it was
+	length    time.Duration // the stall armed (for=)
+	armed     time.Time
+	triggered bool      // an operation reached its final write and held
+	held      string    // the UUID of the VM whose operation it held
+	holding   time.Time // when the node logged "test stall: holding"
+	paused    time.Time // SIGSTOP sent (zero: not paused)
+	resumed   time.Time // SIGCONT about to be sent
+	over      time.Time // when the node logged "test stall: over"; zero if not seen
+}
+
+// heldInPause reports whether the node was paused while it held the
+// stalled operation: the pause after the hold began, its end logged
+// after the resume.
+func (s *chaosStall) heldInPause() bool {
+	return s.triggered && !s.paused.IsZero() && s.paused.After(s.holding) && !s.over.IsZero() && !s.over.Before(s.resumed)
 }
 
 // contains reports whether at falls in the window.
@@ -208,7 +317,8 @@ func (w chaosWindow) contains(at time.Time) bool {
 // nemesis runs faults on a cluster. Only the test's goroutine uses it.
 type nemesis struct {
 	fc    *faultCluster
-	flags []string // refnode serve flags of every new process
+	flags []string // refnode serve flags of every new process; -test-hooks among them
+	vms   []string // the VMs the clients call, by index
 }
 
 // startNode starts a new process in slot n and waits until it is
@@ -228,15 +338,20 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	t.Helper()
 	sleepUntil(ctx, time.Now().Add(f.gap))
 	w := chaosWindow{fault: f, start: time.Now()}
+	holdFrom := w.start
 	nodes := m.fc.Nodes()
 	var heals [3][]func()
-	hit := map[faultPart]*child{} // the process each targeted part hit
-	for _, p := range f.parts {
+	type target struct {
+		c    *child
+		slot int
+	}
+	hit := map[int]target{} // the process each part on one node hit, by part
+	for i, p := range f.parts {
 		if p.node >= 0 {
-			hit[p] = nodes[p.node].Proc()
+			hit[i] = target{nodes[p.node].Proc(), p.node}
 		}
 	}
-	for _, p := range f.parts {
+	for i, p := range f.parts {
 		switch p.kind {
 		case kindKill:
 			n := nodes[p.node]
@@ -269,9 +384,23 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 				n.DB.Cut()
 				heals[0] = append(heals[0], n.DB.Heal)
 			}
+		case kindDBSlow:
+			l := proxy.Latency{Delay: p.delay, Jitter: chaosSlowJitter}
+			nodes[p.node].DB.SetLatency(l, l)
+			w.slowed = append(w.slowed, slowedLink{node: nodes[p.node].ID(), delay: p.delay + chaosSlowJitter})
+			heals[0] = append(heals[0], nodes[p.node].DB.Heal)
+		case kindStallPause:
+			slot, st := m.stallPause(t, ctx, p.vm, f.hold)
+			n := nodes[slot]
+			hit[i] = target{n.Proc(), slot}
+			w.stall, holdFrom = st, st.paused
+			heals[1] = append(heals[1], func() {
+				st.resumed = time.Now()
+				n.Resume(t)
+			})
 		}
 	}
-	sleepUntil(ctx, w.start.Add(f.hold))
+	sleepUntil(ctx, holdFrom.Add(f.hold))
 	for _, phase := range heals {
 		for _, heal := range phase {
 			heal()
@@ -291,14 +420,15 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	w.recovered = time.Now()
 	assert.LessOrEqual(t, w.recovered.Sub(w.ready), chaosReconcileBound,
 		"%s: every ring agrees within one reconcile (%s) of every node serving and connected", f, chaosReconcileBound)
-	for _, p := range f.parts {
-		c := hit[p]
-		if c == nil {
+	for i, p := range f.parts {
+		h, ok := hit[i]
+		if !ok {
 			continue
 		}
+		c := h.c
 		var peers []*child
-		for i, n := range nodes {
-			if i != p.node {
+		for j, n := range nodes {
+			if j != h.slot {
 				peers = append(peers, n.runs...)
 			}
 		}
@@ -306,11 +436,79 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 		if ok {
 			w.evictions = append(w.evictions, fmt.Sprintf("%s after %s", c.label, at.Sub(w.start).Round(10*time.Millisecond)))
 		}
-		if p.kind == kindPause && len(f.parts) == 1 {
+		if (p.kind == kindPause || p.kind == kindStallPause) && len(f.parts) == 1 {
 			assert.True(t, ok, "%s: the paused node %s was evicted while it was stopped (hold %s, past the eviction)", f, c.label, f.hold)
 		}
 	}
+	if st := w.stall; st != nil && st.triggered {
+		// The stall's end, logged once the node went on after the resume.
+		for _, l := range st.proc.logLines("test stall: over", "vm="+st.held) {
+			if !l.At.Before(st.holding) {
+				st.over = l.At
+				break
+			}
+		}
+	}
 	return w
+}
+
+// stallPause arms the stall of the owner of VM vm, on the ring of the
+// running nodes, for hold + chaosStallMargin; waits until the node logs
+// that it holds an operation's final write (up to chaosStallTrigger:
+// else it disarms the stall and pauses the node all the same) and
+// pauses it (SIGSTOP). It returns the node's slot and the stall; the
+// caller holds the pause for hold and resumes the node.
+func (m *nemesis) stallPause(t *testing.T, ctx context.Context, vm int, hold time.Duration) (int, *chaosStall) {
+	t.Helper()
+	var ids []string
+	for _, c := range m.fc.Running() {
+		ids = append(ids, c.id)
+	}
+	owner := mustOwner(t, ringOver(t, ids), m.vms[vm])
+	slot := slices.IndexFunc(m.fc.Nodes(), func(n *faultNode) bool { return n.ID() == owner })
+	require.GreaterOrEqual(t, slot, 0, "the owner %s of vm %d runs", owner, vm)
+	n := m.fc.Node(slot)
+	c := n.Proc()
+	st := &chaosStall{proc: c, node: c.label, vm: vm, length: hold + chaosStallMargin}
+	from := c.stderrSize()
+	st.armed = time.Now()
+	require.NoError(t, armStall(c, st.length), "arm the stall of node %s", c.label)
+	wctx, cancel := context.WithTimeout(ctx, chaosStallTrigger)
+	err := poll(wctx, func() error {
+		ls := c.logLinesFrom(from, "test stall: holding")
+		if len(ls) == 0 {
+			return fmt.Errorf("node %s holds no VM operation yet", c.label)
+		}
+		st.triggered, st.held, st.holding = true, logAttr(ls[0].Text, "vm"), ls[0].At
+		return nil
+	})
+	cancel()
+	if err != nil {
+		require.NoError(t, armStall(c, 0), "disarm the stall of node %s", c.label)
+		if ls := c.logLinesFrom(from, "test stall: holding"); len(ls) > 0 { // it held at the last moment
+			st.triggered, st.held, st.holding = true, logAttr(ls[0].Text, "vm"), ls[0].At
+		} else {
+			t.Logf("stall-pause: node %s held no VM operation within %s of the arming; pausing it all the same", c.label, chaosStallTrigger)
+		}
+	}
+	n.Pause(t)
+	st.paused = time.Now()
+	return slot, st
+}
+
+// armStall arms node c's stall of its next VM operation's final write
+// for d (0 disarms): refnode serve -test-hooks.
+func armStall(c *child, d time.Duration) error {
+	resp, err := httpClient.Post(c.admin+"/test/stall-vm-final-write?for="+d.String(), "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /test/stall-vm-final-write?for=%s: %s: %s", d, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // serving reports whether every running node serves, unfenced (its
@@ -402,7 +600,7 @@ func (m *nemesis) term(t *testing.T, n *faultNode, alone bool) string {
 // within their bounds and a pause that outlasts the eviction.
 func TestChaosSchedule(t *testing.T) {
 	draw := func(seed uint64) []string {
-		s := newChaosSchedule(seed, 3)
+		s := newChaosSchedule(seed, 3, 3)
 		var out []string
 		for range 2 * (len(chaosKinds) + 1) {
 			f := s.next()
@@ -415,7 +613,7 @@ func TestChaosSchedule(t *testing.T) {
 	assert.Equal(t, draw(42), draw(42), "the same seed, the same schedule")
 	assert.NotEqual(t, draw(42), draw(43))
 
-	s := newChaosSchedule(7, 3)
+	s := newChaosSchedule(7, 3, 3)
 	for range 20 {
 		kinds := map[string]int{}
 		for {
@@ -427,10 +625,18 @@ func TestChaosSchedule(t *testing.T) {
 			assert.Less(t, f.hold, chaosHoldMax)
 			var nodes []int
 			for _, p := range f.parts {
-				if p.kind == kindPause {
+				if p.kind == kindPause || p.kind == kindStallPause {
 					assert.GreaterOrEqual(t, f.hold, chaosPauseMin, "a pause outlasts the eviction")
 				}
 				assert.Equal(t, p.kind.targeted(), p.node >= 0, "%s", f)
+				assert.Equal(t, p.kind == kindStallPause, p.vm >= 0, "%s: a stall-pause, and only it, draws a VM", f)
+				assert.Less(t, p.vm, 3)
+				if p.kind == kindDBSlow {
+					assert.GreaterOrEqual(t, p.delay, chaosSlowMin)
+					assert.Less(t, p.delay, chaosSlowMax)
+				} else {
+					assert.Zero(t, p.delay)
+				}
 				if p.node >= 0 {
 					assert.NotContains(t, nodes, p.node, "%s: distinct nodes", f)
 					nodes = append(nodes, p.node)
@@ -439,6 +645,9 @@ func TestChaosSchedule(t *testing.T) {
 			if f.Kind() == "double" {
 				require.Len(t, f.parts, 2)
 				assert.NotEqual(t, f.parts[0].kind, f.parts[1].kind)
+				for _, p := range f.parts {
+					assert.True(t, p.kind.pairable(), "%s: a stall-pause runs alone", f)
+				}
 			}
 			if s.roundDone() {
 				break
@@ -449,7 +658,9 @@ func TestChaosSchedule(t *testing.T) {
 		}
 		assert.Equal(t, 1, kinds["double"])
 	}
-	assert.Equal(t, "sigstop B + db-cut", chaosFault{parts: []faultPart{{kindPause, 1}, {kindDBCut, -1}}}.String())
-	assert.Equal(t, "kind(9)", chaosKind(9).String())
+	assert.Equal(t, "sigstop B + db-cut", chaosFault{parts: []faultPart{{kind: kindPause, node: 1, vm: -1}, {kind: kindDBCut, node: -1, vm: -1}}}.String())
+	assert.Equal(t, "db-slow C (142-242ms each way)", chaosFault{parts: []faultPart{{kind: kindDBSlow, node: 2, vm: -1, delay: 142 * time.Millisecond}}}.String())
+	assert.Equal(t, "stall-pause (owner of vm 1)", chaosFault{parts: []faultPart{{kind: kindStallPause, node: -1, vm: 1}}}.String())
+	assert.Equal(t, "kind(12)", chaosKind(12).String())
 	assert.True(t, slices.IsSorted(chaosKinds))
 }

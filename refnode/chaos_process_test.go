@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
@@ -36,7 +36,9 @@ var (
 const (
 	chaosInitName   = "init"                 // every image's name when it is added
 	chaosPerNode    = 2                      // images owned by each node at the start: 6 registers
-	chaosClients    = 3                      // client processes, each one client per image: 3 clients per image
+	chaosVMsPerNode = 1                      // VMs owned by each node at the start: 3 VMs
+	chaosOWPerNode  = 1                      // one-way images owned by each node at the start: 3
+	chaosClients    = 3                      // client processes, each one client per image and VM: 3 clients per image and VM
 	chaosTimeout    = fdTimeout              // each call's deadline (5 s)
 	chaosMaxPause   = 100 * time.Millisecond // between a client's calls, at random
 	chaosShort      = 100 * time.Second      // the short form's load: one round of faults, then more until this has passed
@@ -45,7 +47,15 @@ const (
 	chaosSegment    = 2000                   // operations per porcupine check, at least (see splitHistory)
 	chaosCheckLimit = 2 * time.Minute        // porcupine's limit per segment; Unknown fails the test
 	chaosMinOKShare = 0.90                   // of the calls invoked outside every fault window
-	chaosMinWrites  = 20                     // acknowledged writes per image, at least: the load ran
+	chaosMinWrites  = 20                     // acknowledged writes per image and per VM, at least: the load ran
+	chaosVMSweep    = 5 * time.Second        // every node's -vm-sweep: repairs and drops of journal entries come soon
+	// Each client process sends a one-way write to each one-way image
+	// every 200-500 ms, each with a 10 s deadline; once the queues
+	// drained, every write the broker took is committed or dead-lettered
+	// within chaosOneWaySettle.
+	chaosOWMin, chaosOWMax = 200 * time.Millisecond, 500 * time.Millisecond
+	chaosOWTimeout         = 10 * time.Second
+	chaosOneWaySettle      = 30 * time.Second
 	// After the nemesis, the clients' stop and the queues' drain, each
 	// slot's process (the first, or the one that replaced it) is back
 	// within these of the slot's first process at the start: a leak per
@@ -57,29 +67,44 @@ const (
 )
 
 // TestChaos runs three `refnode serve` processes (built without -race)
-// on RabbitMQ and PostgreSQL with the default heartbeat timing, each
-// through its own broker and database proxies, and three client
-// processes (this test binary again: TestClientProcessForChaos), each
-// running one client per image on six images (two owned by each node at
-// the start): three clients per image, each calling through api.portal
-// one operation at a time: GetImage, SetImageName with a unique name,
-// or SetImageName with if_name (a compare-and-set from the name it last
-// saw), with a 5 s deadline. Clients 1 and 2 let the portal resend after
-// node_left (bus.WithRetry(2)); client 0 does not.
+// on RabbitMQ and PostgreSQL with the default heartbeat timing and
+// -vm-sweep 5s, each through its own broker and database proxies, and
+// three client processes (this test binary again:
+// TestClientProcessForChaos). Each client process runs one client per
+// image on six images (two owned by each node at the start) and one per
+// VM on three VMs (one owned by each node at the start): three clients
+// per image and per VM, each calling through api.portal one operation
+// at a time with a 5 s deadline. An image client calls GetImage,
+// SetImageName with a unique name, or SetImageName with if_name (a
+// compare-and-set from the name it last saw); a VM client GetVm, or
+// mostly the StartVm or StopVm its last seen state allows, sometimes the
+// other, which the owner refuses (bad_request). Clients 1 and 2 let the
+// portal resend after node_left (bus.WithRetry(2)); client 0 does not.
+// Each client process also sends one-way SetImageName messages, each
+// with a unique name and a 10 s deadline, to three other images (one
+// owned by each node at the start), one every 200-500 ms per image,
+// through api.portal (service.Client.Send).
 //
 // Meanwhile a nemesis, drawn from a printed seed (-chaos.seed), runs one
 // fault at a time after a healthy gap: SIGKILL and SIGTERM of a node
 // (a new process in its slot after the hold), SIGSTOP past the eviction
 // then SIGCONT, one node's broker link cut or blackholed, one node's
 // database link blackholed (its transactions stall and go on at the
-// heal, past its eviction when the hold outlasts it), every broker link
-// cut, the database cut, and two of those at once. After each heal every
-// node must serve again (unfenced, connected) and the heartbeat store hold
-// the running nodes' records and no other within chaosRecoverBound, and
-// then every ring agree within one reconcile (chaosReconcileBound). The
-// short form runs every kind once and one pair, then more faults until
-// 100 s of load have passed (about 2 minutes in all); -chaos.duration
-// sets that time.
+// heal, past its eviction when the hold outlasts it) or slowed (100-300
+// ms each way, db-slow), every broker link cut, the database cut, a
+// stall-pause, and two of those at once (a stall-pause runs alone). A
+// stall-pause arms the owner of a VM (refnode serve -test-hooks, POST
+// /test/stall-vm-final-write) to stall its next VM operation after the
+// hypervisor call, before the final write, for the hold plus 2 s; once
+// the node logs "test stall: holding" it pauses it past its eviction
+// (SIGSTOP), then resumes it: the stalled write fails after the resume
+// and is journaled, to be dropped as stale or repaired by a sweep. After
+// each heal every node must serve again (unfenced, connected) and the
+// heartbeat store hold the running nodes' records and no other within
+// chaosRecoverBound, and then every ring agree within one reconcile
+// (chaosReconcileBound). The short form runs every kind once and one
+// pair, then more faults until 100 s of load have passed (about 2
+// minutes in all); -chaos.duration sets that time.
 //
 // Then it checks:
 //
@@ -89,17 +114,36 @@ const (
 //     that bound after such a call, so it has one operation at a time
 //     on its image, and linearizability also says that its operations
 //     take effect in the order it issued them;
+//   - each VM's history is linearizable against refnode's state machine
+//     (chaoscheck.VM), a refusal saying the VM was in a state the
+//     operation is not allowed from, with the repairs the nodes logged in
+//     it as the operations they record (vmHistory);
+//   - no repair overwrote an acknowledged write: none read the record at
+//     a version below that of a start or stop acknowledged before the
+//     repair was logged (vmOverwrites);
 //   - no silent call: every call ends with a reply or a typed error by
-//     its deadline + fdBound;
-//   - at least 90% of the calls invoked outside every fault window (from
-//     the injection until every node is back in every ring) succeed;
+//     its deadline + fdBound; and no fault makes a call fail as a bad
+//     request, not found or bad reply, but a start or stop refused from
+//     the VM's state;
+//   - at least 90% of the image calls invoked outside every fault window
+//     (from the injection until every node is back in every ring)
+//     succeed, and 90% of the VM calls are answered (a reply or a
+//     refusal);
+//   - a stall-pause's node held a VM operation's final write and was
+//     paused while it held it, at least once;
 //   - after the nemesis, every node is back in every ring, and every
 //     queue of the prefix is drained (no message left, no queue of a
 //     dead node) within chaosDrainBound;
 //   - the database (chaos_audit_test.go): no acknowledged write lost,
 //     none applied twice or though refused, no stale write, no two-owner
-//     commit, no commit after its caller's deadline + fdBound, no broken
-//     chain of names, no client's writes out of issue order;
+//     commit, no commit after its caller's deadline + fdBound (plus the
+//     one-way delay of the writer's database link while db-slow slowed
+//     it), no broken chain of names, no client's writes out of issue
+//     order;
+//   - every one-way write the broker took is committed exactly once or
+//     waits in the dead-letter queue with its reason, within
+//     chaosOneWaySettle of the drain, and none committed after its
+//     deadline + fdBound, with the same allowance (chaos_oneway_test.go);
 //   - the op logs: no operation started after its caller's deadline +
 //     fdBound;
 //   - each slot's process at the end (after the clients stopped and the
@@ -107,9 +151,14 @@ const (
 //     and chaosRSSSlack more RSS than the slot's first process at the
 //     start.
 //
-// It prints the seed, the faults by kind, the calls by outcome, these
-// figures, the writes the fence refused to nodes that had lost their
-// resources, and each node's goroutines and RSS at the start and the end.
+// It prints the seed, the faults by kind, each stall, the calls by
+// outcome, these figures, the writes the fence refused to nodes that had
+// lost their resources, the VM journal entries taken and dropped as
+// stale, the repairs by source, the one-way writes sent, committed,
+// dead-lettered (by reason) and refused at send, and each node's
+// goroutines and RSS at the start and the end. With go test -artifacts
+// it keeps the clients' records, and the nodes' logs and op logs if it
+// failed.
 func TestChaos(t *testing.T) {
 	if raceEnabled {
 		t.Skip("skipped under -race: its timing assumes full speed; run it without -race: go test -count=1 -run TestChaos ./refnode")
@@ -134,7 +183,7 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 
 	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "chaos"})
-	m := &nemesis{fc: fc, flags: []string{"-test-pprof"}}
+	m := &nemesis{fc: fc, flags: []string{"-test-pprof", "-test-hooks", "-vm-sweep", chaosVMSweep.String()}}
 	for _, n := range fc.Nodes() {
 		startWithFlags(t, n, m.flags...)
 	}
@@ -162,16 +211,42 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err, "add image %d", k)
 		imageIndex[img] = k
 	}
+	oneWay := idsOwnedBy(t, ringOver(t, ids), ids, chaosOWPerNode)
+	oneWayIndex := map[string]int{}
+	for k, img := range oneWay {
+		_, err := service.CallAPI[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
+		require.NoError(t, err, "add one-way image %d", k)
+		oneWayIndex[img] = k
+	}
+	_, err := service.CallAPI[api.HostReply](ctx, admin, api.AddHost{UUID: message.NewUUID(), Address: "10.0.7.1"})
+	require.NoError(t, err, "add a host for the VMs")
+	vms := idsOwnedBy(t, ringOver(t, ids), ids, chaosVMsPerNode)
+	vmIndex := map[string]int{}
+	for k, vm := range vms {
+		_, err := service.CallAPI[api.VmCreated](ctx, admin, api.CreateVm{UUID: vm, Name: fmt.Sprintf("chaos-%d", k), ImageUUID: images[0]})
+		require.NoError(t, err, "create vm %d", k)
+		vmIndex[vm] = k
+	}
+	m.vms = vms
+	dead := newDeadLetters(t, ctx, broker, fc.Prefix())
 	startRes := snapshot(fc)
-	t.Logf("3 nodes serving, %d images added, %s after the test began: %s", len(images), since(testStart), fc.describe())
+	t.Logf("3 nodes serving, %d images, %d one-way images and %d VMs added, %s after the test began: %s",
+		len(images), len(oneWay), len(vms), since(testStart), fc.describe())
 
 	dir := t.ArtifactDir() // the clients' records and output: kept with go test -artifacts
+	t.Cleanup(func() {     // and, if the test failed, the nodes' logs and op logs
+		if t.Failed() {
+			copyNodeFiles(t, fc, dir)
+		}
+	})
 	run := randomHex(3)
 	var procs []*clientProc
 	for i := range chaosClients {
 		procs = append(procs, startClientProc(t, dir, chaosClientConfig{Broker: broker, Prefix: fc.Prefix(), Images: images,
 			Client: i, Run: run, Seed: seed, Timeout: chaosTimeout, MaxPause: chaosMaxPause, Retry: i > 0,
-			Out: filepath.Join(dir, fmt.Sprintf("client-%d.jsonl", i))}))
+			Out: filepath.Join(dir, fmt.Sprintf("client-%d.jsonl", i)), VMs: vms, VMOut: filepath.Join(dir, fmt.Sprintf("client-%d.vms.jsonl", i)),
+			OneWay: oneWay, OneWayEvery: [2]time.Duration{chaosOWMin, chaosOWMax}, OneWayTimeout: chaosOWTimeout,
+			OneWayOut: filepath.Join(dir, fmt.Sprintf("client-%d.oneway.jsonl", i))}))
 	}
 	for _, p := range procs {
 		require.NoError(t, p.awaitReady(ctx))
@@ -179,7 +254,7 @@ func TestChaos(t *testing.T) {
 	loadStart := time.Now()
 	t.Logf("%d client processes calling, %s after the test began", len(procs), since(testStart))
 
-	sched := newChaosSchedule(seed, len(fc.Nodes()))
+	sched := newChaosSchedule(seed, len(fc.Nodes()), len(vms))
 	var windows []chaosWindow
 	for {
 		f := sched.next()
@@ -202,10 +277,18 @@ func TestChaos(t *testing.T) {
 	}
 	loadEnd := time.Now()
 	var ops []chaosOp
+	var vmOps []chaosVMOp
+	var sends []chaosSend
 	for _, p := range procs {
 		o, err := readChaosOps(p.out)
 		require.NoError(t, err, "read the records of client process %d", p.index)
 		ops = append(ops, o...)
+		v, err := readRecords[chaosVMOp](p.vmOut)
+		require.NoError(t, err, "read the VM records of client process %d", p.index)
+		vmOps = append(vmOps, v...)
+		w, err := readRecords[chaosSend](p.oneWayOut)
+		require.NoError(t, err, "read the one-way records of client process %d", p.index)
+		sends = append(sends, w...)
 	}
 	// A last read of each image, after everything settled.
 	for k, img := range images {
@@ -219,21 +302,71 @@ func TestChaos(t *testing.T) {
 		ops = append(ops, o)
 	}
 	sortOps(ops)
+	for k, vm := range vms { // and of each VM
+		o := chaosVMOp{VM: k, Client: chaosClients, Kind: vmGet, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
+		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
+		dl, _ := rctx.Deadline()
+		rep, err := service.CallAPI[api.VmReply](rctx, admin, api.GetVm{UUID: vm}, bus.WithHeader(HeaderOp, o.OpID))
+		cancel()
+		require.NoError(t, err, "the last read of vm %d", k)
+		o.Done, o.Deadline, o.Outcome, o.Class = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK
+		o.State, o.Version, o.Node = string(rep.VM.State), rep.VM.Version, rep.Node
+		vmOps = append(vmOps, o)
+	}
 
 	drainedIn, queueState, drainErr := awaitDrained(ctx, fc, loadEnd)
+	// Every one-way write the broker took committed or dead-lettered.
+	var ow *oneWayFigures
+	var owSettled time.Duration
+	sctx, scancel := context.WithTimeout(ctx, chaosOneWaySettle)
+	owErr := pollEvery(sctx, 250*time.Millisecond, func() error {
+		rows, err := audit.rows(sctx)
+		if err != nil {
+			return err
+		}
+		ow = analyzeOneWay(sends, rows, oneWayIndex, dead.reason, slowedLinks(windows))
+		owSettled = time.Since(loadEnd)
+		if len(ow.lost) > 0 {
+			return fmt.Errorf("%d one-way writes neither committed nor dead-lettered, e.g. %s", len(ow.lost), ow.lost[0])
+		}
+		return nil
+	})
+	scancel()
 	endRes := snapshot(fc)
+	pending := journalPending(fc)
 	fc.Terminate(t, 20*time.Second) // the op logs complete
 	nodeOps, err := collectOps(fc.OpLogs(), fc.Labels())
 	require.NoError(t, err, "read the op logs")
-	rows, err := audit.rows(ctx)
+	allRows, err := audit.rows(ctx)
 	require.NoError(t, err)
-	db := analyzeAudit(rows, ops, imageIndex, chaosInitName, 3*time.Second)
+	var rows, owRows []auditRow
+	for _, r := range allRows {
+		if _, ok := oneWayIndex[r.Image]; ok {
+			owRows = append(owRows, r)
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	db := analyzeAudit(rows, ops, imageIndex, chaosInitName, 3*time.Second, slowedLinks(windows))
+	ow = analyzeOneWay(sends, owRows, oneWayIndex, dead.reason, slowedLinks(windows))
+	vl := readVMLogs(fc)
 
 	// The calls: outcomes, silent ones, the share outside the windows.
 	fig := tallyCalls(ops, windows)
-	lateStarts, refusedLate := lateStarts(ops, nodeOps)
-	// Linearizability, image by image.
-	var checks []imageCheck
+	vfig := tallyVMCalls(vmOps, windows)
+	byID := map[string]deadlined{}
+	for _, o := range ops {
+		byID[o.OpID] = o
+	}
+	for _, o := range vmOps {
+		byID[o.OpID] = o
+	}
+	for _, s := range sends {
+		byID[s.OpID] = s
+	}
+	lateStarts, refusedLate := lateStarts(byID, nodeOps)
+	// Linearizability, image by image and VM by VM.
+	var checks, vmChecks []historyCheck
 	for k := range images {
 		var mine []chaosOp
 		for _, o := range ops {
@@ -241,17 +374,63 @@ func TestChaos(t *testing.T) {
 				mine = append(mine, o)
 			}
 		}
-		checks = append(checks, checkHistory(k, imageHistory(mine), chaosInitName, chaosSegment, chaosCheckLimit, t.ArtifactDir()))
+		checks = append(checks, checkHistory("image", k, imageHistory(mine), chaosInitName, registerModel, chaosSegment, chaosCheckLimit, t.ArtifactDir()))
 	}
+	for k, vm := range vms {
+		var mine []chaosVMOp
+		for _, o := range vmOps {
+			if o.VM == k {
+				mine = append(mine, o)
+			}
+		}
+		var repairs []vmRepair
+		for _, r := range vl.repairs {
+			if r.VM == vm {
+				repairs = append(repairs, r)
+			}
+		}
+		vmChecks = append(vmChecks, checkHistory("vm", k, vmHistory(mine, repairs), cloud.VMCreated, vmModel, chaosSegment, chaosCheckLimit, t.ArtifactDir()))
+	}
+	overwrites := vmOverwrites(vl.repairs, vmOps, vmIndex)
 
 	t.Log("\n" + chaosReport(chaosSummary{seed: seed, took: time.Since(testStart), load: loadEnd.Sub(loadStart), windows: windows,
 		rounds: sched.rounds, fig: fig, db: db, checks: checks, lateStarts: lateStarts, refusedLate: refusedLate,
-		fenced: fenceRefusals(fc), overlaps: handlerOverlaps(nodeOps, imageIndex), backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes}))
+		fenced: fenceRefusals(fc), overlaps: handlerOverlaps(nodeOps, imageIndex), backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes,
+		vm: vfig, vmChecks: vmChecks, vmLogs: vl, overwrites: overwrites, journalPending: pending, oneWay: ow, oneWaySettled: owSettled, oneWayErr: owErr}))
 
 	for _, c := range checks {
 		assert.Equal(t, porcupine.Ok, c.result, "image %d: its history is linearizable (Illegal: a violation; Unknown: porcupine's limit %s was too short): %s",
-			c.image, chaosCheckLimit, c.evidence)
+			c.index, chaosCheckLimit, c.evidence)
 	}
+	for _, c := range vmChecks {
+		assert.Equal(t, porcupine.Ok, c.result, "vm %d: its history, with the repairs of its record, is linearizable against refnode's state machine (Illegal: a violation; Unknown: porcupine's limit %s was too short): %s",
+			c.index, chaosCheckLimit, c.evidence)
+	}
+	assert.Empty(t, overwrites, "no repair overwrites an acknowledged VM write:\n%s", firstLines(overwrites, 10))
+	assert.Empty(t, vfig.silent, "every VM call ends with a reply or a typed error by its deadline + %s:\n%s", fdBound, firstLines(vfig.silent, 10))
+	assert.Empty(t, vfig.never, "no fault makes a VM call fail as a bad request (other than a start or stop the VM's state does not allow), not found, or bad reply:\n%s",
+		firstLines(vfig.never, 10))
+	assert.GreaterOrEqual(t, vfig.outsideShare(), chaosMinOKShare, "VM calls invoked outside every fault window are answered (a reply or a refusal from the VM's state): %d of %d",
+		vfig.outsideAnswered, vfig.outside)
+	for k := range vms {
+		assert.GreaterOrEqual(t, vfig.ackWrites[k], chaosMinWrites, "vm %d: the clients' starts and stops went through", k)
+	}
+	require.NoError(t, owErr, "every one-way write the broker took is committed or dead-lettered within %s of the queues' drain", chaosOneWaySettle)
+	for name, list := range ow.violations() {
+		assert.Empty(t, list, "%s:\n%s", name, firstLines(list, 10))
+	}
+	assert.Positive(t, ow.committed, "one-way writes committed")
+	var triggered, heldInPause int
+	for _, w := range windows {
+		if w.stall != nil && w.stall.triggered {
+			triggered++
+			if w.stall.heldInPause() {
+				heldInPause++
+			}
+		}
+	}
+	assert.Positive(t, triggered, "a stall-pause's node held a VM operation after its hypervisor call, before its final write (logged \"test stall: holding\")")
+	assert.Positive(t, heldInPause, "a stall-pause's node was paused while it held the operation, and went on after the resume")
 	assert.Empty(t, fig.silent, "every call ends with a reply or a typed error by its deadline + %s:\n%s", fdBound, firstLines(fig.silent, 10))
 	assert.Empty(t, fig.never, "no fault makes a call fail as a bad request, not found, or bad reply:\n%s", firstLines(fig.never, 10))
 	assert.Empty(t, fig.namesDB, "no reply names the database or quotes its driver:\n%s", firstLines(fig.namesDB, 10))
@@ -374,14 +553,17 @@ func tallyCalls(ops []chaosOp, windows []chaosWindow) chaosFigures {
 	return f
 }
 
-// lateStarts lists the runs of the calls' operations that started on a
-// node after the caller's deadline + fdBound, and counts the messages
-// nodes refused as late.
-func lateStarts(ops []chaosOp, c *collected) (late []string, refused int) {
-	byID := map[string]chaosOp{}
-	for _, o := range ops {
-		byID[o.OpID] = o
-	}
+// deadlined is a call or a send with its deadline: chaosOp, chaosVMOp,
+// chaosSend.
+type deadlined interface {
+	fmt.Stringer
+	deadline() time.Time
+}
+
+// lateStarts lists the runs of the calls' and sends' operations (byID:
+// by op id) that started on a node after the caller's deadline +
+// fdBound, and counts the messages nodes refused as late.
+func lateStarts(byID map[string]deadlined, c *collected) (late []string, refused int) {
 	for id, execs := range c.Owner {
 		o, ok := byID[id]
 		if !ok {
@@ -472,129 +654,6 @@ func handlerOverlaps(c *collected, images map[string]int) overlaps {
 		}
 	}
 	return o
-}
-
-// nodeResources are a node's goroutines and RSS at one moment.
-type nodeResources struct {
-	label      string
-	goroutines int
-	rss        uint64
-	err        error
-}
-
-// snapshot measures every running node.
-func snapshot(fc *faultCluster) []nodeResources {
-	var out []nodeResources
-	for _, c := range fc.Running() {
-		r := nodeResources{label: c.label}
-		r.goroutines, r.err = goroutinesOf(c)
-		if rss, err := rssOf(c.cmd.Process.Pid); err == nil {
-			r.rss = rss
-		} else if r.err == nil {
-			r.err = err
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// goroutinesOf reads a node's goroutine count from its admin server
-// (refnode serve -test-pprof).
-func goroutinesOf(c *child) (int, error) {
-	resp, err := httpClient.Get(c.admin + "/debug/pprof/goroutine")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	if err != nil {
-		return 0, fmt.Errorf("node %s's goroutine profile: %w", c.label, err)
-	}
-	var n int
-	if _, err := fmt.Sscanf(line, "goroutine profile: total %d", &n); err != nil {
-		return 0, fmt.Errorf("node %s's goroutine profile begins %q: %w", c.label, line, err)
-	}
-	return n, nil
-}
-
-// awaitDrained waits until every queue of the cluster's prefix holds no
-// message and no queue of a node that is not running is left, and
-// returns how long that took after since, with the last state seen.
-func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.Duration, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, chaosDrainBound)
-	defer cancel()
-	live := map[string]bool{}
-	for _, c := range fc.Running() {
-		live[c.id] = true
-	}
-	known := []string{fc.Prefix() + ".message.api.portal", fc.Prefix() + ".dead"}
-	for id := range fc.Labels() {
-		known = append(known, nodeQueues(fc.Prefix(), id)...)
-	}
-	var state string
-	err := pollEvery(ctx, 250*time.Millisecond, func() error {
-		qs, err := queueMessages(ctx, fc.broker, fc.Prefix(), known)
-		if err != nil {
-			return err
-		}
-		var bad []string
-		for _, q := range slices.Sorted(maps.Keys(qs)) {
-			dead := ""
-			for id, label := range fc.Labels() {
-				if strings.HasSuffix(q, "."+id) && !live[id] {
-					dead = label
-				}
-			}
-			switch {
-			case dead != "":
-				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages", q, dead, qs[q]))
-			case qs[q] > 0:
-				bad = append(bad, fmt.Sprintf("%s: %d messages", q, qs[q]))
-			}
-		}
-		state = fmt.Sprintf("%d queues", len(qs))
-		if len(bad) > 0 {
-			state += ": " + strings.Join(bad, "; ")
-			return fmt.Errorf("%s", state)
-		}
-		return nil
-	})
-	return time.Since(since), state, err
-}
-
-// queueMessages returns the queues of prefix with their messages (ready
-// and unacknowledged), from rabbitmqctl; without it, from a passive
-// declare of each known name (ready messages only).
-func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]int, error) {
-	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages")
-	if ok {
-		if err != nil {
-			return nil, err
-		}
-		qs := map[string]int{}
-		for _, line := range strings.Split(out, "\n") {
-			var name string
-			var n int
-			if _, err := fmt.Sscanf(line, "%s %d", &name, &n); err == nil && strings.HasPrefix(name, prefix+".") {
-				qs[name] = n
-			}
-		}
-		return qs, nil
-	}
-	j, err := dialJanitor(broker)
-	if err != nil {
-		return nil, err
-	}
-	defer j.conn.Close()
-	states, err := j.inspectAll(known)
-	if err != nil {
-		return nil, err
-	}
-	qs := map[string]int{}
-	for _, s := range existing(states) {
-		qs[s.Name] = s.Messages
-	}
-	return qs, nil
 }
 
 // firstLines is the first n of lines, one a line, and how many more.

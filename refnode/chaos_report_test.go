@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ type chaosSummary struct {
 	rounds                 int
 	fig                    chaosFigures
 	db                     *dbFigures
-	checks                 []imageCheck
+	checks                 []historyCheck
 	lateStarts             []string
 	refusedLate            int
 	fenced                 int // writes the fence refused to a node that had lost the resource
@@ -28,6 +29,14 @@ type chaosSummary struct {
 	backInRings, drainedIn time.Duration
 	drainErr               error
 	start, end             []nodeResources
+	vm                     vmFigures
+	vmChecks               []historyCheck
+	vmLogs                 vmLogs
+	overwrites             []string // repairs that overwrote an acknowledged write
+	journalPending         int      // journal entries the nodes held at the end; -1: unknown
+	oneWay                 *oneWayFigures
+	oneWaySettled          time.Duration // every one-way write accounted for, after the clients stopped
+	oneWayErr              error
 }
 
 // chaosReport formats the summary as markdown.
@@ -45,7 +54,7 @@ func chaosReport(s chaosSummary) string {
 	}
 	p("Faults by kind: %s", counts(kinds))
 	p("")
-	p("| # | at | fault | hold | evicted (from the injection) | every node serving, the store theirs, after the heal | every ring agreeing after that | calls invoked in the window | slowest |")
+	p("| # | at | fault | hold | evicted (from the injection) | every node serving, the store theirs, after the heal | every ring agreeing after that | image calls invoked in the window | slowest |")
 	p("| ---: | ---: | --- | ---: | --- | ---: | ---: | --- | ---: |")
 	t0 := time.Time{}
 	if len(s.windows) > 0 {
@@ -67,20 +76,91 @@ func chaosReport(s chaosSummary) string {
 		agreeMax = max(agreeMax, w.recovered.Sub(w.ready))
 	}
 	p("")
+	var armed, triggered, heldInPause, slow int
+	for _, w := range s.windows {
+		for _, part := range w.fault.parts {
+			if part.kind == kindDBSlow {
+				slow++
+			}
+		}
+		st := w.stall
+		if st == nil {
+			continue
+		}
+		armed++
+		if !st.triggered {
+			p("Stall: %s armed for %s as the owner of vm %d; no VM operation reached its final write within %s, so it was paused unstalled.",
+				st.node, st.length.Round(time.Millisecond), st.vm, chaosStallTrigger)
+			continue
+		}
+		triggered++
+		held := "it ended before the pause: NOT held in the pause"
+		if st.heldInPause() {
+			heldInPause++
+			held = fmt.Sprintf("it ended %s after the resume: held in the pause", st.over.Sub(st.resumed).Round(time.Millisecond))
+		} else if st.over.IsZero() {
+			held = "its end was not logged"
+		}
+		p("Stall: %s armed for %s as the owner of vm %d; it held an operation on vm %s %s after the arming, was paused %s later for %s; %s.",
+			st.node, st.length.Round(time.Millisecond), st.vm, shortID(st.held), st.holding.Sub(st.armed).Round(time.Millisecond),
+			st.paused.Sub(st.holding).Round(time.Millisecond), st.resumed.Sub(st.paused).Round(time.Millisecond), held)
+	}
+	p("")
 	f := s.fig
-	p("Calls: %d; by outcome: %s", f.calls, counts(f.byOutcome))
+	p("Image calls: %d; by outcome: %s", f.calls, counts(f.byOutcome))
 	p("By class: %s; longest call %s", counts(f.byClass), f.longestCall.Round(time.Millisecond))
+	p("")
+	p("VM calls: %d; by outcome: %s", s.vm.calls, counts(s.vm.byOutcome))
 	p("")
 	p("| figure | value |")
 	p("| --- | --- |")
 	for _, c := range s.checks {
-		p("| image %d: porcupine | %s (%d operations, %d segments, %s); %d acknowledged writes |", c.image, c.result, c.ops, c.segments,
-			c.took.Round(time.Millisecond), f.ackWrites[c.image])
+		p("| image %d: porcupine | %s (%d operations, %d segments, %s); %d acknowledged writes |", c.index, c.result, c.ops, c.segments,
+			c.took.Round(time.Millisecond), f.ackWrites[c.index])
+	}
+	for _, c := range s.vmChecks {
+		p("| vm %d: porcupine (chaoscheck.VM, with the repairs) | %s (%d operations, %d segments, %s); %d acknowledged starts and stops |", c.index, c.result,
+			c.ops, c.segments, c.took.Round(time.Millisecond), s.vm.ackWrites[c.index])
 	}
 	p("| silent calls (no reply or typed error by the deadline + %s) | %d |", fdBound, len(f.silent))
 	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
 	p("| calls whose error names the database or quotes its driver | %d |", len(f.namesDB))
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
+	v := s.vm
+	p("| VM calls: silent | %d |", len(v.silent))
+	p("| VM calls: starts and stops refused from the VM's state (bad_request; expected) | %d |", v.refused)
+	p("| VM calls failed as bad request otherwise, not found or bad reply | %d |", len(v.never))
+	p("| VM calls outside the fault windows answered (a reply or a refusal) | %d of %d (%.1f%%; at least %.0f%%) |", v.outsideAnswered, v.outside,
+		100*v.outsideShare(), 100*chaosMinOKShare)
+	p("| db-slow windows | %d |", slow)
+	p("| stalls armed / holding an operation (\"test stall: holding\") / paused while holding it | %d / %d / %d |", armed, triggered, heldInPause)
+	pending := strconv.Itoa(s.journalPending)
+	if s.journalPending < 0 {
+		pending = "unknown"
+	}
+	vl := s.vmLogs
+	p("| VM journal entries taken (a final write failed after the hypervisor acted) / dropped as stale / held at the end | %d / %d / %s |",
+		vl.journaled, vl.dropped, pending)
+	sources := map[string]int{}
+	for _, r := range vl.repairs {
+		sources[r.Source]++
+	}
+	p("| VM repairs, by source | %d (%s) |", len(vl.repairs), counts(sources))
+	p("| VM repairs that overwrote an acknowledged write | %d |", len(s.overwrites))
+	if ow := s.oneWay; ow != nil {
+		settled := s.oneWaySettled.Round(time.Millisecond).String() + " after the clients stopped"
+		if s.oneWayErr != nil {
+			settled = "NOT within " + chaosOneWaySettle.String() + " of the drain"
+		}
+		p("| one-way writes: taken by the broker / committed once / dead-lettered / refused at send | %d / %d / %d / %d |", ow.sent, ow.committed, ow.dead, ow.refusedAtSend)
+		p("| one-way writes: confirmed but never run (neither committed nor dead-lettered) | %d |", len(ow.lost))
+		p("| one-way writes: applied twice | %d |", len(ow.twice))
+		p("| one-way writes: committed after their deadline + %s (+ a slowed link's one-way delay) | %d |", fdBound, len(ow.late))
+		p("| one-way writes: names no send wrote | %d |", len(ow.foreign))
+		p("| one-way writes: dead letters by reason | %s |", counts(ow.reasons))
+		p("| one-way writes: committed and dead-lettered too / refused at send yet committed (allowed) | %d / %d |", ow.deadCommitted, ow.refusedCommitted)
+		p("| one-way writes: every one accounted for | %s |", settled)
+	}
 	p("| every node back in every ring after the last heal | %s |", s.backInRings.Round(time.Millisecond))
 	p("| every ring agreeing after every node served again and the store held their records, longest of every fault (one reconcile: %s) | %s |", chaosReconcileBound, agreeMax.Round(time.Millisecond))
 	drained := s.drainedIn.Round(time.Millisecond).String() + " after the clients stopped"
@@ -96,7 +176,7 @@ func chaosReport(s chaosSummary) string {
 	p("| database: names no call wrote | %d |", len(d.foreign))
 	p("| database: stale writes (token below an earlier commit's) | %d |", len(d.stale))
 	p("| database: two-owner commits (one token, two claims) | %d |", len(d.twoOwners))
-	p("| database: late executions (commit after the deadline + %s) | %d (latest %s) |", fdBound, len(d.late), d.lateMax.Round(time.Millisecond))
+	p("| database: late executions (commit after the deadline + %s, + a slowed link's one-way delay) | %d (latest %s) |", fdBound, len(d.late), d.lateMax.Round(time.Millisecond))
 	p("| database: broken chains of names | %d |", len(d.chainBreaks))
 	p("| database: a client's writes out of issue order | %d |", len(d.reordered))
 	p("| database: commits after the writer lost its lease (allowed) | %d |", d.afterLease)

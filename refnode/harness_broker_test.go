@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -128,6 +130,34 @@ type logLine struct {
 func (c *child) logLines(subs ...string) []logLine {
 	_, errOut := c.output()
 	return grepLog(errOut, subs...)
+}
+
+// stderrSize returns the size of the child's stderr so far: an offset
+// for logLinesFrom.
+func (c *child) stderrSize() int64 {
+	fi, err := os.Stat(c.stderr)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logLinesFrom is logLines over the child's stderr from byte offset
+// from on (from stderrSize): a poll reads only what is new.
+func (c *child) logLinesFrom(from int64, subs ...string) []logLine {
+	f, err := os.Open(c.stderr)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return nil
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil
+	}
+	return grepLog(string(b), subs...)
 }
 
 // grepLog returns the slog lines of text (time=… first) that contain

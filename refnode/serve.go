@@ -70,6 +70,12 @@ For audits and fault tests:
   -test-pprof        serve the goroutine profile on the admin server,      REFNODE_TEST_PPROF
                      GET /debug/pprof/goroutine[?debug=2] (off): for
                      tests that count a node's goroutines
+  -test-hooks        serve POST /test/stall-vm-final-write?for=d on the    REFNODE_TEST_HOOKS
+                     admin server (off): arms a one-shot stall, for d,
+                     of the next VM operation after its hypervisor call
+                     and before the write of its outcome (for=0
+                     disarms); logs "test stall" at WARN: for fault
+                     tests only
 
 Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
 `
@@ -88,6 +94,7 @@ type serveOptions struct {
 	stallVMWrite            time.Duration // -test-stall-vm-write
 	stallVMFinal            time.Duration // -test-stall-vm-final-write
 	testPprof               bool          // -test-pprof
+	testHooks               bool          // -test-hooks
 	vmSweep                 time.Duration
 }
 
@@ -110,13 +117,14 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.stallVMWrite, "test-stall-vm-write", 0, "")
 	fs.DurationVar(&o.stallVMFinal, "test-stall-vm-final-write", 0, "")
 	fs.BoolVar(&o.testPprof, "test-pprof", false, "")
+	fs.BoolVar(&o.testHooks, "test-hooks", false, "")
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
 		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
 		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE", "test-stall-vm-final-write": "REFNODE_TEST_STALL_VM_FINAL_WRITE",
-		"vm-sweep": "REFNODE_VM_SWEEP", "test-pprof": "REFNODE_TEST_PPROF",
+		"vm-sweep": "REFNODE_VM_SWEEP", "test-pprof": "REFNODE_TEST_PPROF", "test-hooks": "REFNODE_TEST_HOOKS",
 	})
 	if err != nil {
 		return o, err
@@ -248,7 +256,15 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	}
 	scfg := services.Config{Store: records, Hypervisor: hv, PingInterval: o.pingInterval, VMSweepInterval: o.vmSweep, Logger: log}
 	scfg.StallVMWrite = testStall(o.stallVMWrite, "after its fence check", log)
-	scfg.StallVMFinalWrite = testStall(o.stallVMFinal, "after its hypervisor call, before its final write", log)
+	var arm *stallArm // -test-hooks
+	if o.testHooks {
+		arm = &stallArm{log: log}
+		fmt.Fprintf(stdout, "test:    hooks on the admin server (POST /test/stall-vm-final-write?for=d; -test-hooks, for fault tests)\n")
+	}
+	scfg.StallVMFinalWrite = testStall(o.stallVMFinal, stallVMFinalWrite, log)
+	if arm != nil {
+		scfg.StallVMFinalWrite = chainStalls(scfg.StallVMFinalWrite, arm.hold)
+	}
 	set, err := services.New(scfg)
 	if err != nil {
 		return err
@@ -284,6 +300,9 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	admin := newAdmin(node, tr, set, counts, o.prefix, start, &dbWatch{heartbeat: stores.hbPool.DB, records: stores.recPool.DB, beats: beats})
 	if o.testPprof {
 		admin = withGoroutineProfile(admin)
+	}
+	if arm != nil {
+		admin = withTestHooks(admin, arm)
 	}
 	srv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)

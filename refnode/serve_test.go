@@ -65,7 +65,7 @@ func TestServeFlags(t *testing.T) {
 	code, out, _ := runCmd(t, nil, "serve", "-h")
 	assert.Equal(t, 0, code)
 	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER",
-		"REFNODE_PING_INTERVAL", "REFNODE_OP_LOG", "REFNODE_CLOCK_SKEW"} {
+		"REFNODE_PING_INTERVAL", "REFNODE_OP_LOG", "REFNODE_CLOCK_SKEW", "REFNODE_TEST_HOOKS"} {
 		assert.Contains(t, out, v, "serve -h names every variable")
 	}
 	def := heartbeat.DefaultConfig()

@@ -129,7 +129,8 @@ func (c *Client) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 // api.portal redelivers it. bus.WithRetry travels with the message as
 // the header bus.HeaderRetry, and the portal applies it to its forward
 // as [Node.Call] does: a call whose owner left mid-call is resent, with
-// the same id, to the new owner.
+// the same id, to the new owner, and a later attempt's refusal is
+// returned as node_left, since the first attempt may still run.
 func (c *Client) Call(ctx context.Context, msg any, opts ...bus.Option) (any, error) {
 	return c.b.Call(ctx, bus.APIPortal, msg, opts...)
 }

@@ -56,7 +56,10 @@
 // (message.ErrNodeLeft, outcome unknown), [Node.Call] and the portal
 // (for [Client.Call], which carries the option as a header) send it
 // again, with the same id, to the new owner once this node's ring no
-// longer names the old one, up to max times within ctx. bus.Call itself
+// longer names the old one, up to max times within ctx; the first
+// attempt may still run there (a survivor moves its message), so if a
+// later attempt is refused (not_owner, bad_request, ...) the call ends
+// with node_left, its outcome unknown. bus.Call itself
 // never retries: it only carries the option, which the portal applies
 // to what it receives through api.portal.
 //

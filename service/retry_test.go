@@ -247,6 +247,46 @@ func TestWithRetryAfterTheOwnerDies(t *testing.T) {
 	}
 }
 
+// TestWithRetryRefusedAfterNodeLeftIsUnknown: the owner is evicted
+// while a call with WithRetry is in its handler, and the new owner
+// refuses the retry (bad_request, as a VM's state refuses a stop). The
+// first attempt's message may still run on the new owner, moved from
+// the queue of the owner that left, so the refusal does not tell the
+// call's outcome: the call ends with node_left, naming the refusal. A
+// refusal with no earlier node_left is returned as it is.
+func TestWithRetryRefusedAfterNodeLeftIsUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newIdem()
+		c := startIdem(t, 3, l)
+		res := message.NewUUID()
+		l.set(func(l *idem) { l.refusing, l.refuseWith = true, message.ErrBadRequest })
+		_, err := c.Node(0).Call(context.Background(), "idem", Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
+		require.ErrorIs(t, err, message.ErrBadRequest, "a refusal with no earlier node_left is the call's outcome")
+
+		victim := c.Node(1).UUID()
+		res = ownedBy(c, victim)
+		l.set(func(l *idem) { l.refusing, l.seen, l.blockOn = false, nil, victim })
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Node(0).Call(context.Background(), "idem", Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
+			done <- err
+		}()
+		<-l.entered // the call is in the owner's handler
+		l.set(func(l *idem) { l.refusing = true })
+		c.Partition(victim, true) // evicted while it holds the message
+		err = <-done
+		require.ErrorIs(t, err, message.ErrNodeLeft, "the retry's refusal does not tell whether the first attempt runs")
+		assert.NotErrorIs(t, err, message.ErrBadRequest)
+		assert.Equal(t, message.RetryUnknown, message.CodeOf(err).Retry())
+		assert.Contains(t, err.Error(), "bad_request: bad request: the test's handler refuses", "the error names the last attempt's refusal")
+		seen := l.sightings()
+		require.Len(t, seen, 2, "the first attempt on the owner that left, the retry on the new owner")
+		assert.Equal(t, victim, seen[0].node)
+		assert.NotEqual(t, victim, seen[1].node)
+		c.WaitGone(t, victim, time.Second)
+	})
+}
+
 // TestWithRetryOnNotOwnerWaitsForTheRing: once the re-routes after
 // not_owner are spent, a call with WithRetry waits, without spinning,
 // until this node's ring changes, then resends with the same id.

@@ -55,8 +55,13 @@ func (n *Node) Route(service, resourceUUID string) (string, error) {
 // spent, is sent again, up to max times within ctx, each time once this
 // node's ring has changed: for node_left, once it no longer names the
 // owner that left. If ctx ends or the node stops while it waits, the
-// last error is returned. Without WithRetry, node_left is returned at
-// once. A message about no resource runs on this node and is never
+// last error is returned. Once an attempt ended with node_left, its
+// message may still run within its deadline (a survivor moves it from
+// the queue of the owner that left to the new owner), so a later
+// attempt's error that says nothing ran (not_owner, or a refusal such as
+// bad_request) does not tell the call's outcome: the call then ends with
+// node_left, naming that error. Without WithRetry, node_left is returned
+// at once. A message about no resource runs on this node and is never
 // retried.
 //
 // A Routed message naming no resource, or a WithResource contradicting
@@ -165,8 +170,11 @@ func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus
 // names the owner that failed, for not_owner until its fingerprint
 // differs from the one the failed attempt was routed by; it then routes
 // afresh, with its own re-routes. A wait that ctx or the node's stop
-// ends returns the last attempt's error.
-func (n *Node) routed(ctx context.Context, service, res string, retries int, send func(target string, o []bus.Option) error) error {
+// ends returns the last attempt's error. After a node_left, an error
+// that says nothing ran is returned as node_left (see settle).
+func (n *Node) routed(ctx context.Context, service, res string, retries int, send func(target string, o []bus.Option) error) (err error) {
+	var orphan error // an earlier attempt's node_left: that attempt may still run
+	defer func() { err = settle(orphan, err) }()
 	pause := 10 * time.Millisecond
 	reroutes := n.cfg.RouteRetries
 	for attempt := 1; ; attempt++ {
@@ -191,6 +199,9 @@ func (n *Node) routed(ctx context.Context, service, res string, retries int, sen
 			pause *= 2
 		case (notOwner || left) && retries > 0:
 			retries--
+			if left {
+				orphan = err
+			}
 			n.log.Debug("retrying an idempotent call once the ring changed", "service", service, "resource", res, "owner", owner, "attempt", attempt, "err", err)
 			changed := func() bool { return n.ring.Fingerprint() != fp }
 			if left {
@@ -209,6 +220,27 @@ func (n *Node) routed(ctx context.Context, service, res string, retries int, sen
 			return err
 		}
 	}
+}
+
+// settle is the error of a routed call whose last attempt failed with
+// err, where orphan is an earlier attempt's node_left (nil if none).
+// That attempt's message may still run on the new owner within its
+// deadline, moved there from the queue of the owner that left, so an
+// error of a later attempt that says nothing ran (message.RetrySafe or
+// message.RetryNever: not_owner, busy, a refusal such as bad_request)
+// does not tell the call's outcome: the call ends with node_left
+// (outcome unknown), naming that error. Other errors are returned as
+// they are.
+func settle(orphan, err error) error {
+	if orphan == nil || err == nil {
+		return err
+	}
+	switch message.CodeOf(err).Retry() {
+	case message.RetrySafe, message.RetryNever:
+		return message.ErrNodeLeft.WithDetails(fmt.Sprintf(
+			"an earlier attempt's owner left mid-call and that attempt may still run where its message was moved; the last attempt failed: %v", err))
+	}
+	return err
 }
 
 // awaitRing waits until cond holds, checking it at every change of this

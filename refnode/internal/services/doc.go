@@ -38,6 +38,14 @@
 // host, port, name and user, which is for the node's log (logged at Warn
 // with the message id), not for API clients.
 //
+// A VM operation the VM's state does not allow (a start of a running VM)
+// is refused with bad_request, and the refusal is recorded with the
+// message like a reply (fenced, in the operation's transaction): a later
+// copy of the message (a redelivery after a lost acknowledgement, a
+// portal's resend after node_left, a message moved from a dead node's
+// queue) gets the same refusal instead of running where the state has
+// changed since its caller was told it did not happen.
+//
 // # Hosts and takeover
 //
 // The owner of a host tracks it: a goroutine of the [HostService], started

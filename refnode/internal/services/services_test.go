@@ -179,6 +179,46 @@ func TestVMLifecycle(t *testing.T) {
 	})
 }
 
+// TestVMRefusalRecorded: an operation the VM's state refuses is
+// recorded with its message like a reply: the same message again (a
+// redelivery, a portal's retry, a message moved from a dead node's
+// queue) gets the same refusal once the state would allow it, and does
+// not run; a successful operation's reply is recorded as before.
+func TestVMRefusalRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{})
+		ctx := t.Context()
+		f.addHosts(t, 1)
+		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: f.addImage(t), Name: "web"})
+		require.NoError(t, err)
+		vm := created.VM.UUID
+		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		require.NoError(t, err)
+
+		id := message.NewUUID()
+		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
+		require.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM")
+		stopped, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
+		require.NoError(t, err)
+		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
+		require.ErrorIs(t, err, message.ErrBadRequest, "the same message again: its recorded refusal, though the VM is stopped now")
+		assert.Contains(t, err.Error(), "cannot start a VM that is running")
+		got, err := service.CallAPI[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+		require.NoError(t, err)
+		assert.Equal(t, cloud.VMStopped, got.VM.State, "the copy did not run")
+		assert.Equal(t, stopped.VM.Version, got.VM.Version)
+		p, _ := f.hv.PowerOf(vm)
+		assert.Equal(t, simhv.PowerOff, p, "nor did the hypervisor")
+
+		again := message.NewUUID()
+		first, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
+		require.NoError(t, err)
+		second, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
+		require.NoError(t, err, "a reply is recorded as before")
+		assert.Equal(t, first.VM, second.VM)
+	})
+}
+
 func TestBadRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := start(t, 2, simhv.Config{})

@@ -171,6 +171,15 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 // message id (a name-based UUID, RFC 9562 version 5).
 var vmNamespace = uuid.MustParse("6f1d7a8e-3c52-4b0e-9a61-2f4c8d5e9b17")
 
+// vmOutcome is what a VM operation's transaction records under its
+// message's key: the reply, or the refusal of an operation the VM's
+// state does not allow. Its JSON is the reply's, with "refused" added
+// for a refusal.
+type vmOutcome struct {
+	api.VmReply
+	Refused *message.Error `json:"refused,omitempty"`
+}
+
 // operate runs op on a VM, in one transaction fenced by this node's claim
 // on the VM and recorded under the message's key: read the VM, check the
 // transition, call the hypervisor, record the outcome. The transitional
@@ -178,30 +187,37 @@ var vmNamespace = uuid.MustParse("6f1d7a8e-3c52-4b0e-9a61-2f4c8d5e9b17")
 // nobody would see it, and a failure leaves the VM in its stable state.
 // No lock beyond the fence: the bus runs the messages about one VM one at
 // a time on its owner.
+//
+// An operation the VM's state does not allow is refused (bad_request),
+// and the refusal is recorded like a reply: a later copy of the message
+// (redelivered after a lost acknowledgement, resent by a portal after
+// node_left, moved from a dead node's queue) gets the same refusal, and
+// does not run where the state has changed since, after its caller was
+// told it did not happen.
 func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
 	id := r.Resource() // the VM's UUID, canonical: the bus checked
 	start := time.Now()
 	var acted cloud.VMState // the state the hypervisor's success calls for
 	var base int64          // the version of the record the operation read
-	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.VmReply, error) {
+	outcome, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (vmOutcome, error) {
 		vm, err := tx.VM(ctx, id)
 		if err != nil {
-			return api.VmReply{}, err
+			return vmOutcome{}, err
 		}
 		base = vm.Version
 		_, after, err := cloud.Transition(vm.State, op)
 		if err != nil {
-			return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: %w", id, err)
+			return vmOutcome{Refused: message.AsError(fmt.Errorf("vmInstance: vm %s: %w", id, err))}, nil
 		}
 		if s.stall != nil {
 			s.stall(ctx, id)
 		}
 		if err := tx.Verify(ctx); err != nil { // still the owner, just before acting
-			return api.VmReply{}, err
+			return vmOutcome{}, err
 		}
 		if err := s.callHypervisor(ctx, op, vm.HostUUID, id); err != nil {
 			s.log.Warn("vm operation failed", "vm", id, "op", op, "err", err)
-			return api.VmReply{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)
+			return vmOutcome{}, fmt.Errorf("vmInstance: %s vm %s on host %s: %w; the VM stays %s", op, id, vm.HostUUID, err, vm.State)
 		}
 		// If the write below fails, the hypervisor acted and the record
 		// did not follow: the sweeper repairs the record, from the
@@ -217,10 +233,14 @@ func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) 
 			return nil
 		})
 		if err != nil {
-			return api.VmReply{}, fmt.Errorf("vmInstance: vm %s: record state %s: %w", id, after, err)
+			return vmOutcome{}, fmt.Errorf("vmInstance: vm %s: record state %s: %w", id, after, err)
 		}
-		return api.VmReply{VM: vm, Handling: handling(r)}, nil
+		return vmOutcome{VmReply: api.VmReply{VM: vm, Handling: handling(r)}}, nil
 	})
+	if err == nil && outcome.Refused != nil {
+		return api.VmReply{}, outcome.Refused // recorded: this message's outcome, now or at its first run
+	}
+	reply := outcome.VmReply
 	switch {
 	case err != nil && acted != "":
 		s.journal.Record(id, base, acted)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The chaos test's view of the cluster around the load: each node's
+// goroutines and RSS, the drain of the queues, and the nodes' files,
+// kept when the test fails.
+
+// nodeResources are a node's goroutines and RSS at one moment.
+type nodeResources struct {
+	label      string
+	goroutines int
+	rss        uint64
+	err        error
+}
+
+// snapshot measures every running node.
+func snapshot(fc *faultCluster) []nodeResources {
+	var out []nodeResources
+	for _, c := range fc.Running() {
+		r := nodeResources{label: c.label}
+		r.goroutines, r.err = goroutinesOf(c)
+		if rss, err := rssOf(c.cmd.Process.Pid); err == nil {
+			r.rss = rss
+		} else if r.err == nil {
+			r.err = err
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// goroutinesOf reads a node's goroutine count from its admin server
+// (refnode serve -test-pprof).
+func goroutinesOf(c *child) (int, error) {
+	resp, err := httpClient.Get(c.admin + "/debug/pprof/goroutine")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("node %s's goroutine profile: %w", c.label, err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "goroutine profile: total %d", &n); err != nil {
+		return 0, fmt.Errorf("node %s's goroutine profile begins %q: %w", c.label, line, err)
+	}
+	return n, nil
+}
+
+// awaitDrained waits until every queue of the cluster's prefix holds no
+// message and no queue of a node that is not running is left, and
+// returns how long that took after since, with the last state seen.
+func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.Duration, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, chaosDrainBound)
+	defer cancel()
+	live := map[string]bool{}
+	for _, c := range fc.Running() {
+		live[c.id] = true
+	}
+	known := []string{fc.Prefix() + ".message.api.portal", fc.Prefix() + ".dead"}
+	for id := range fc.Labels() {
+		known = append(known, nodeQueues(fc.Prefix(), id)...)
+	}
+	var state string
+	err := pollEvery(ctx, 250*time.Millisecond, func() error {
+		qs, err := queueMessages(ctx, fc.broker, fc.Prefix(), known)
+		if err != nil {
+			return err
+		}
+		var bad []string
+		for _, q := range slices.Sorted(maps.Keys(qs)) {
+			dead := ""
+			for id, label := range fc.Labels() {
+				if strings.HasSuffix(q, "."+id) && !live[id] {
+					dead = label
+				}
+			}
+			switch {
+			case dead != "":
+				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages", q, dead, qs[q]))
+			case qs[q] > 0:
+				bad = append(bad, fmt.Sprintf("%s: %d messages", q, qs[q]))
+			}
+		}
+		state = fmt.Sprintf("%d queues", len(qs))
+		if len(bad) > 0 {
+			state += ": " + strings.Join(bad, "; ")
+			return fmt.Errorf("%s", state)
+		}
+		return nil
+	})
+	return time.Since(since), state, err
+}
+
+// queueMessages returns the queues of prefix with their messages (ready
+// and unacknowledged), from rabbitmqctl; without it, from a passive
+// declare of each known name (ready messages only).
+func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]int, error) {
+	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages")
+	if ok {
+		if err != nil {
+			return nil, err
+		}
+		qs := map[string]int{}
+		for _, line := range strings.Split(out, "\n") {
+			var name string
+			var n int
+			if _, err := fmt.Sscanf(line, "%s %d", &name, &n); err == nil && strings.HasPrefix(name, prefix+".") {
+				qs[name] = n
+			}
+		}
+		return qs, nil
+	}
+	j, err := dialJanitor(broker)
+	if err != nil {
+		return nil, err
+	}
+	defer j.conn.Close()
+	states, err := j.inspectAll(known)
+	if err != nil {
+		return nil, err
+	}
+	qs := map[string]int{}
+	for _, s := range existing(states) {
+		qs[s.Name] = s.Messages
+	}
+	return qs, nil
+}
+
+// copyNodeFiles copies the stdout, stderr and op log of every process
+// the cluster ran into dir.
+func copyNodeFiles(t *testing.T, fc *faultCluster, dir string) {
+	for _, n := range fc.Nodes() {
+		for i, c := range n.runs {
+			for _, src := range []string{c.stdout, c.stderr, n.opLogs[i]} {
+				b, err := os.ReadFile(src)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, filepath.Base(src)), b, 0o644)
+				}
+				if err != nil {
+					t.Logf("keep %s: %v", filepath.Base(src), err)
+				}
+			}
+		}
+	}
+	t.Logf("the nodes' logs and op logs are in %s", dir)
+}
