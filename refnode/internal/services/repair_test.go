@@ -293,14 +293,7 @@ func TestRepairOrderedAfterLaterWrite(t *testing.T) {
 		db.UseFence(c.Store(), memfence.Config{})
 		cl := c.Client(t)
 		ctx := t.Context()
-		_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
-		require.NoError(t, err)
-		img := message.NewUUID()
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
-		require.NoError(t, err)
-		created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
-		require.NoError(t, err)
-		vm := created.VM.UUID
+		vm := addVM(t, ctx, cl)
 		_, err = service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
 

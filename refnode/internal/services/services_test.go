@@ -558,15 +558,7 @@ func TestVMJournalRepairs(t *testing.T) {
 		db.UseFence(c.Store(), memfence.Config{})
 		cl := c.Client(t)
 		ctx := t.Context()
-		host := message.NewUUID()
-		_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.1"})
-		require.NoError(t, err)
-		img := message.NewUUID()
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
-		require.NoError(t, err)
-		created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
-		require.NoError(t, err)
-		vm := created.VM.UUID
+		vm := addVM(t, ctx, cl)
 
 		// The first StartVm's final write fails (the stall hook cuts the
 		// store once the hypervisor started the VM).
@@ -630,4 +622,18 @@ func TestDomainLimits(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, vms)
 	})
+}
+
+// addVM adds a host, an image and a VM on it through cl's api.portal and
+// returns the VM's UUID.
+func addVM(t *testing.T, ctx context.Context, cl *service.Client) string {
+	t.Helper()
+	_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
+	require.NoError(t, err)
+	img := message.NewUUID()
+	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
+	require.NoError(t, err)
+	created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
+	require.NoError(t, err)
+	return created.VM.UUID
 }
