@@ -200,28 +200,17 @@ func (b *CloudBus) Node() string { return b.node }
 // Prefix returns the queue name prefix.
 func (b *CloudBus) Prefix() string { return b.cfg.Prefix }
 
-// Registry returns the payload registry the bus encodes and decodes with.
-func (b *CloudBus) Registry() *message.Registry { return b.reg }
+// registry returns the payload registry the bus encodes and decodes with.
+func (b *CloudBus) registry() *message.Registry { return b.reg }
 
 // LocalID returns the id of service on this node, "<service>.<node>".
 // Creation and other non-resource messages go there.
 func (b *CloudBus) LocalID(service string) string { return ServiceID(service, b.node) }
 
-// Route returns the service id of service on the node owning
-// resourceUUID on the configured ring, "<service>.<owner>"; see
-// [ResourceServiceID]. Without Config.Ring it fails with
-// message.ErrNoRoute.
-func (b *CloudBus) Route(service, resourceUUID string) (string, error) {
-	if b.cfg.Ring == nil {
-		return "", fmt.Errorf("bus: route %s by resource: no ring configured (set Config.Ring): %w", service, message.ErrNoRoute)
-	}
-	return ResourceServiceID(b.cfg.Ring, service, resourceUUID)
-}
-
-// QueueName returns the queue of a service id: "<prefix>.message.<id>",
+// queueName returns the queue of a service id: "<prefix>.message.<id>",
 // e.g. "cloudbus.message.vmInstance.3694776ab31a45709259254a018913ca" or
 // "cloudbus.message.api.portal".
-func (b *CloudBus) QueueName(serviceID string) string {
+func (b *CloudBus) queueName(serviceID string) string {
 	return b.cfg.Prefix + ".message." + serviceID
 }
 
@@ -235,10 +224,10 @@ func (b *CloudBus) Register(ctx context.Context, service string, h Handler) erro
 	return b.serve(ctx, ServiceID(service, b.node), h)
 }
 
-// RegisterShared declares the durable queue of a service id shared by
+// registerShared declares the durable queue of a service id shared by
 // every node, such as [APIPortal], and starts consuming it as one of its
 // competing consumers: the broker hands each message to one of them.
-func (b *CloudBus) RegisterShared(ctx context.Context, serviceID string, h Handler) error {
+func (b *CloudBus) registerShared(ctx context.Context, serviceID string, h Handler) error {
 	if serviceID != APIPortal && !validPrefix(serviceID) {
 		return fmt.Errorf("bus: register shared %q: invalid service id: %w", serviceID, message.ErrBadRequest)
 	}
@@ -252,7 +241,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if b.cfg.ClientOnly {
 		return fmt.Errorf("bus: register %s: a ClientOnly bus serves nothing: %w", id, message.ErrBadRequest)
 	}
-	s := &service{id: id, queue: b.QueueName(id), handler: h, sched: newScheduler(b.cfg.MaxConcurrency, b.cfg.MaxQueuePerResource)}
+	s := &service{id: id, queue: b.queueName(id), handler: h, sched: newScheduler(b.cfg.MaxConcurrency, b.cfg.MaxQueuePerResource)}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -278,9 +267,9 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if et, ok := b.tr.(EntryTransport); ok && id == APIPortal {
 		// Clients publish API messages through the entry, which reaches
 		// this queue and nothing else (see EntryTransport).
-		if err := et.DeclareEntry(ctx, b.APIEntry(), s.queue); err != nil {
+		if err := et.DeclareEntry(ctx, b.apiEntry(), s.queue); err != nil {
 			undo()
-			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.APIEntry(), err)
+			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.apiEntry(), err)
 		}
 	}
 	c, err := b.tr.Consume(ctx, s.queue, ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d Delivery) { b.onDelivery(s, d) })
@@ -300,12 +289,12 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	return nil
 }
 
-// Unregister stops consuming the queue of a service id registered on this
+// unregister stops consuming the queue of a service id registered on this
 // bus (as "<service>.<node>" or a shared id). Messages already handed to
 // its handler still run and are acknowledged. With deleteQueue the queue
 // and any messages still in it are deleted: a node leaving the cluster
 // does this only after it has left every ring, so nobody routes to it.
-func (b *CloudBus) Unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
+func (b *CloudBus) unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
 	b.mu.Lock()
 	s, ok := b.services[serviceID]
 	if ok {
@@ -329,9 +318,9 @@ func (b *CloudBus) Unregister(ctx context.Context, serviceID string, deleteQueue
 	return errors.Join(errs...)
 }
 
-// Services returns the ids of the services registered on this bus, in no
+// serviceIDs returns the ids of the services registered on this bus, in no
 // particular order. The caller owns the slice.
-func (b *CloudBus) Services() []string {
+func (b *CloudBus) serviceIDs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]string, 0, len(b.services))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 func TestQueueNamesFollowTheArticle(t *testing.T) {
 	a, _, net := pair(t, bus.Config{Prefix: "zstack"})
 	require.NoError(t, a.Register(t.Context(), "vmInstance", bus.NewMux()))
-	require.NoError(t, a.RegisterShared(t.Context(), bus.APIPortal, bus.NewMux()))
+	require.NoError(t, busx.Of(a).RegisterShared(t.Context(), bus.APIPortal, bus.NewMux()))
 	_, ok := net.Queue("zstack.message.vmInstance." + a.Node())
 	assert.True(t, ok)
 	info, ok := net.Queue("zstack.message.api.portal")
@@ -71,26 +72,20 @@ func TestQueueNamesFollowTheArticle(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func TestRouteWithoutRing(t *testing.T) {
-	a, _, _ := pair(t, bus.Config{})
-	_, err := a.Route("vm", message.NewUUID())
-	assert.ErrorIs(t, err, message.ErrNoRoute, "no ring configured")
-}
-
 func TestUnregisterDeletesQueue(t *testing.T) {
 	a, b, net := pair(t, bus.Config{})
 	require.NoError(t, b.Register(t.Context(), "svc", bus.NewMux()))
-	q := b.QueueName(b.LocalID("svc"))
-	require.NoError(t, b.Unregister(t.Context(), b.LocalID("svc"), false))
+	q := busx.Of(b).QueueName(b.LocalID("svc"))
+	require.NoError(t, busx.Of(b).Unregister(t.Context(), b.LocalID("svc"), false))
 	_, ok := net.Queue(q)
 	assert.True(t, ok, "unregister without delete keeps the queue")
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "waits"}))
 	require.NoError(t, b.Register(t.Context(), "svc", bus.NewMux()))
-	require.NoError(t, b.Unregister(t.Context(), b.LocalID("svc"), true))
+	require.NoError(t, busx.Of(b).Unregister(t.Context(), b.LocalID("svc"), true))
 	_, ok = net.Queue(q)
 	assert.False(t, ok)
 	assert.ErrorIs(t, a.Send(t.Context(), b.LocalID("svc"), Greet{}), message.ErrNoRoute)
-	assert.Error(t, b.Unregister(t.Context(), b.LocalID("svc"), true), "not registered any more")
+	assert.Error(t, busx.Of(b).Unregister(t.Context(), b.LocalID("svc"), true), "not registered any more")
 }
 
 // TestPerResourceSerialAndParallel: messages about one resource never
@@ -198,8 +193,8 @@ func TestAbandonCallsFailsAtOnce(t *testing.T) {
 		errc <- err
 	}()
 	<-started
-	assert.Equal(t, 0, a.AbandonCalls(message.NewUUID(), nil), "other nodes' calls are untouched")
-	assert.Equal(t, 1, a.AbandonCalls(b.Node(), errors.New("evicted")))
+	assert.Equal(t, 0, busx.Of(a).AbandonCalls(message.NewUUID(), nil), "other nodes' calls are untouched")
+	assert.Equal(t, 1, busx.Of(a).AbandonCalls(b.Node(), errors.New("evicted")))
 	err := <-errc
 	assert.ErrorIs(t, err, message.ErrNodeLeft)
 	assert.Equal(t, message.RetryUnknown, message.CodeOf(err).Retry())
@@ -281,7 +276,7 @@ func TestCloseGivesBackHeldRetries(t *testing.T) {
 	defer sb.Close()
 	require.NoError(t, sb.Send(t.Context(), b.LocalID("svc"), Greet{Name: "x"}))
 	require.Eventually(t, func() bool { return b.Stats().Retried == 1 }, 5*time.Second, 5*time.Millisecond, "the failed message is held for its next attempt")
-	queue := b.QueueName(b.LocalID("svc"))
+	queue := busx.Of(b).QueueName(b.LocalID("svc"))
 	start := time.Now()
 	require.NoError(t, b.Close())
 	assert.Less(t, time.Since(start), 2*time.Second, "Close does not wait out the pause")

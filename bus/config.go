@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
-	"github.com/cloudbus-go/cloudbus/ring"
 )
 
 // Config configures a [CloudBus]. The zero value of every field but
@@ -29,9 +28,6 @@ type Config struct {
 
 	// Registry maps payload types to names. Default: message.NewRegistry().
 	Registry *message.Registry
-
-	// Ring, optional, is used by [CloudBus.Route] to route by resource.
-	Ring ring.Ring
 
 	// ClientOnly makes a bus that only calls through api.portal and reads
 	// its own replies (service.Client): it declares its reply queue and

@@ -106,8 +106,8 @@
 //   - Publishing to a service id whose queue does not exist fails at once
 //     with message.ErrNoRoute; a crashed node's queues still exist, so
 //     messages to it wait until a node-left event ends calls towards it
-//     ([CloudBus.AbandonCalls]) and a survivor moves them to their new
-//     destinations ([CloudBus.Reroute]; service.Node does so).
+//     ([CloudBus.abandonCalls]) and a survivor moves them to their new
+//     destinations ([CloudBus.reroute]; service.Node does so).
 //
 // # One-way messages
 //
@@ -138,7 +138,7 @@
 //     Stats.DeadLettered; observed as [OpDeadLetter].
 //  4. A one-way message whose deadline passed before it could start (in
 //     a queue, behind others, in a paused process, or while
-//     [CloudBus.Reroute] moved it) goes to the dead-letter queue too.
+//     [CloudBus.reroute] moved it) goes to the dead-letter queue too.
 //
 // So every one-way message a transport accepted runs, ends with an error
 // that says it is wrong, or waits in the dead-letter queue with its

@@ -76,7 +76,7 @@ func refuseReservedHeader(env *message.Envelope) error {
 // marker comes back; guarded by CloudBus.mu.
 type drainWaiters map[string]chan struct{}
 
-// Drain stops this bus's own (per-node) service queues cleanly: it puts a
+// drain stops this bus's own (per-node) service queues cleanly: it puts a
 // marker at the tail of each queue, keeps consuming until every marker
 // came back (so every message sent before the call was taken), then
 // stops those consumers and waits until their handlers finished, or ctx
@@ -85,7 +85,7 @@ type drainWaiters map[string]chan struct{}
 // stays open for calls; the queues stay too (delete them with
 // Unregister). A node leaving the cluster drains after it left every
 // ring, so that nothing sent to it is lost.
-func (b *CloudBus) Drain(ctx context.Context) error {
+func (b *CloudBus) drain(ctx context.Context) error {
 	b.mu.Lock()
 	var own []*service
 	for _, s := range b.services {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -31,6 +32,7 @@ func registry() *message.Registry {
 	message.MustRegister[Greet](reg, "example.v1.Greet")
 	message.MustRegister[Greeting](reg, "example.v1.Greeting")
 	message.MustRegister[HostAdded](reg, "example.v1.HostAdded")
+	message.MustRegister[ResizeVm](reg, "example.v1.ResizeVm")
 	return reg
 }
 
@@ -62,7 +64,7 @@ func Example_call() {
 		return Greeting{Text: "hello, " + g.Name}, nil
 	})
 	_ = b.Register(ctx, "greeter", mux)
-	fmt.Println(b.QueueName(b.LocalID("greeter")))
+	fmt.Println(busx.Of(b).QueueName(b.LocalID("greeter")))
 
 	// Node a calls it.
 	target := bus.ServiceID("greeter", b.Node())
@@ -141,8 +143,6 @@ func ExampleHandleRequest() {
 	ctx := context.Background()
 	a, b, cleanup := twoNodes(ctx)
 	defer cleanup()
-	message.MustRegister[ResizeVm](a.Registry(), "example.v1.ResizeVm")
-	message.MustRegister[ResizeVm](b.Registry(), "example.v1.ResizeVm")
 
 	mux := bus.NewMux()
 	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m ResizeVm) (Greeting, error) {

@@ -7,3 +7,6 @@ func (b *CloudBus) MemoryReleasePending() bool {
 	defer b.mu.Unlock()
 	return b.freeTimer != nil
 }
+
+// ValidReplyTo exposes CloudBus.validReplyTo to the package's tests.
+func ValidReplyTo(b *CloudBus, addr string) bool { return b.validReplyTo(addr) }

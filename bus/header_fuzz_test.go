@@ -7,6 +7,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -84,11 +85,11 @@ func FuzzEnvelopeAddresses(f *testing.F) {
 		if prefix == "" {
 			prefix = bus.DefaultPrefix
 		}
-		if got, want := b.ValidReplyTo(addr), validReplyTo(prefix, addr); got != want {
+		if got, want := bus.ValidReplyTo(b, addr), validReplyTo(prefix, addr); got != want {
 			t.Fatalf("prefix %q: ValidReplyTo(%q) = %v, its documented rule says %v", prefix, addr, got, want)
 		}
-		for _, q := range []string{b.QueueName(id), b.QueueName(bus.APIPortal), b.QueueName(addr)} {
-			if b.ValidReplyTo(q) {
+		for _, q := range []string{busx.Of(b).QueueName(id), busx.Of(b).QueueName(bus.APIPortal), busx.Of(b).QueueName(addr)} {
+			if bus.ValidReplyTo(b, q) {
 				t.Fatalf("prefix %q: service queue %q is accepted as a reply address", prefix, q)
 			}
 		}

@@ -1,11 +1,7 @@
 package bus
 
 import (
-	"fmt"
 	"strings"
-
-	"github.com/cloudbus-go/cloudbus/message"
-	"github.com/cloudbus-go/cloudbus/ring"
 )
 
 // DefaultPrefix is the queue name prefix used when Config.Prefix is empty.
@@ -20,23 +16,6 @@ const APIPortal = "api.portal"
 // e.g. "vmInstance.3694776ab31a45709259254a018913ca".
 func ServiceID(service, node string) string {
 	return service + "." + node
-}
-
-// ResourceServiceID returns the id of service on the node that owns the
-// resource on r: "<service>.<r.Locate(resource)>". The resource UUID is
-// normalized first, so its dashed and undashed spellings route alike; a
-// malformed one fails with message.ErrInvalidUUID, an empty ring with an
-// error matching message.ErrNoRoute (and ring.ErrEmpty).
-func ResourceServiceID(r ring.Ring, service, resourceUUID string) (string, error) {
-	id, err := message.NormalizeUUID(resourceUUID)
-	if err != nil {
-		return "", fmt.Errorf("bus: route %s: %w", service, err)
-	}
-	owner, err := r.Locate(id)
-	if err != nil {
-		return "", fmt.Errorf("bus: route %s for resource %s: %w: %w", service, id, message.ErrNoRoute, err)
-	}
-	return ServiceID(service, owner), nil
 }
 
 // SplitServiceID splits "<service>.<node>" into its parts. It reports false
@@ -87,6 +66,6 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// APIEntry returns the name of the entry api.portal sits behind on an
+// apiEntry returns the name of the entry api.portal sits behind on an
 // [EntryTransport]: "<prefix>.api".
-func (b *CloudBus) APIEntry() string { return b.cfg.Prefix + ".api" }
+func (b *CloudBus) apiEntry() string { return b.cfg.Prefix + ".api" }

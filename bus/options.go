@@ -1,55 +1,30 @@
 package bus
 
 import (
-	"fmt"
-	"maps"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 )
 
 // Option is a per-call knob for Send, Call and Broadcast.
-type Option func(*callOptions)
-
-type callOptions struct {
-	timeout  time.Duration
-	headers  map[string]string
-	resource string
-	id       string // WithID's, if idSet
-	idSet    bool
-	retry    int // WithRetry's max, if retrySet
-	retrySet bool
-}
+type Option func(*busx.CallOptions)
 
 // WithTimeout bounds the call by d, in addition to ctx's deadline (the
 // earlier wins). Default: ctx's deadline, or Config.DefaultTimeout when
 // ctx has none. The remaining time travels with the message, so the
 // receiver's handler gets the same deadline.
 func WithTimeout(d time.Duration) Option {
-	return func(o *callOptions) { o.timeout = d }
+	return func(o *busx.CallOptions) { o.Timeout = d }
 }
 
 // WithHeader adds a header that passes through the bus untouched, for
 // example a W3C traceparent. Default: no headers.
 func WithHeader(key, value string) Option {
-	return func(o *callOptions) {
-		if o.headers == nil {
-			o.headers = make(map[string]string)
+	return func(o *busx.CallOptions) {
+		if o.Headers == nil {
+			o.Headers = make(map[string]string)
 		}
-		o.headers[key] = value
-	}
-}
-
-// WithHeaders adds all of h (copied) as headers. Default: no headers.
-func WithHeaders(h map[string]string) Option {
-	return func(o *callOptions) {
-		if len(h) == 0 {
-			return
-		}
-		if o.headers == nil {
-			o.headers = make(map[string]string, len(h))
-		}
-		maps.Copy(o.headers, h)
+		o.Headers[key] = value
 	}
 }
 
@@ -64,7 +39,7 @@ func WithHeaders(h map[string]string) Option {
 // the payload names, if any; otherwise none, and the message runs
 // concurrently with others.
 func WithResource(resourceUUID string) Option {
-	return func(o *callOptions) { o.resource = resourceUUID }
+	return func(o *busx.CallOptions) { o.Resource = resourceUUID }
 }
 
 // WithID makes id the message's id (message.Envelope.ID, what a handler
@@ -80,7 +55,7 @@ func WithResource(resourceUUID string) Option {
 // message id, so calls sharing one id each get their own reply, and the
 // late reply of an earlier attempt never answers a later one.
 func WithID(id string) Option {
-	return func(o *callOptions) { o.id, o.idSet = id, true }
+	return func(o *busx.CallOptions) { o.ID, o.IDSet = id, true }
 }
 
 // HeaderRetry is the header that carries [WithRetry]'s max with the
@@ -111,47 +86,5 @@ const HeaderRetry = "cloudbus-retry"
 // the portal that takes an api.portal message applies to its forward. A
 // Broadcast carries nothing.
 func WithRetry(max int) Option {
-	return func(o *callOptions) { o.retry, o.retrySet = max, true }
-}
-
-// IDOf returns the canonical message id that [WithID] gives among opts,
-// or "" if none does (the message gets a fresh one). A malformed id fails
-// with message.ErrInvalidUUID. Routers (service.Node) use it to keep one
-// id across the attempts of one logical call.
-func IDOf(opts ...Option) (string, error) {
-	var o callOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o.messageID()
-}
-
-// RetryOf returns the max that [WithRetry] gives among opts, or 0 if
-// none does. A max below 1 fails with message.ErrBadRequest. Routers
-// (service.Node) use it to decide whether to retry.
-func RetryOf(opts ...Option) (int, error) {
-	var o callOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o.retries()
-}
-
-// messageID returns the canonical WithID, or "".
-func (o callOptions) messageID() (string, error) {
-	if !o.idSet {
-		return "", nil
-	}
-	return message.NormalizeUUID(o.id)
-}
-
-// retries returns the WithRetry max, or 0.
-func (o callOptions) retries() (int, error) {
-	if !o.retrySet {
-		return 0, nil
-	}
-	if o.retry < 1 {
-		return 0, message.ErrBadRequest.WithDetails(fmt.Sprintf("WithRetry(%d): the retry count must be at least 1", o.retry))
-	}
-	return o.retry, nil
+	return func(o *busx.CallOptions) { o.Retry, o.RetrySet = max, true }
 }

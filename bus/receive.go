@@ -30,7 +30,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		// of waiting for its deadline.
 		// The reply is published from the service's workers, which Close
 		// waits for: this callback must not block.
-		if replyTo, corr, ok := message.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.ValidReplyTo(replyTo) {
+		if replyTo, corr, ok := message.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.validReplyTo(replyTo) {
 			_ = s.sched.submit("", &job{run: func() { b.replyRefusal(s.id, replyTo, corr, err) }, requeue: func() {}})
 		}
 		return
@@ -61,7 +61,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
 		return
 	}
-	if env.Kind == message.KindRequest && !b.ValidReplyTo(env.ReplyTo) {
+	if env.Kind == message.KindRequest && !b.validReplyTo(env.ReplyTo) {
 		// Replying would publish, with this node's rights, into whatever
 		// queue the sender named: never run it, never answer it.
 		b.rejected.Add(1)
@@ -348,12 +348,12 @@ func isNil(v any) bool {
 // before giving it back to its queue.
 const markerGiveBackPause = 50 * time.Millisecond
 
-// ValidReplyTo reports whether addr may receive replies: a reply queue of
+// validReplyTo reports whether addr may receive replies: a reply queue of
 // this bus's prefix ("<prefix>.reply.<anything>") or a broker-named
 // queue ("amq.gen-..."), at most 255 bytes, printable ASCII. A request
 // naming anything else (a service queue, api.portal) is dropped unrun:
 // a reply must never be a way to write into another queue.
-func (b *CloudBus) ValidReplyTo(addr string) bool {
+func (b *CloudBus) validReplyTo(addr string) bool {
 	if len(addr) == 0 || len(addr) > 255 {
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -29,11 +30,11 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 		runs.Add(1)
 		return Greeting{Text: "hi"}, nil
 	})))
-	victimQueue := a.QueueName(bus.ServiceID("victim", message.NewUUID()))
+	victimQueue := busx.Of(a).QueueName(bus.ServiceID("victim", message.NewUUID()))
 	raw := net.Transport("raw")
 	t.Cleanup(func() { _ = raw.Close() })
 	ctx := t.Context()
-	for _, q := range []string{victimQueue, a.QueueName(bus.APIPortal), "amq.gen-ok", "cloudbus.reply.ok"} {
+	for _, q := range []string{victimQueue, busx.Of(a).QueueName(bus.APIPortal), "amq.gen-ok", "cloudbus.reply.ok"} {
 		require.NoError(t, raw.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueDurable}))
 	}
 	body, err := json.Marshal(Greet{Name: "x"})
@@ -43,14 +44,14 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 			ServiceID: bus.ServiceID("svc", b.Node()), ReplyTo: replyTo, CorrelationID: message.NewUUID(), Body: body, Timeout: 5 * time.Second}
 		data, err := message.EncodeEnvelope(env, 0)
 		require.NoError(t, err)
-		require.NoError(t, raw.Publish(ctx, b.QueueName(env.ServiceID), data))
+		require.NoError(t, raw.Publish(ctx, busx.Of(b).QueueName(env.ServiceID), data))
 	}
 	depth := func(q string) int {
 		info, ok := net.Queue(q)
 		require.True(t, ok, "queue %s exists", q)
 		return info.Ready
 	}
-	for _, bad := range []string{victimQueue, a.QueueName(bus.APIPortal), bus.APIPortal, "amq.gen-", "cloudbus.reply."} {
+	for _, bad := range []string{victimQueue, busx.Of(a).QueueName(bus.APIPortal), bus.APIPortal, "amq.gen-", "cloudbus.reply."} {
 		send(bad)
 	}
 	send("amq.gen-ok")
@@ -59,11 +60,11 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 		"requests with reply queues are answered")
 	assert.Equal(t, int32(2), runs.Load(), "only the requests with a reply queue ran")
 	assert.Zero(t, depth(victimQueue), "nothing was written into a service queue")
-	assert.Zero(t, depth(a.QueueName(bus.APIPortal)), "nothing was written into api.portal")
-	assert.True(t, b.ValidReplyTo("cloudbus.reply."+message.NewUUID()))
-	assert.False(t, b.ValidReplyTo("cloudbus.reply.a b"), "no spaces or control characters")
-	assert.True(t, b.ValidReplyTo("cloudbus.reply."+strings.Repeat("x", 240)), "255 bytes")
-	assert.False(t, b.ValidReplyTo("cloudbus.reply."+strings.Repeat("x", 241)), "at most 255 bytes")
+	assert.Zero(t, depth(busx.Of(a).QueueName(bus.APIPortal)), "nothing was written into api.portal")
+	assert.True(t, bus.ValidReplyTo(b, "cloudbus.reply."+message.NewUUID()))
+	assert.False(t, bus.ValidReplyTo(b, "cloudbus.reply.a b"), "no spaces or control characters")
+	assert.True(t, bus.ValidReplyTo(b, "cloudbus.reply."+strings.Repeat("x", 240)), "255 bytes")
+	assert.False(t, bus.ValidReplyTo(b, "cloudbus.reply."+strings.Repeat("x", 241)), "at most 255 bytes")
 }
 
 // TestUndecodableRequestIsAnswered: a request the receiver cannot decode
@@ -91,7 +92,7 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 		}
 	})
 	require.NoError(t, err)
-	queue := b.QueueName(bus.ServiceID("svc", b.Node()))
+	queue := busx.Of(b).QueueName(bus.ServiceID("svc", b.Node()))
 	base := `"id":"` + message.NewUUID() + `","kind":"request","service_id":"svc.` + b.Node() + `","reply_to":"` + replyTo + `"`
 	cases := map[string]struct {
 		json string
@@ -165,7 +166,7 @@ func TestLargeDeliveryReturnsMemory(t *testing.T) {
 	})))
 	raw := net.Transport("raw")
 	t.Cleanup(func() { _ = raw.Close() })
-	queue := b.QueueName(bus.ServiceID("svc", b.Node()))
+	queue := busx.Of(b).QueueName(bus.ServiceID("svc", b.Node()))
 	require.False(t, b.MemoryReleasePending())
 	require.NoError(t, raw.Publish(t.Context(), queue, []byte(`{"kind":"send"}`)))
 	require.Never(t, b.MemoryReleasePending, 50*time.Millisecond, 5*time.Millisecond, "a small message arms nothing")

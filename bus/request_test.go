@@ -7,6 +7,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,13 +75,13 @@ func TestRoutedPayloadSetsTheResource(t *testing.T) {
 	a, b, _ := routedPair(t)
 	vm := message.NewUUID()
 
-	res, err := bus.ResourceOf(StartVM{VMUUID: vm})
+	res, err := busx.ResourceOf(StartVM{VMUUID: vm}, busx.CallOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, vm, res)
-	res, err = bus.ResourceOf(Greet{Name: "x"}, bus.WithResource(vm))
+	res, err = busx.ResourceOf(Greet{Name: "x"}, busx.Apply([]bus.Option{bus.WithResource(vm)}))
 	require.NoError(t, err)
 	assert.Equal(t, vm, res, "a type that names no resource takes WithResource's")
-	res, err = bus.ResourceOf(Greet{Name: "x"})
+	res, err = busx.ResourceOf(Greet{Name: "x"}, busx.CallOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, res)
 
@@ -140,7 +141,7 @@ func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, 
 	env.ID, env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = id, message.KindRequest, target, id, q, "raw"
 	data, err := message.EncodeEnvelope(env, 0)
 	require.NoError(t, err)
-	require.NoError(t, tr.Publish(t.Context(), b.QueueName(target), data))
+	require.NoError(t, tr.Publish(t.Context(), busx.Of(b).QueueName(target), data))
 	select {
 	case r := <-replies:
 		return r

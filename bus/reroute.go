@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -19,78 +20,27 @@ const (
 	markerWait        = 2 * time.Second  // a round waits this long for its marker
 )
 
-// ErrDropMessage, returned by a [CloudBus.Reroute] route function, drops
-// the message: it is acknowledged and counted, not moved.
-var ErrDropMessage = errors.New("bus: drop the message")
-
-// RerouteStats counts what [CloudBus.Reroute] did with a queue's messages.
-type RerouteStats struct {
-	// Moved is the number of messages published where route said.
-	Moved int
-	// Late is the number of messages not moved because their sender's
-	// deadline had passed: requests are dropped (their callers have their
-	// timeout already), one-way messages go to the dead-letter queue.
-	Late int
-	// Dropped is the number of messages dropped because they could not
-	// be decoded, or route said so (ErrDropMessage).
-	Dropped int
-}
-
-// RerouteOption is an option of [CloudBus.Reroute].
-type RerouteOption func(*rerouteOptions)
-
-type rerouteOptions struct {
-	keep bool
-}
-
-// KeepQueue makes [CloudBus.Reroute] move the messages present in the
-// queue when it starts (those that arrive meanwhile too, up to its end
-// marker) and leave the queue in place, instead of deleting it once
-// idle. A node drains the queues of an evicted peer so, which may rejoin
-// with the same queues: RabbitMQ confirms a message published to a queue
-// that is deleted while the message is on its way, and drops it, so a
-// queue that someone may still publish to must not be deleted.
-func KeepQueue() RerouteOption { return func(o *rerouteOptions) { o.keep = true } }
-
-// Reroute empties queue, a durable queue that nobody consumes any more
-// (the service queue of a node that died, was evicted or left), and
-// deletes it. It consumes the queue and hands each message's envelope to
-// route, which sets env.ServiceID to where the message should go now
-// (and may add headers); the message is published there, unchanged
-// otherwise, and acknowledged: a request keeps its reply-to, so the new
-// handler answers the original caller, and its id, so duplicates can be
-// recognized. Messages whose deadline has passed are counted
-// (RerouteStats.Late) and dropped, or for one-way messages moved to the
-// dead-letter queue; undecodable ones and those route refuses with
-// [ErrDropMessage] are dropped and counted. Any other error from route, or a
-// failed publish, puts the message back and ends Reroute with that
-// error: the queue stays for a later attempt.
-//
-// Reroute knows it has taken every message present when a marker it put
-// at the tail of the queue comes back; it then deletes the queue if the
-// transport can do so only while the queue is idle ([IdleDeleter]: no
-// message, no consumer), and otherwise goes round again for the
-// messages that arrived meanwhile (at most 20 rounds, 50 ms apart: then
-// it fails with an error matching message.ErrBusy). On a transport that cannot, it
-// deletes the queue after the marker came back. It returns when the queue
-// is gone, or with ctx's error (the queue stays, with what was not moved).
-// It may run on any bus of the cluster; the messages go through its
-// transport.
-func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, opts ...RerouteOption) (RerouteStats, error) {
-	var ro rerouteOptions
-	for _, o := range opts {
-		o(&ro)
-	}
+// reroute empties queue, a durable queue nobody consumes any more: each
+// message's envelope goes to route, which sets its ServiceID (and may add
+// headers); the message is published there and acknowledged. Late
+// messages are dropped (requests) or dead-lettered (one-way); undecodable
+// ones and those route refuses with busx.ErrDrop are dropped; any other
+// route or publish error puts the message back and ends reroute. It knows
+// it took every message present when the marker it put at the queue's
+// tail comes back; then, unless keep, it deletes the queue once idle
+// (no message, no consumer), going round again for late arrivals (at
+// most rerouteRounds, then message.ErrBusy).
+func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (busx.RerouteStats, error) {
 	var (
 		mu    sync.Mutex
-		stats RerouteStats
+		stats busx.RerouteStats
 	)
-	count := func(f func(*RerouteStats)) {
+	count := func(f func(*busx.RerouteStats)) {
 		mu.Lock()
 		f(&stats)
 		mu.Unlock()
 	}
-	snapshot := func() RerouteStats {
+	snapshot := func() busx.RerouteStats {
 		mu.Lock()
 		defer mu.Unlock()
 		return stats
@@ -127,7 +77,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 			}
 			env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 			if err != nil {
-				count(func(s *RerouteStats) { s.Dropped++ })
+				count(func(s *busx.RerouteStats) { s.Dropped++ })
 				b.warnRefused("reroute: dropping an undecodable message", "queue", queue, "err", err)
 				_ = d.Reject(false)
 				return
@@ -151,7 +101,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 				return
 			}
 			if dl := b.deadlineOf(env, now); dl.late(now) {
-				count(func(s *RerouteStats) { s.Late++ })
+				count(func(s *busx.RerouteStats) { s.Late++ })
 				if env.Kind == message.KindSend { // kept, as every one-way message the bus could not run
 					b.deadLetter(queue, env, d, Observation{Type: env.Type, ServiceID: env.ServiceID, ID: env.ID, Resource: env.ResourceUUID,
 						Headers: env.Headers, Start: now, Deadline: dl.at, Err: message.ErrTimeout},
@@ -163,8 +113,8 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 			}
 			from := env.ServiceID
 			switch err := route(env); {
-			case errors.Is(err, ErrDropMessage):
-				count(func(s *RerouteStats) { s.Dropped++ })
+			case errors.Is(err, busx.ErrDrop):
+				count(func(s *busx.RerouteStats) { s.Dropped++ })
 				_ = d.Ack()
 				return
 			case err != nil:
@@ -175,7 +125,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 			data, err := message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 			if err == nil {
 				pctx, cancel := context.WithTimeout(ctx, b.cfg.ReplyTimeout)
-				err = b.tr.Publish(pctx, b.QueueName(env.ServiceID), data)
+				err = b.tr.Publish(pctx, b.queueName(env.ServiceID), data)
 				cancel()
 			}
 			if err != nil {
@@ -183,7 +133,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 				end(fmt.Errorf("bus: reroute %s: move %s from %s to %s: %w", queue, env.ID, from, env.ServiceID, err))
 				return
 			}
-			count(func(s *RerouteStats) { s.Moved++ })
+			count(func(s *busx.RerouteStats) { s.Moved++ })
 			_ = d.Ack()
 		})
 		if err != nil {
@@ -228,7 +178,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 		if ctx.Err() != nil {
 			return snapshot(), fmt.Errorf("bus: reroute %s: %w", queue, ctxError(ctx))
 		}
-		if ro.keep {
+		if keep {
 			return snapshot(), nil
 		}
 		d, ok := b.tr.(IdleDeleter)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -39,7 +40,7 @@ func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Opt
 	start := time.Now()
 	env, o, err := b.envelope(message.KindSend, target, msg, opts)
 	if err == nil {
-		ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, false)
+		ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, false)
 		defer cancel()
 		err = b.publish(ctx, env)
 	}
@@ -117,7 +118,7 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 		}
 		return typ, nil, err
 	}
-	ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, true)
+	ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, true)
 	defer cancel()
 
 	// The reply is matched by a correlation id of this call's own, not by
@@ -171,7 +172,7 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 		var data []byte
 		data, err = message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 		if err == nil {
-			ctx, cancel := o.bound(ctx, b.cfg.DefaultTimeout, false)
+			ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, false)
 			defer cancel()
 			err = b.tr.Broadcast(ctx, b.fan, data)
 		}
@@ -183,7 +184,7 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 	return err
 }
 
-// Forward publishes the message r carries to target, unchanged but for
+// forward publishes the message r carries to target, unchanged but for
 // its service id and the given headers (added, or replacing those of the
 // same name): the same id, kind, type, resource, reply-to and deadline.
 // A request forwarded so is answered by its new handler directly to the
@@ -191,7 +192,7 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 // nor fail (for a one-way message, return nil). It fails with
 // message.ErrNoRoute if target's queue does not exist, and with
 // message.ErrTimeout once the message's deadline has passed.
-func (b *CloudBus) Forward(ctx context.Context, r *Request, target string, headers map[string]string) error {
+func (b *CloudBus) forward(ctx context.Context, r *Request, target string, headers map[string]string) error {
 	env := *r.Envelope
 	env.ServiceID = target
 	if len(headers) > 0 {
@@ -212,12 +213,12 @@ func (b *CloudBus) Forward(ctx context.Context, r *Request, target string, heade
 	return nil
 }
 
-// AbandonCalls fails at once every call pending towards node with an
+// abandonCalls fails at once every call pending towards node with an
 // error matching message.ErrNodeLeft, and returns how many it failed. The
 // node calls it when it learns that node left the cluster: the outcome of
 // those calls is unknown (the message may still run, there or on the new
 // owner). A reply arriving later is dropped as late.
-func (b *CloudBus) AbandonCalls(node string, cause error) int {
+func (b *CloudBus) abandonCalls(node string, cause error) int {
 	b.mu.Lock()
 	var hit []*pendingCall
 	for id, p := range b.pending {
@@ -238,11 +239,8 @@ func (b *CloudBus) AbandonCalls(node string, cause error) int {
 }
 
 // envelope builds the envelope of an outgoing message.
-func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Option) (*message.Envelope, callOptions, error) {
-	var o callOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Option) (*message.Envelope, busx.CallOptions, error) {
+	o := busx.Apply(opts)
 	if b.isClosed() {
 		return nil, o, message.ErrClosed
 	}
@@ -255,32 +253,32 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 		Type:      name,
 		ServiceID: target,
 		Source:    b.node,
-		Headers:   o.headers,
+		Headers:   o.Headers,
 		Body:      body,
 	}
-	if env.ID, err = o.messageID(); err != nil {
+	if env.ID, err = o.MessageID(); err != nil {
 		return env, o, err
 	}
 	if env.ID == "" {
 		env.ID = message.NewUUID()
 	}
-	retry, err := o.retries()
+	retry, err := o.Retries()
 	if err != nil {
 		return env, o, err
 	}
 	if retry > 0 && kind != message.KindEvent {
-		if env.Headers == nil { // o.headers is this call's own map
+		if env.Headers == nil { // o.Headers is this call's own map
 			env.Headers = make(map[string]string, 1)
 		}
 		env.Headers[HeaderRetry] = strconv.Itoa(retry)
 	}
 	if kind == message.KindEvent {
-		if o.resource != "" {
-			if env.ResourceUUID, err = message.NormalizeUUID(o.resource); err != nil {
+		if o.Resource != "" {
+			if env.ResourceUUID, err = message.NormalizeUUID(o.Resource); err != nil {
 				return env, o, err
 			}
 		}
-	} else if env.ResourceUUID, err = resourceOf(msg, o.resource); err != nil {
+	} else if env.ResourceUUID, err = busx.ResourceOf(msg, o); err != nil {
 		return env, o, err
 	}
 	if kind != message.KindEvent && target == "" {
@@ -289,47 +287,12 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 	return env, o, nil
 }
 
-// ResourceOf returns the canonical UUID of the resource msg is about: the
-// one its type names (message.Routed) or, for other types, the one
-// [WithResource] gives among opts; "" for a message about no resource.
-// It fails with message.ErrBadRequest when both name a resource and they
-// differ, or when a Routed message names none, and with
-// message.ErrInvalidUUID when a UUID is malformed. Send and Call apply
-// the same rule to every message they send; routers (service.Node) use
-// it to find the owner before sending.
-func ResourceOf(msg any, opts ...Option) (string, error) {
-	var o callOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return resourceOf(msg, o.resource)
-}
-
-func resourceOf(msg any, option string) (string, error) {
-	named, routed, err := message.ResourceOf(msg)
-	if err != nil {
-		return "", err
-	}
-	if option == "" {
-		return named, nil
-	}
-	id, err := message.NormalizeUUID(option)
-	if err != nil {
-		return "", err
-	}
-	if routed && id != named {
-		return "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
-			"WithResource(%s) differs from the resource %s that the %T names; drop WithResource, the message names its resource", id, named, msg))
-	}
-	return id, nil
-}
-
 // bound applies the per-call timeout to ctx; with always, a ctx without
 // deadline gets def. It returns the remaining time so the envelope can
 // carry it.
-func (o callOptions) bound(ctx context.Context, def time.Duration, always bool) (context.Context, context.CancelFunc) {
-	if o.timeout > 0 {
-		return context.WithTimeout(ctx, o.timeout)
+func bound(ctx context.Context, o busx.CallOptions, def time.Duration, always bool) (context.Context, context.CancelFunc) {
+	if o.Timeout > 0 {
+		return context.WithTimeout(ctx, o.Timeout)
 	}
 	if _, ok := ctx.Deadline(); !ok && always {
 		return context.WithTimeout(ctx, def)
@@ -349,10 +312,10 @@ func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
 	publish := b.tr.Publish
 	if et, ok := b.tr.(EntryTransport); ok && env.ServiceID == APIPortal {
 		publish = func(ctx context.Context, queue string, data []byte) error {
-			return et.PublishVia(ctx, b.APIEntry(), queue, data)
+			return et.PublishVia(ctx, b.apiEntry(), queue, data)
 		}
 	}
-	if err := publish(ctx, b.QueueName(env.ServiceID), data); err != nil {
+	if err := publish(ctx, b.queueName(env.ServiceID), data); err != nil {
 		if ctx.Err() != nil {
 			return ctxError(ctx)
 		}

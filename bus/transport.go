@@ -58,7 +58,7 @@ type Transport interface {
 // behind a named entry (a RabbitMQ direct exchange) and publish through
 // it, so that a broker user may be allowed to publish to that entry and
 // nothing else. The bus puts api.portal behind the entry "<prefix>.api"
-// ([CloudBus.APIEntry]) and sends every API message through it; a client
+// ([CloudBus.apiEntry]) and sends every API message through it; a client
 // then needs no right to publish to any queue (see the README's broker
 // permissions).
 type EntryTransport interface {
@@ -206,7 +206,7 @@ type Releaser interface {
 // IdleDeleter is implemented by a [Transport] that can delete a queue
 // only if it is idle: no message in it (ready or delivered and not yet
 // acknowledged) and no consumer. The bus uses it when it empties the
-// queue of a node that died or left ([CloudBus.Reroute]), so that no
+// queue of a node that died or left ([CloudBus.reroute]), so that no
 // message that arrived meanwhile is deleted with the queue, and a node
 // that came back and consumes its queue again keeps it.
 type IdleDeleter interface {

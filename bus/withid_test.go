@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -76,7 +77,7 @@ func TestWithIDMalformedFailsBeforeSending(t *testing.T) {
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "Call with WithID(%q)", bad)
 		err = a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "bad"}, bus.WithID(bad))
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "Send with WithID(%q)", bad)
-		_, err = bus.IDOf(bus.WithID(bad))
+		_, err = busx.Apply([]bus.Option{bus.WithID(bad)}).MessageID()
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "IDOf(WithID(%q))", bad)
 	}
 	assert.Zero(t, a.Stats().Pending)
@@ -88,21 +89,21 @@ func TestWithIDMalformedFailsBeforeSending(t *testing.T) {
 
 func TestIDOfAndRetryOf(t *testing.T) {
 	id := message.NewUUID()
-	got, err := bus.IDOf()
+	got, err := busx.Apply([]bus.Option{}).MessageID()
 	require.NoError(t, err)
 	assert.Empty(t, got, "no WithID: the bus picks a fresh id")
-	got, err = bus.IDOf(bus.WithTimeout(time.Second), bus.WithID(dashed(id)))
+	got, err = busx.Apply([]bus.Option{bus.WithTimeout(time.Second), bus.WithID(dashed(id))}).MessageID()
 	require.NoError(t, err)
 	assert.Equal(t, id, got)
 
-	n, err := bus.RetryOf(bus.WithHeader("k", "v"))
+	n, err := busx.Apply([]bus.Option{bus.WithHeader("k", "v")}).Retries()
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	n, err = bus.RetryOf(bus.WithRetry(3))
+	n, err = busx.Apply([]bus.Option{bus.WithRetry(3)}).Retries()
 	require.NoError(t, err)
 	assert.Equal(t, 3, n)
 	for _, bad := range []int{0, -1} {
-		_, err = bus.RetryOf(bus.WithRetry(bad))
+		_, err = busx.Apply([]bus.Option{bus.WithRetry(bad)}).Retries()
 		assert.ErrorIs(t, err, message.ErrBadRequest, "WithRetry(%d)", bad)
 	}
 }

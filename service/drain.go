@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -42,9 +43,9 @@ var errNodeBack = errors.New("service: the node is back in the ring; it consumes
 // ownQueues returns the durable queues of this node's services, the
 // internal membership service included.
 func (n *Node) ownQueues(b *bus.CloudBus) []string {
-	qs := []string{b.QueueName(bus.ServiceID(membershipService, n.id))}
+	qs := []string{busx.Of(b).QueueName(bus.ServiceID(membershipService, n.id))}
 	for _, s := range n.cfg.Services {
-		qs = append(qs, b.QueueName(bus.ServiceID(s.Name(), n.id)))
+		qs = append(qs, busx.Of(b).QueueName(bus.ServiceID(s.Name(), n.id)))
 	}
 	return qs
 }
@@ -91,7 +92,7 @@ func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 	b := n.Bus()
 	var gone []string
 	for _, q := range n.ownQueues(b) {
-		st, err := b.Reroute(ctx, q, n.rerouteTarget(n.id))
+		st, err := busx.Of(b).Reroute(ctx, q, n.rerouteTarget(n.id), false)
 		moved += st.Moved
 		if err != nil {
 			kept++
@@ -113,7 +114,7 @@ func (n *Node) rerouteTarget(node string) func(env *message.Envelope) error {
 	return func(env *message.Envelope) error {
 		svc, _, ok := bus.SplitServiceID(env.ServiceID)
 		if !ok || svc == membershipService {
-			return bus.ErrDropMessage
+			return busx.ErrDrop
 		}
 		if node != n.id && slices.Contains(n.ring.Members(), node) {
 			return errNodeBack
@@ -279,14 +280,10 @@ func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string,
 		return
 	}
 	start := time.Now()
-	var total bus.RerouteStats
+	var total busx.RerouteStats
 	var gone []string
-	var opts []bus.RerouteOption
-	if !deleteQueues {
-		opts = append(opts, bus.KeepQueue())
-	}
 	for _, q := range queues {
-		st, err := b.Reroute(ctx, q, n.rerouteTarget(node), opts...)
+		st, err := busx.Of(b).Reroute(ctx, q, n.rerouteTarget(node), !deleteQueues)
 		total.Moved += st.Moved
 		total.Late += st.Late
 		total.Dropped += st.Dropped
@@ -313,7 +310,7 @@ func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string,
 	n.drained.Late += total.Late
 	n.drained.Dropped += total.Dropped
 	n.drainMu.Unlock()
-	if total != (bus.RerouteStats{}) || len(gone) > 0 {
+	if total != (busx.RerouteStats{}) || len(gone) > 0 {
 		n.log.Info("drained the queues of a node that left", "peer", node, "queues", len(gone), "of", len(queues),
 			"moved", total.Moved, "late", total.Late, "dropped", total.Dropped, "took", time.Since(start).Round(time.Millisecond))
 	}

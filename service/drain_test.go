@@ -12,6 +12,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -93,7 +94,7 @@ func TestDeadNodesQueuesAreDrained(t *testing.T) {
 		j := newJournal()
 		c, _ := startCluster(t, 3, j, servicetest.Options{Logger: failLogger(t)})
 		dead := c.Node(2)
-		queue := dead.Bus().QueueName(bus.ServiceID("recorder", dead.UUID()))
+		queue := busx.Of(dead.Bus()).QueueName(bus.ServiceID("recorder", dead.UUID()))
 		c.Kill(dead.UUID())
 		sender := c.Node(0).Bus()
 		const n = 50
@@ -140,7 +141,7 @@ func TestRestartedClusterDrainsTheDead(t *testing.T) {
 		for i := range 3 {
 			n := c.Node(i)
 			dead = append(dead, n.UUID())
-			queues = append(queues, n.Bus().QueueName(bus.ServiceID("recorder", n.UUID())))
+			queues = append(queues, busx.Of(n.Bus()).QueueName(bus.ServiceID("recorder", n.UUID())))
 		}
 		var sent int
 		for _, id := range dead {
@@ -201,7 +202,7 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 				j := newJournal()
 				c, _ := startCluster(t, 3, j, servicetest.Options{})
 				leaver, deadPeer := c.Node(0), c.Node(1)
-				queue := leaver.Bus().QueueName(bus.ServiceID("recorder", leaver.UUID()))
+				queue := busx.Of(leaver.Bus()).QueueName(bus.ServiceID("recorder", leaver.UUID()))
 				client := c.Client(t)
 				c.Kill(deadPeer.UUID())
 				time.Sleep(after)

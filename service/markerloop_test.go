@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -105,8 +106,8 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 		t.Cleanup(local.open) // runs before the cluster closes
 		evicted := c.Node(2)
 		id := evicted.UUID()
-		recorderQueue := evicted.Bus().QueueName(bus.ServiceID("recorder", id))
-		localQueue := evicted.Bus().QueueName(bus.ServiceID("local", id))
+		recorderQueue := busx.Of(evicted.Bus()).QueueName(bus.ServiceID("recorder", id))
+		localQueue := busx.Of(evicted.Bus()).QueueName(bus.ServiceID("local", id))
 		sender := c.Node(0).Bus()
 		start := time.Now()
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
@@ -116,7 +117,7 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 // abandon fails the calls pending towards node with node-left.
 func (n *Node) abandon(node, why string) {
 	if b := n.Bus(); b != nil {
-		if k := b.AbandonCalls(node, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
+		if k := busx.Of(b).AbandonCalls(node, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
 			n.log.Info("calls towards a node that left failed with node-left", "member", node, "calls", k)
 		}
 	}

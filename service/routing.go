@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -131,14 +133,15 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 // dispatch finds the resource msg is about and sends it to its owner, or
 // to this node if it is about none.
 func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, send func(target string, o []bus.Option) error) error {
-	res, err := bus.ResourceOf(msg, opts...)
+	o := busx.Apply(opts)
+	res, err := busx.ResourceOf(msg, o)
 	var id string
 	if err == nil {
-		id, err = bus.IDOf(opts...)
+		id, err = o.MessageID()
 	}
 	var retries int
 	if err == nil {
-		retries, err = bus.RetryOf(opts...)
+		retries, err = o.Retries()
 	}
 	if err != nil {
 		return fmt.Errorf("service: call %s: %w", service, err)
@@ -345,7 +348,7 @@ func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error 
 	if !ok {
 		return fmt.Errorf("service: forward %s: not a service id", r.Envelope.ServiceID)
 	}
-	err := r.Bus.Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
+	err := busx.Of(r.Bus).Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
 		HeaderOwner: owner, HeaderHops: strconv.Itoa(forwardHops(r) + 1),
 	})
 	if err != nil {
@@ -380,7 +383,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	// The forward keeps the message's id, so a handler sees the same id
 	// however often api.portal redelivers the message, and applies the
 	// retry its sender allowed (bus.WithRetry travels as a header).
-	opts := []bus.Option{bus.WithHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
+	opts := []bus.Option{withHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
 	if v := r.Header(bus.HeaderRetry); v != "" {
 		retries, err := strconv.Atoi(v)
 		if err != nil || retries < 1 {
@@ -430,3 +433,16 @@ const portalReleasePause = 100 * time.Millisecond
 // HeaderPortal is set on a message forwarded from api.portal: the node
 // whose portal forwarded it.
 const HeaderPortal = "cloudbus-portal"
+
+// withHeaders adds all of h as headers.
+func withHeaders(h map[string]string) bus.Option {
+	return func(o *busx.CallOptions) {
+		if len(h) == 0 {
+			return
+		}
+		if o.Headers == nil {
+			o.Headers = make(map[string]string, len(h))
+		}
+		maps.Copy(o.Headers, h)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -182,7 +183,6 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	bc.Node = n.id
 	bc.Prefix = n.cfg.Prefix
 	bc.Registry = n.cfg.Registry
-	bc.Ring = n.ring
 	bc.Logger = n.cfg.Logger
 	if bc.Clock == nil {
 		bc.Clock = bus.ClockFunc(n.ClusterTime)
@@ -254,7 +254,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	n.memberJoined(n.id, epoch, "self")
 	// The portal routes by the ring, so it starts once the ring is filled;
 	// nothing routes to a node's portal, so starting it late loses nothing.
-	if err := b.RegisterShared(ctx, bus.APIPortal, bus.HandlerFunc(n.portal)); err != nil {
+	if err := busx.Of(b).RegisterShared(ctx, bus.APIPortal, bus.HandlerFunc(n.portal)); err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}
 	if err := b.Broadcast(ctx, message.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {
@@ -304,7 +304,7 @@ func (n *Node) leave() {
 		n.abandon(p, "it did not confirm this node's leave")
 	}
 	confirmed := len(peers) - len(silent)
-	if err := b.Drain(ctx); err != nil {
+	if err := busx.Of(b).Drain(ctx); err != nil {
 		n.log.Warn("leave: drain queues", "err", err)
 	}
 	moved, kept := n.emptyOwnQueues(ctx)

@@ -18,6 +18,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -204,8 +205,8 @@ func benchBuses(b *testing.B, url, prefix string) (client, server *bus.CloudBus,
 	return buses[0], buses[1], func() {
 		for i, bb := range buses {
 			_ = bb.Close()
-			for _, id := range bb.Services() {
-				_ = trs[i].DeleteQueue(ctx, bb.QueueName(id))
+			for _, id := range busx.Of(bb).Services() {
+				_ = trs[i].DeleteQueue(ctx, busx.Of(bb).QueueName(id))
 			}
 			_ = trs[i].DeleteQueue(ctx, bb.DeadLetterQueue())
 			_ = trs[i].Close()

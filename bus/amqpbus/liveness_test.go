@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
@@ -147,7 +148,7 @@ func TestBusNeverRunsAPausedDeliveryItLost(t *testing.T) {
 	janitor := newEnv(t).dial(t, message.NewUUID(), amqpbus.Config{})
 	t.Cleanup(func() {
 		_ = b.Close()
-		_ = janitor.DeleteQueue(context.Background(), b.QueueName(b.LocalID("svc")))
+		_ = janitor.DeleteQueue(context.Background(), busx.Of(b).QueueName(b.LocalID("svc")))
 		_ = janitor.DeleteQueue(context.Background(), b.DeadLetterQueue())
 	})
 	var mu sync.Mutex

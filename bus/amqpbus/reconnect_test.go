@@ -15,6 +15,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
@@ -39,8 +40,8 @@ func pairOverProxy(t *testing.T, proxied string, logs *bytes.Buffer, mu *sync.Mu
 			_ = b.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			for _, id := range b.Services() {
-				if err := waitDelete(ctx, tr, b.QueueName(id)); err != nil {
+			for _, id := range busx.Of(b).Services() {
+				if err := waitDelete(ctx, tr, busx.Of(b).QueueName(id)); err != nil {
 					t.Errorf("cleanup: %v", err)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ func testLateInQueue(t *testing.T, c *cluster) {
 	ctx := t.Context()
 	require.NoError(t, b.Register(ctx, "svc", mux))
 	id := b.LocalID("svc")
-	require.NoError(t, b.Unregister(ctx, id, false), "the queue stays, with no consumer")
+	require.NoError(t, busx.Of(b).Unregister(ctx, id, false), "the queue stays, with no consumer")
 
 	const timeout = 300 * time.Millisecond
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,10 +51,10 @@ func testRerouteKilledQueue(t *testing.T, c *cluster) {
 		mu.Unlock()
 		return nil, nil
 	})))
-	stats, err := heir.Reroute(t.Context(), dead.QueueName(bus.ServiceID("svc", deadID)), func(env *message.Envelope) error {
+	stats, err := busx.Of(heir).Reroute(t.Context(), busx.Of(dead).QueueName(bus.ServiceID("svc", deadID)), func(env *message.Envelope) error {
 		env.ServiceID = heir.LocalID("svc")
 		return nil
-	})
+	}, false)
 	require.NoError(t, err)
 	assert.Equal(t, n, stats.Moved)
 	eventually(t, 10*time.Second, "every rerouted message is handled", func() bool {

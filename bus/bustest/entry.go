@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -21,7 +22,7 @@ func testAPIEntry(t *testing.T, c *cluster) {
 	if !ok {
 		t.Skip("bustest: the transport has no entries (bus.EntryTransport)")
 	}
-	require.NoError(t, server.RegisterShared(t.Context(), bus.APIPortal, echoHandler(server)))
+	require.NoError(t, busx.Of(server).RegisterShared(t.Context(), bus.APIPortal, echoHandler(server)))
 	client := c.open("", bus.Config{ClientOnly: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -34,6 +35,6 @@ func testAPIEntry(t *testing.T, c *cluster) {
 
 	// A queue that exists but is not bound to the entry.
 	require.NoError(t, server.Register(ctx, "svc", echoHandler(server)))
-	err = et.PublishVia(ctx, server.APIEntry(), server.QueueName(bus.ServiceID("svc", server.id)), []byte("{}"))
+	err = et.PublishVia(ctx, busx.Of(server).APIEntry(), busx.Of(server).QueueName(bus.ServiceID("svc", server.id)), []byte("{}"))
 	assert.ErrorIs(t, err, message.ErrNoRoute, "the entry reaches api.portal and nothing else")
 }

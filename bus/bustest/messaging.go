@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,7 +127,7 @@ func testCompeting(t *testing.T, c *cluster) {
 	client := c.open("", bus.Config{})
 	for range nodes {
 		n := c.open("", bus.Config{})
-		require.NoError(t, n.RegisterShared(t.Context(), bus.APIPortal, echoHandler(n)))
+		require.NoError(t, busx.Of(n).RegisterShared(t.Context(), bus.APIPortal, echoHandler(n)))
 	}
 	var mu sync.Mutex
 	handledBy := map[string]int{}
@@ -156,7 +157,7 @@ func testCompeting(t *testing.T, c *cluster) {
 		assert.GreaterOrEqual(t, k, calls/nodes/3, "node %s handled only %d of %d: %v", n, k, calls, handledBy)
 	}
 	assert.Equal(t, "cloudbus.message.api.portal", "cloudbus.message."+bus.APIPortal)
-	assert.Equal(t, c.prefix+".message.api.portal", client.QueueName(bus.APIPortal))
+	assert.Equal(t, c.prefix+".message.api.portal", busx.Of(client).QueueName(bus.APIPortal))
 }
 
 func testNoRoute(t *testing.T, c *cluster) {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -119,7 +120,7 @@ func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 	reason := d.Header(bus.HeaderDeadReason)
 	assert.Contains(t, reason, "failed 3 times", "the reason counts the attempts")
 	assert.Contains(t, reason, string(message.CodeInternal), "the reason names the last error")
-	assert.Equal(t, b.QueueName(b.LocalID("svc")), d.Header(bus.HeaderDeadQueue))
+	assert.Equal(t, busx.Of(b).QueueName(b.LocalID("svc")), d.Header(bus.HeaderDeadQueue))
 	assert.EqualValues(t, 3, h.ran.Load(), "RetryAttempts bounds the runs")
 	st := b.Stats()
 	assert.EqualValues(t, 2, st.Retried)
@@ -159,7 +160,7 @@ func testOneWayLateDeadLettered(t *testing.T, c *cluster) {
 	ctx := t.Context()
 	require.NoError(t, b.Register(ctx, "svc", h))
 	id := b.LocalID("svc")
-	require.NoError(t, b.Unregister(ctx, id, false), "the queue stays, with no consumer")
+	require.NoError(t, busx.Of(b).Unregister(ctx, id, false), "the queue stays, with no consumer")
 	dead := deadLetters(t, c, b)
 
 	const timeout = 200 * time.Millisecond
@@ -269,7 +270,7 @@ func testCloseWhileDrained(t *testing.T, c *cluster) {
 	ctx := t.Context()
 	require.NoError(t, b.Register(ctx, "svc", bl))
 	id := b.LocalID("svc")
-	queue := b.QueueName(id)
+	queue := busx.Of(b).QueueName(id)
 	require.NoError(t, a.Send(ctx, id, Echo{Seq: 1}))
 	require.NoError(t, a.Send(ctx, id, Echo{Seq: 2}))
 	recv(t, bl.started, 10*time.Second, "the first message's handler")

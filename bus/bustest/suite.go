@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/require"
 )
@@ -160,8 +161,8 @@ func newCluster(t *testing.T, h Harness) *cluster {
 		defer cancel()
 		names := map[string]bool{c.prefix + ".message." + bus.APIPortal: true, c.prefix + ".dead": true}
 		for _, n := range c.nodes {
-			for _, id := range n.Services() {
-				names[n.QueueName(id)] = true
+			for _, id := range busx.Of(n).Services() {
+				names[busx.Of(n).QueueName(id)] = true
 			}
 		}
 		for q := range names {

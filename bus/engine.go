@@ -1,0 +1,48 @@
+package bus
+
+import (
+	"context"
+
+	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+func init() {
+	busx.Set(func(b any) busx.Engine { return engine{b.(interface{ self() *CloudBus }).self()} },
+		func(r any) *message.Envelope { return r.(*Request).Envelope })
+}
+
+// self returns b; a type embedding *CloudBus has it too, so busx.Of
+// accepts it.
+func (b *CloudBus) self() *CloudBus { return b }
+
+// engine gives the SDK's own packages the bus's plumbing (busx.Engine).
+type engine struct{ b *CloudBus }
+
+func (e engine) Forward(ctx context.Context, req any, target string, headers map[string]string) error {
+	return e.b.forward(ctx, req.(*Request), target, headers)
+}
+
+func (e engine) Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (busx.RerouteStats, error) {
+	return e.b.reroute(ctx, queue, route, keep)
+}
+
+func (e engine) Drain(ctx context.Context) error { return e.b.drain(ctx) }
+
+func (e engine) AbandonCalls(node string, cause error) int { return e.b.abandonCalls(node, cause) }
+
+func (e engine) RegisterShared(ctx context.Context, serviceID string, h any) error {
+	return e.b.registerShared(ctx, serviceID, h.(Handler))
+}
+
+func (e engine) Unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
+	return e.b.unregister(ctx, serviceID, deleteQueue)
+}
+
+func (e engine) Services() []string { return e.b.serviceIDs() }
+
+func (e engine) QueueName(serviceID string) string { return e.b.queueName(serviceID) }
+
+func (e engine) APIEntry() string { return e.b.apiEntry() }
+
+func (e engine) Registry() *message.Registry { return e.b.registry() }

@@ -1,0 +1,141 @@
+// Package busx is the plumbing of a bus.CloudBus that only the SDK's own
+// packages use: the node's router reads the options a caller gave, forwards
+// and reroutes messages, drains and serves the shared api.portal queue.
+// Package bus sets [Of] when it is initialized.
+package busx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// CallOptions are the per-call options a bus.Option sets.
+type CallOptions struct {
+	Timeout  time.Duration
+	Headers  map[string]string
+	Resource string
+	ID       string // WithID's, if IDSet
+	IDSet    bool
+	Retry    int // WithRetry's max, if RetrySet
+	RetrySet bool
+}
+
+// MessageID returns the canonical WithID, or "" if none was given; a
+// malformed id fails with message.ErrInvalidUUID.
+func (o CallOptions) MessageID() (string, error) {
+	if !o.IDSet {
+		return "", nil
+	}
+	return message.NormalizeUUID(o.ID)
+}
+
+// Retries returns the WithRetry max, or 0 if none was given; a max below 1
+// fails with message.ErrBadRequest.
+func (o CallOptions) Retries() (int, error) {
+	if !o.RetrySet {
+		return 0, nil
+	}
+	if o.Retry < 1 {
+		return 0, message.ErrBadRequest.WithDetails(fmt.Sprintf("WithRetry(%d): the retry count must be at least 1", o.Retry))
+	}
+	return o.Retry, nil
+}
+
+// ErrDrop, returned by a Reroute route function, drops the message: it is
+// acknowledged and counted, not moved.
+var ErrDrop = errors.New("bus: drop the message")
+
+// RerouteStats counts what Reroute did with a queue's messages.
+type RerouteStats struct {
+	Moved   int // published where route said
+	Late    int // past their deadline: requests dropped, one-way messages dead-lettered
+	Dropped int // undecodable, or route returned ErrDrop
+}
+
+// Engine is what the SDK's own packages use of a bus.CloudBus beyond its
+// public methods.
+type Engine interface {
+	// Forward publishes the message req carries to target, unchanged but
+	// for its service id and the given headers (added or replacing), within
+	// the message's deadline. The forwarding handler then neither replies
+	// nor fails.
+	Forward(ctx context.Context, req any, target string, headers map[string]string) error
+	// Reroute empties queue, which nobody consumes any more: route sets
+	// each message's ServiceID, the message is published there and
+	// acknowledged. It deletes the queue once idle unless keep is set.
+	Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (RerouteStats, error)
+	// Drain stops the bus's own per-node service queues cleanly, handing
+	// back what the handlers did not take.
+	Drain(ctx context.Context) error
+	// AbandonCalls fails every call pending towards node with
+	// message.ErrNodeLeft and returns how many it failed.
+	AbandonCalls(node string, cause error) int
+	// RegisterShared serves the shared queue of serviceID with h, a
+	// bus.Handler.
+	RegisterShared(ctx context.Context, serviceID string, h any) error
+	// Unregister stops consuming serviceID's queue, deleting it if asked.
+	Unregister(ctx context.Context, serviceID string, deleteQueue bool) error
+	// Services lists the service ids registered on the bus.
+	Services() []string
+	// QueueName returns the queue of a service id.
+	QueueName(serviceID string) string
+	// APIEntry returns the entry api.portal sits behind.
+	APIEntry() string
+	// Registry returns the bus's payload registry.
+	Registry() *message.Registry
+}
+
+var (
+	engineOf   func(any) Engine
+	envelopeOf func(any) *message.Envelope
+)
+
+// Set is called once by package bus: engine returns the Engine of a
+// *bus.CloudBus, envelope the envelope of a *bus.Request.
+func Set(engine func(any) Engine, envelope func(any) *message.Envelope) {
+	engineOf, envelopeOf = engine, envelope
+}
+
+// Of returns the Engine of b, a *bus.CloudBus.
+func Of(b any) Engine { return engineOf(b) }
+
+// EnvelopeOf returns the envelope of req, a *bus.Request: read-only.
+func EnvelopeOf(req any) *message.Envelope { return envelopeOf(req) }
+
+// Apply returns the options opts (bus.Option values) set.
+func Apply[O ~func(*CallOptions)](opts []O) CallOptions {
+	var o CallOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// ResourceOf returns the canonical UUID of the resource msg is about: the
+// one its type names (message.Routed) or, for other types, the one
+// WithResource gave; "" for a message about no resource. It fails with
+// message.ErrBadRequest when both name a resource and they differ, or when
+// a Routed message names none, and with message.ErrInvalidUUID when a UUID
+// is malformed.
+func ResourceOf(msg any, o CallOptions) (string, error) {
+	named, routed, err := message.ResourceOf(msg)
+	if err != nil {
+		return "", err
+	}
+	if o.Resource == "" {
+		return named, nil
+	}
+	id, err := message.NormalizeUUID(o.Resource)
+	if err != nil {
+		return "", err
+	}
+	if routed && id != named {
+		return "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
+			"WithResource(%s) differs from the resource %s that the %T names; drop WithResource, the message names its resource", id, named, msg))
+	}
+	return id, nil
+}
