@@ -10,23 +10,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Consistent is a [Ring] backed by github.com/buraksezer/consistent
-// (consistent hashing with bounded loads) with xxhash as its hasher. It is
-// offered for compatibility and comparison; [Table] balances better, moves
-// fewer keys and rebuilds faster (see the package documentation).
-//
-// The zero Consistent is an empty ring with [DefaultConsistentConfig]. A
-// Consistent is safe for concurrent use and must not be copied after first
-// use. Writers are serialised by a mutex.
-// Locate does not allocate, but it takes the library's read lock, so it
-// waits while Add or Remove redistributes partitions (which takes tens of
-// milliseconds with [BalancedConsistentConfig]). Unlike [Table], a change can
-// move keys between members that stay, because the load bound cascades.
-//
-// Member names are passed to the library with a trailing NUL byte, so that
-// the library's virtual-node keys (name followed by a decimal index) can
-// never collide between members such as "a" and "a1"; a collision would make
-// the library panic on Remove.
+// Consistent is a [Ring] backed by github.com/buraksezer/consistent. The
+// zero Consistent is an empty ring with [DefaultConsistentConfig]; it must
+// not be copied after first use. Locate waits for Add and Remove, and a
+// change may move keys between members that stay.
 type Consistent struct {
 	mu   sync.Mutex // serialises writers
 	cfg  ConsistentConfig
@@ -36,7 +23,7 @@ type Consistent struct {
 
 var _ Replacer = (*Consistent)(nil)
 
-// membership is an immutable copy of a ring's member list.
+// membership is an immutable member list.
 type membership struct {
 	names []string // sorted
 	fp    Fingerprint
@@ -49,25 +36,25 @@ func newMembership(sorted []string) *membership {
 
 // consistentMember is a member as the library sees it.
 type consistentMember struct {
-	name string // the member name
-	key  string // name + "\x00", the name given to the library
+	name string
+	key  string // libKey(name)
 }
 
-// String returns the name under which the library knows m.
+// String returns m's library key.
 func (m *consistentMember) String() string { return m.key }
 
-// libKey returns the name under which the library knows member.
+// libKey returns member's library key: member and a NUL byte, so that no
+// two members' virtual-node keys collide.
 func libKey(member string) string { return member + "\x00" }
 
-// xxhasher is the consistent.Hasher used by Consistent.
+// xxhasher is Consistent's consistent.Hasher.
 type xxhasher struct{}
 
 // Sum64 returns the xxhash of b.
 func (xxhasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
 
-// NewConsistent returns an empty Consistent ring configured by cfg, or an
-// error describing every problem with cfg (see [ConsistentConfig.Validate]).
-// Zero fields take the library defaults.
+// NewConsistent returns an empty Consistent ring configured by cfg, or the
+// errors of [ConsistentConfig.Validate].
 func NewConsistent(cfg ConsistentConfig) (*Consistent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -77,9 +64,8 @@ func NewConsistent(cfg ConsistentConfig) (*Consistent, error) {
 	return c, nil
 }
 
-// init makes a zero Consistent an empty ring with the default configuration;
-// writers call it with c.mu held. Locate reads c.cfg only after loading a
-// non-nil library ring, so the atomic store orders the lazy write.
+// init makes a zero Consistent an empty default ring; writers call it with
+// c.mu held. Locate reads c.cfg only after loading a non-nil lib.
 func (c *Consistent) init() {
 	if c.lib.Load() != nil {
 		return
@@ -103,10 +89,8 @@ func (c *Consistent) build(sorted []string) *consistent.Consistent {
 	})
 }
 
-// Add adds member and lets the library redistribute every partition. It
-// returns an error wrapping ErrInvalidMember for "", ErrMemberExists if
-// member is present, or ErrTooManyMembers if the partitions could not be
-// placed within the load bound; c is then unchanged.
+// Add adds member. It returns an error wrapping ErrInvalidMember,
+// ErrMemberExists or ErrTooManyMembers; c is then unchanged.
 func (c *Consistent) Add(member string) error {
 	if member == "" {
 		return fmt.Errorf("ring: add %q: %w", member, ErrInvalidMember)
@@ -128,9 +112,7 @@ func (c *Consistent) Add(member string) error {
 	return nil
 }
 
-// Remove removes member and lets the library redistribute every partition.
-// It returns an error wrapping ErrMemberNotFound if member is absent; c is
-// then unchanged.
+// Remove removes member, or returns an error wrapping ErrMemberNotFound.
 func (c *Consistent) Remove(member string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -141,8 +123,7 @@ func (c *Consistent) Remove(member string) error {
 		return fmt.Errorf("ring: remove %q: %w", member, ErrMemberNotFound)
 	}
 	if !c.cfg.fits(len(v.names) - 1) {
-		// Unreachable with a valid config (Load > 1), kept so the library
-		// can never panic.
+		// Unreachable with Load > 1; the library would panic.
 		return fmt.Errorf("ring: remove %q: %w", member, ErrTooManyMembers)
 	}
 	c.lib.Load().Remove(libKey(member))
@@ -150,9 +131,7 @@ func (c *Consistent) Remove(member string) error {
 	return nil
 }
 
-// Replace implements [Replacer]: it builds a new library ring holding the
-// distinct non-empty names in members, with a single redistribution, and
-// swaps it in atomically. Replace never modifies members.
+// Replace implements [Replacer] by swapping in a new library ring.
 func (c *Consistent) Replace(members []string) error {
 	want, err := normalize(members)
 	c.mu.Lock()
@@ -170,9 +149,7 @@ func (c *Consistent) Replace(members []string) error {
 	return err
 }
 
-// Locate returns the member that owns key, or ErrEmpty. It computes the
-// partition as the library's FindPartitionID would, from xxhash.Sum64String
-// instead of LocateKey([]byte(key)), so it does not allocate.
+// Locate returns the member that owns key, or ErrEmpty, without allocating.
 func (c *Consistent) Locate(key string) (string, error) {
 	lib := c.lib.Load()
 	if lib == nil {
@@ -186,8 +163,7 @@ func (c *Consistent) Locate(key string) (string, error) {
 	return m.name, nil
 }
 
-// Members returns the members in increasing order, as a fresh slice owned by
-// the caller.
+// Members returns the members sorted, in a fresh slice.
 func (c *Consistent) Members() []string {
 	if v := c.view.Load(); v != nil {
 		return append([]string{}, v.names...)
@@ -195,7 +171,7 @@ func (c *Consistent) Members() []string {
 	return []string{}
 }
 
-// Fingerprint returns FingerprintOf(c.Members()), computed once per change.
+// Fingerprint returns FingerprintOf(c.Members()).
 func (c *Consistent) Fingerprint() Fingerprint {
 	if v := c.view.Load(); v != nil {
 		return v.fp

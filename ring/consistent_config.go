@@ -8,43 +8,34 @@ import (
 	"github.com/buraksezer/consistent"
 )
 
-// Limits of [ConsistentConfig], guarding against accidental huge allocations.
+// Limits of [ConsistentConfig].
 const (
-	// MaxConsistentPartitions is the largest accepted
-	// [ConsistentConfig.PartitionCount].
+	// MaxConsistentPartitions is the largest PartitionCount.
 	MaxConsistentPartitions = 1 << 22
 
-	// MaxConsistentReplicationFactor is the largest accepted
-	// [ConsistentConfig.ReplicationFactor].
+	// MaxConsistentReplicationFactor is the largest ReplicationFactor.
 	MaxConsistentReplicationFactor = 1 << 12
 )
 
-// ConsistentConfig configures a [Consistent] ring (github.com/buraksezer/consistent,
-// consistent hashing with bounded loads). The zero value is valid and means
+// ConsistentConfig configures a [Consistent] ring; the zero value means
 // [DefaultConsistentConfig]. Every node must use the same ConsistentConfig.
 type ConsistentConfig struct {
-	// PartitionCount is the number of partitions; a key's partition is its
-	// xxhash modulo PartitionCount. It must be between 1 and
-	// MaxConsistentPartitions; a ring holds at most PartitionCount members
-	// (Add then fails with ErrTooManyMembers). Zero means 271.
+	// PartitionCount is the number of partitions, up to
+	// MaxConsistentPartitions, and the most members a ring holds.
+	// Default 271.
 	PartitionCount int
 
-	// ReplicationFactor is the number of points (virtual nodes) each member
-	// gets on the hash circle. It must be between 2 and
-	// MaxConsistentReplicationFactor (the library panics with a single
-	// member and a factor of 1). Zero means 20.
+	// ReplicationFactor is each member's number of points on the hash
+	// circle, 2 to MaxConsistentReplicationFactor. Default 20.
 	ReplicationFactor int
 
 	// Load bounds each member to ceil(floor(PartitionCount/members) × Load)
-	// partitions. It must be finite and greater than 1 (at 1 the library
-	// panics whenever members do not divide PartitionCount). Zero means 1.25.
+	// partitions; it must be finite and above 1. Default 1.25.
 	Load float64
 }
 
-// DefaultConsistentConfig returns the library's defaults, used for the zero
-// [ConsistentConfig]. They rebuild fast but balance poorly (max/mean up to
-// ~1.25) and move several times the ideal share of keys on a change; see the
-// package documentation.
+// DefaultConsistentConfig returns the library's defaults, those of the zero
+// [ConsistentConfig].
 func DefaultConsistentConfig() ConsistentConfig {
 	return ConsistentConfig{
 		PartitionCount:    consistent.DefaultPartitionCount,    // 271
@@ -54,19 +45,17 @@ func DefaultConsistentConfig() ConsistentConfig {
 }
 
 // BalancedConsistentConfig returns settings with which a [Consistent] ring
-// meets this package's balance targets (max/mean ≤ 1.10), at the price of
-// slow rebuilds and several megabytes per ring copy; see the package
-// documentation for measurements.
+// meets the balance targets of docs/design.md, with slow changes.
 func BalancedConsistentConfig() ConsistentConfig {
 	return ConsistentConfig{
-		PartitionCount:    65521, // largest prime below 2^16: fine-grained load
-		ReplicationFactor: 600,   // points per member: even spread before the load bound
-		Load:              1.10,  // caps max/mean partitions at 1.10
+		PartitionCount:    65521, // the largest prime below 2^16
+		ReplicationFactor: 600,
+		Load:              1.10,
 	}
 }
 
-// Validate reports every problem with c, joined with [errors.Join]; nil means
-// [NewConsistent] accepts c. Zero fields are valid: they mean the default.
+// Validate reports every problem with c, joined; nil means [NewConsistent]
+// accepts c.
 func (c ConsistentConfig) Validate() error {
 	var errs []error
 	if p := c.PartitionCount; p < 0 || p > MaxConsistentPartitions {
@@ -100,8 +89,7 @@ func (c ConsistentConfig) withDefaults() ConsistentConfig {
 }
 
 // fits reports whether n members can hold c.PartitionCount partitions under
-// the load bound, computed exactly as the library does; the library panics
-// when they cannot.
+// the load bound, as the library computes it.
 func (c ConsistentConfig) fits(n int) bool {
 	if n == 0 {
 		return true

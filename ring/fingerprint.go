@@ -8,10 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Fingerprint is a 64-bit digest of a ring's membership, computed by
-// [FingerprintOf]. Nodes exchange fingerprints to detect cheaply whether
-// their rings agree. It covers membership only: rings only agree on owners
-// when they also use the same implementation and configuration.
+// Fingerprint is a digest of a ring's membership, by [FingerprintOf].
 type Fingerprint uint64
 
 // String returns the fingerprint as 16 lower-case hex digits.
@@ -19,12 +16,9 @@ func (f Fingerprint) String() string {
 	return fmt.Sprintf("%016x", uint64(f))
 }
 
-// FingerprintOf returns the fingerprint of a membership: the xxhash (XXH64,
-// seed 0) of the sorted, de-duplicated members, each preceded by its length
-// as an 8-byte little-endian integer so that no two different memberships
-// encode alike. The result does not depend on the order of members, and is
-// the same on every node and for every [Ring] implementation. FingerprintOf
-// sorts a copy; it never modifies members. It is safe for concurrent use.
+// FingerprintOf returns the fingerprint of a membership: the XXH64, seed 0,
+// of the sorted, de-duplicated members, each preceded by its length as an
+// 8-byte little-endian integer. It never modifies members.
 func FingerprintOf(members []string) Fingerprint {
 	if slices.IsSorted(members) {
 		return fingerprintSorted(members)
@@ -34,8 +28,7 @@ func FingerprintOf(members []string) Fingerprint {
 	return fingerprintSorted(sorted)
 }
 
-// fingerprintSorted is FingerprintOf for an already sorted slice; it skips
-// adjacent duplicates.
+// fingerprintSorted is FingerprintOf for a sorted slice.
 func fingerprintSorted(sorted []string) Fingerprint {
 	d := xxhash.New()
 	var n [8]byte

@@ -7,10 +7,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// snapshot is one immutable state of a [Table]. Writers build a new snapshot
-// and publish it; readers never see a snapshot change. Members are numbered
-// densely (in no particular order): byIndex and hashes are indexed by that
-// number, and owners holds it per partition.
+// snapshot is one immutable state of a [Table]. Members are numbered
+// densely, in no order; owners holds a member number per partition.
 type snapshot struct {
 	shift   uint        // key hash >> shift is the partition
 	byIndex []string    // member number -> name
@@ -20,8 +18,7 @@ type snapshot struct {
 	fp      Fingerprint // FingerprintOf(names)
 }
 
-// emptySnapshot returns the snapshot of an empty ring with the given number
-// of partitions, a power of two.
+// emptySnapshot returns an empty ring's snapshot.
 func emptySnapshot(partitions int) *snapshot {
 	return &snapshot{
 		shift: uint(64 - bits.TrailingZeros(uint(partitions))),
@@ -29,18 +26,15 @@ func emptySnapshot(partitions int) *snapshot {
 	}
 }
 
-// golden is 2^64 divided by the golden ratio, the splitmix64 increment: it
-// spreads consecutive partition numbers over the whole 64-bit space.
+// golden is 2^64 divided by the golden ratio, the splitmix64 increment.
 const golden = 0x9e3779b97f4a7c15
 
-// partitionSeed returns the seed partition p contributes to its scores.
+// partitionSeed returns partition p's seed.
 func partitionSeed(p int) uint64 {
 	return (uint64(p) + 1) * golden
 }
 
-// mix64 is the splitmix64 finaliser (Stafford's Mix13), a bijective
-// avalanche: every input bit flips each output bit with probability ~1/2.
-// The rendezvous score of a member for a partition is
+// mix64 is the splitmix64 finaliser. A member's score for partition p is
 // mix64(memberHash ^ partitionSeed(p)).
 func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
@@ -48,16 +42,13 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// wins reports whether a member with score s and name n beats the member
-// with score ws and name wn for a partition: highest score wins, and the
-// smaller name breaks the (astronomically rare) ties, so the owner depends
-// only on the membership, never on insertion order.
+// wins reports whether score s and name n beat score ws and name wn: the
+// higher score wins, and the smaller name breaks ties.
 func wins(s uint64, n string, ws uint64, wn string) bool {
 	return s > ws || (s == ws && n < wn)
 }
 
-// draft is a private, mutable copy of a snapshot that a writer edits before
-// freezing it into a new snapshot.
+// draft is a writer's mutable copy of a snapshot.
 type draft struct {
 	shift   uint
 	byIndex []string
@@ -76,8 +67,7 @@ func (s *snapshot) edit() *draft {
 }
 
 // best returns the number of the member that wins partition p; d must have
-// members. It is the inner loop of rebuild and remove, so the common case
-// (a lower score) involves no string comparison.
+// members.
 func (d *draft) best(p int) uint16 {
 	seed := partitionSeed(p)
 	b, bs := 0, mix64(d.hashes[0]^seed)
@@ -93,8 +83,7 @@ func (d *draft) best(p int) uint16 {
 	return uint16(b)
 }
 
-// add adds name, which must not be present, moving to it exactly the
-// partitions it wins: O(partitions).
+// add adds name, which must be absent, giving it the partitions it wins.
 func (d *draft) add(name string) {
 	idx := uint16(len(d.byIndex))
 	h := xxhash.Sum64String(name)
@@ -121,9 +110,8 @@ func (d *draft) indexOf(name string) int {
 	return slices.Index(d.byIndex, name)
 }
 
-// remove removes the member numbered r. Its partitions go to their next
-// winner; the last member takes number r so numbers stay dense.
-// O(partitions).
+// remove removes member r, giving its partitions to their next winner;
+// the last member takes number r.
 func (d *draft) remove(r int) {
 	last := len(d.byIndex) - 1
 	d.byIndex[r], d.hashes[r] = d.byIndex[last], d.hashes[last]
@@ -143,9 +131,8 @@ func (d *draft) remove(r int) {
 	}
 }
 
-// rebuild replaces the members with the given names (distinct, non-empty)
-// and recomputes every partition's owner from scratch:
-// O(partitions × members), with no per-partition allocation.
+// rebuild replaces the members with names, distinct and non-empty, and
+// recomputes every partition's owner.
 func (d *draft) rebuild(names []string) {
 	d.byIndex = append(d.byIndex[:0], names...)
 	d.hashes = d.hashes[:0]

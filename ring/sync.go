@@ -6,18 +6,11 @@ import (
 	"slices"
 )
 
-// Sync makes r's membership equal to the distinct, non-empty names in members.
-// A node calls it to reconcile its ring with its membership store.
-//
-// If r implements [Replacer], Sync calls Replace, which applies the whole
-// change in one step. Otherwise Sync first adds the missing members, then
-// removes the extra ones, so that a ring whose membership is being replaced
-// never becomes empty in between. Empty names are reported with
-// ErrInvalidMember and the rest is still applied. Sync returns the
-// [errors.Join] of every failure, each wrapped with the member it concerns;
-// nil means r now holds exactly the requested members (barring concurrent
-// changes by others). Sync never modifies members. Retrying is safe: Sync is
-// idempotent.
+// Sync makes r's membership the distinct non-empty names in members, with
+// [Replacer.Replace] if r has it, else by adding the missing members, then
+// removing the extra ones. It reports empty names with ErrInvalidMember
+// and still applies the rest, and returns every failure joined. Sync never
+// modifies members, and is idempotent: retrying is safe.
 func Sync(r Ring, members []string) error {
 	if rp, ok := r.(Replacer); ok {
 		if err := rp.Replace(members); err != nil {

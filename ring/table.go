@@ -9,20 +9,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Table is the default [Ring]: a fixed table of partitions whose owners are
-// chosen by rendezvous (highest-random-weight) hashing. A key belongs to
-// partition xxhash(key) >> (64 - log2(partitions)); a partition belongs to the
-// member with the highest score mix64(xxhash(member) ^ seed(partition)).
-// See the package documentation for the design and its measurements.
-//
-// A Table is safe for concurrent use. Locate, Members and Fingerprint are
-// lock-free and never block: they read an immutable snapshot published
-// through an atomic pointer. Add, Remove and Replace are serialised by a
-// mutex, build a new snapshot (copy-on-write) and publish it atomically, so a
-// reader sees either the old or the new membership, never a mixture.
-//
-// The zero Table is an empty ring with [DefaultConfig]; use [New] to choose
-// another configuration. A Table must not be copied after first use.
+// Table is the default [Ring], a partition table owned by rendezvous
+// hashing: a change moves only the keys of the member that joined or left.
+// Locate, Members and Fingerprint never block. The zero Table is an empty
+// ring with [DefaultConfig]; it must not be copied after first use.
 type Table struct {
 	mu         sync.Mutex // serialises writers
 	cur        atomic.Pointer[snapshot]
@@ -31,9 +21,8 @@ type Table struct {
 
 var _ Replacer = (*Table)(nil)
 
-// New returns an empty Table configured by cfg, or an error describing every
-// problem with cfg (see [Config.Validate]). Zero fields of cfg take their
-// defaults.
+// New returns an empty Table configured by cfg, or the errors of
+// [Config.Validate].
 func New(cfg Config) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -65,11 +54,8 @@ func (t *Table) Partitions() int {
 	return orDefault(t.partitions, DefaultPartitions)
 }
 
-// Add adds member, moving to it exactly the partitions it wins; no key moves
-// between other members. It costs O(partitions) and copies the partition
-// table once. It returns an error wrapping ErrInvalidMember for "",
-// ErrMemberExists if member is present, or ErrTooManyMembers if t already
-// holds MaxMembers; t is then unchanged.
+// Add adds member in O(partitions), or returns an error wrapping
+// ErrInvalidMember, ErrMemberExists or ErrTooManyMembers.
 func (t *Table) Add(member string) error {
 	if member == "" {
 		return fmt.Errorf("ring: add %q: %w", member, ErrInvalidMember)
@@ -89,10 +75,8 @@ func (t *Table) Add(member string) error {
 	return nil
 }
 
-// Remove removes member; only the keys it owned move, each to the member that
-// scores next highest for its partition. It costs O(partitions) and copies
-// the partition table once. It returns an error wrapping ErrMemberNotFound if
-// member is absent; t is then unchanged.
+// Remove removes member in O(partitions), or returns an error wrapping
+// ErrMemberNotFound.
 func (t *Table) Remove(member string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -106,11 +90,8 @@ func (t *Table) Remove(member string) error {
 	return nil
 }
 
-// Replace implements [Replacer]: it makes the membership equal to the
-// distinct non-empty names in members and publishes the result in one step.
-// Small changes are applied incrementally (O(partitions) per change); large
-// ones rebuild the table (O(partitions × members)), whichever is cheaper.
-// Owners are the same either way. Replace never modifies members.
+// Replace implements [Replacer], in O(partitions) per change or
+// O(partitions × members), whichever is less.
 func (t *Table) Replace(members []string) error {
 	want, err := normalize(members)
 	if len(want) > MaxMembers {
@@ -160,8 +141,8 @@ func normalize(members []string) ([]string, error) {
 	return want, nil
 }
 
-// Locate returns the member that owns key, or ErrEmpty. It is lock-free,
-// allocation-free and costs one xxhash of key plus two memory reads.
+// Locate returns the member that owns key, or ErrEmpty, lock-free and
+// without allocating.
 func (t *Table) Locate(key string) (string, error) {
 	s := t.cur.Load()
 	if s == nil || len(s.byIndex) == 0 {
@@ -170,8 +151,7 @@ func (t *Table) Locate(key string) (string, error) {
 	return s.byIndex[s.owners[xxhash.Sum64String(key)>>s.shift]], nil
 }
 
-// Members returns the members in increasing order, as a fresh slice owned by
-// the caller.
+// Members returns the members sorted, in a fresh slice.
 func (t *Table) Members() []string {
 	s := t.cur.Load()
 	if s == nil {
@@ -180,7 +160,7 @@ func (t *Table) Members() []string {
 	return append([]string{}, s.names...)
 }
 
-// Fingerprint returns FingerprintOf(t.Members()), computed once per change.
+// Fingerprint returns FingerprintOf(t.Members()).
 func (t *Table) Fingerprint() Fingerprint {
 	if s := t.cur.Load(); s != nil {
 		return s.fp

@@ -5,12 +5,9 @@
 //
 // A transaction here is a function that stages its writes and returns a
 // commit function; [Fence.Do] applies it only if the claim still holds
-// and records the reply with it, atomically. A claimant that stalls while
-// holding a resource (the twin of a row lock held by a paused process) is
-// preempted by a waiting claimant once the stalled one's heartbeat record
-// stops being live, as a database ends the transaction of a session that
-// idles too long; the stalled one's commit then fails with a
-// [*fence.StaleError].
+// and records the reply with it, atomically. A claimant waiting for a
+// resource preempts its holder once the holder's heartbeat record stops
+// being live; the holder's commit then fails with a [*fence.StaleError].
 package memfence
 
 import (

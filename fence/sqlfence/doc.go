@@ -1,23 +1,11 @@
 // Package sqlfence implements package fence in SQL: fencing tokens and
-// message records in two tables beside the heartbeat store's, in the same
-// database, checked in the user's own *sql.Tx.
+// message records in tables beside the heartbeat store's, in the same
+// database, checked in the user's own *sql.Tx. [Fence.Do] runs a fenced
+// transaction; [Fence.Check], [Fence.Begin] and [Fence.Finish] are its
+// steps. For the reasons behind its rules, see docs/design.md.
 //
-//	f, err := sqlfence.Open(ctx, db, sqlfence.Config{Dialect: hb.Dialect(), HeartbeatTable: hb.Table()})
-//	...
-//	// in a handler:
-//	reply, err := f.Do(ctx, fence.For(ctx, r), func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error) {
-//		// every write of the transaction: it commits only while this
-//		// node's claim on the resource holds, once per message
-//		_, err := tx.ExecContext(ctx, `UPDATE vms SET state = $1 WHERE uuid = $2`, "running", r.Resource())
-//		return []byte(`{"ok":true}`), err
-//	})
-//
-// [Fence.Do] runs the whole protocol; [Fence.Check], [Fence.Begin] and
-// [Fence.Finish] are its steps, for a transaction the caller runs itself.
-// See package fence for what the check guarantees on each database and
-// how to bound a paused writer's lock.
-//
-// The tables, for a Table prefix P: P_tokens (resource, token, node,
-// epoch, uses), P_once (id, type, hash, done, reply, at_us), and P_meta,
-// the schema version, migrated under a lock like the heartbeat store's.
+//  1. PostgreSQL, MySQL, MariaDB: fenced transactions run at READ COMMITTED.
+//  2. SQLite: transactions begin with BEGIN IMMEDIATE (_txlock=immediate).
+//  3. PostgreSQL's idle_in_transaction_session_timeout, or MariaDB's
+//     idle_transaction_timeout, is at most the heartbeat's EvictAfter.
 package sqlfence

@@ -6,34 +6,17 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
-// schemaVersion history:
-//
-//	1  the tokens table and the once table
-//
 // statements are one dialect's SQL for one set of tables.
 type statements struct {
-	migrations [][]string
+	migrations [][]string // schema version 1: the tokens and once tables
 	drop       []string
 
-	// check moves the claim to (node, epoch) if that record is live,
-	// bumping the token if the holder changes, and yields the token (a
-	// row with RETURNING, or MySQL's LAST_INSERT_ID). first inserts the
-	// resource's row with token 1 under the same condition, or nothing
-	// if the row exists.
-	check, first string
-	// lock (PostgreSQL, MySQL) takes the token row's lock before check:
-	// a statement that waits for a row lock re-checks only that row
-	// afterwards, and would judge the claimant's record by the snapshot
-	// taken before it waited; check, run once the lock is held, reads
-	// the record as it is then.
-	lock string
-	// record reads a node's record for the error message: epoch, age.
-	record string
-	// verify reads whether the claimant's record is live now, in a
-	// statement of its own (READ COMMITTED: a fresh snapshot).
-	verify string
-	// holder reads who holds a resource: node, epoch, token.
-	holder string
+	check  string // moves the token to (node, epoch) if live; yields it
+	first  string // inserts the resource's row, token 1, if live
+	lock   string // locks the token row before check (PostgreSQL, MySQL)
+	record string // a node's epoch and age, for the error message
+	verify string // whether the claimant's record is live now
+	holder string // node, epoch, token
 
 	onceInsert string // (id, type, hash): inserts a pending record, or nothing
 	onceGet    string // (id): type, hash, done, reply; a locking read on MySQL
@@ -49,13 +32,7 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 		"{hb}", sqlconn.QuoteIdent(d, heartbeat),
 		"{now}", sqlconn.NowMicros(d),
 	)
-	// The claimant's record is live: it exists with this epoch and beat
-	// less than MaxAge ago by the database's clock. It is read in the
-	// statement that moves the token, never from an earlier snapshot:
-	// PostgreSQL, MySQL and MariaDB (READ COMMITTED, the token row locked
-	// by the statement before) read it as of the statement, without a
-	// lock, so the node's own beat never waits for its open fenced
-	// transactions; SQLite under the write lock of BEGIN IMMEDIATE.
+	// The claimant's record exists at this epoch and beat within MaxAge.
 	live := `EXISTS (SELECT 1 FROM {hb} WHERE node = ? AND epoch = ? AND beat_us > {now} - ?)`
 	var s statements
 	switch d {
@@ -95,17 +72,14 @@ func newStatements(d sqlconn.Dialect, prefix, heartbeat string) statements {
 				"CREATE TABLE IF NOT EXISTS {once} (id VARBINARY(64) NOT NULL PRIMARY KEY, type VARBINARY(255) NOT NULL, hash VARBINARY(64) NOT NULL, done TINYINT NOT NULL, reply LONGBLOB, at_us BIGINT NOT NULL, INDEX (at_us)) ENGINE=InnoDB",
 			}},
 			// Assignments run left to right: token reads the old holder.
-			// uses changes on every check, so the row always counts as
-			// affected (MySQL counts only changed rows), and
-			// LAST_INSERT_ID(x) hands the token back in the result.
+			// uses keeps the row affected; LAST_INSERT_ID(x) yields the token.
 			check: "UPDATE {tok} SET token = LAST_INSERT_ID(token + IF(node = ? AND epoch = ?, 0, 1)), node = ?, epoch = ?, uses = uses + 1 " +
 				"WHERE resource = ? AND " + live,
 			first: "INSERT INTO {tok} (resource, token, node, epoch, uses) SELECT ?, 1, ?, ?, 1 FROM DUAL WHERE " + live +
 				" ON DUPLICATE KEY UPDATE resource = resource",
 			lock:       "SELECT 1 FROM {tok} WHERE resource = ? FOR UPDATE",
 			onceInsert: "INSERT INTO {once} (id, type, hash, done, reply, at_us) VALUES (?, ?, ?, 0, NULL, {now}) ON DUPLICATE KEY UPDATE id = id",
-			// A locking read: the latest committed record, not the
-			// snapshot of REPEATABLE READ.
+			// A locking read sees the latest committed record.
 			onceGet: "SELECT type, hash, done, reply FROM {once} WHERE id = ? LOCK IN SHARE MODE",
 		}
 	}

@@ -28,42 +28,35 @@ const (
 
 // Defaults of [Config].
 const (
-	// DefaultTable is the default prefix of the fence's tables.
+	// DefaultTable is the default Config.Table.
 	DefaultTable = "cloudbus_fence"
-	// DefaultRetention is how long a message's recorded reply is kept by
-	// default: a day, far longer than any redelivery or retry.
+	// DefaultRetention is the default Config.Retention: a day.
 	DefaultRetention = 24 * time.Hour
-	// DefaultMaxReply is the default bound on a recorded reply: 1 MiB.
+	// DefaultMaxReply is the default Config.MaxReply: 1 MiB.
 	DefaultMaxReply = 1 << 20
 )
 
-// Config configures [Open]. Dialect and HeartbeatTable are required;
-// every other zero field takes a default.
+// Config configures [Open]; zero fields take their defaults.
 type Config struct {
-	// Dialect is the database's dialect: SQLite, Postgres or MySQL
-	// (MariaDB included). Use the heartbeat store's: sqlstore.Store.Dialect.
+	// Dialect is SQLite, Postgres or MySQL (MariaDB too): the heartbeat
+	// store's Dialect(). Required.
 	Dialect sqlstore.Dialect
-	// HeartbeatTable is the heartbeat store's table (sqlstore.Store.Table),
-	// in the same database: a claim holds only while its node's record
-	// there is live.
+	// HeartbeatTable is the heartbeat store's Table(), in the same
+	// database. Required.
 	HeartbeatTable string
-	// Table prefixes the fence's tables: <Table>_tokens, <Table>_once and
-	// <Table>_meta. Lower-case letters, digits and underscores, at most 56
-	// characters, optionally schema.table. Default [DefaultTable].
+	// Table prefixes the fence's tables <Table>_tokens, _once and _meta:
+	// lower-case letters, digits and underscores, at most 56 characters,
+	// optionally schema.table. Default [DefaultTable].
 	Table string
-	// MaxAge is how old the claimant's last beat, by the database's
-	// clock, may be for its claim to hold. Default: heartbeat's default
-	// EvictAfter (3 s), the age from which peers may evict the node and
-	// take its resources over; set it to your heartbeat.Config.EvictAfter.
-	// A node fences itself earlier, at its lease.
+	// MaxAge is the oldest, by the database's clock, a claimant's last
+	// beat may be for its claim to hold; set it to the heartbeat's
+	// EvictAfter. Default heartbeat.DefaultConfig().EvictAfter (3 s).
 	MaxAge time.Duration
-	// Retention is how long a message's recorded reply is kept ([Fence.Sweep]
-	// deletes older ones): a delivery of the same message after that runs
-	// again. Default [DefaultRetention].
+	// Retention is how long a message's reply is kept; [Fence.Sweep]
+	// deletes older ones. Default [DefaultRetention].
 	Retention time.Duration
-	// MaxReply bounds a recorded reply in bytes: a transaction whose
-	// reply is larger fails with message.ErrTooLarge and is rolled back.
-	// Default [DefaultMaxReply].
+	// MaxReply bounds a recorded reply in bytes; a larger one fails with
+	// message.ErrTooLarge. Default [DefaultMaxReply].
 	MaxReply int
 	// Logger receives the fence's logs; nil discards them.
 	Logger *slog.Logger
@@ -109,9 +102,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Fence fences writes and makes messages idempotent in one SQL database,
-// the heartbeat store's. It is safe for concurrent use; it holds no
-// goroutine and no connection of its own.
+// Fence fences writes and makes messages idempotent in the heartbeat
+// store's database. It is safe for concurrent use and holds no goroutine
+// and no connection of its own.
 type Fence struct {
 	db     *sql.DB
 	cfg    Config
@@ -119,11 +112,10 @@ type Fence struct {
 	schema sqlconn.Schema
 }
 
-// Open returns a fence on db after creating its tables if they are
-// missing (under a lock shared by every process, so nodes starting
-// together create them once). db is the caller's: close it after the
-// last use of the fence. On SQLite, db must begin transactions with
-// BEGIN IMMEDIATE (_txlock=immediate in the URL, as sqlstore.Open does).
+// Open creates the fence's tables in db if they are missing, under a lock
+// every process shares, and returns the fence. The caller closes db after
+// the fence's last use. On SQLite, db must begin transactions with BEGIN
+// IMMEDIATE.
 func Open(ctx context.Context, db *sql.DB, cfg Config) (*Fence, error) {
 	if db == nil {
 		return nil, errors.New("sqlfence: Open: db is nil")
@@ -151,22 +143,9 @@ func (f *Fence) Tables() []string {
 // Config returns the configuration, defaults filled in.
 func (f *Fence) Config() Config { return f.cfg }
 
-// Check makes tx conditional on c: it moves the resource's token to c's
-// claimant (a new token if the claimant changes) only if the claimant's
-// heartbeat record is live, and holds the token's row lock until tx ends,
-// so no other claimant can take the resource over before tx commits or
-// rolls back. It returns the token, or a [*fence.StaleError] if the
-// claim does not hold (then roll tx back).
-//
-// Call it as the first statement of tx: the check is the conditional
-// UPDATE itself, which reads the heartbeat record as it is now, not as an
-// earlier statement's snapshot saw it (a plain SELECT of the token would
-// fence nothing). Begin tx at READ COMMITTED on MySQL and MariaDB (as
-// [Fence.Do] does): at REPEATABLE READ the check locks the claimant's
-// heartbeat record until tx ends, so the node's beats wait for tx, and
-// [Fence.Verify] reads tx's snapshot. A resource's first check inserts
-// its row; later ones take the row's lock, then move it: two round trips
-// (one on SQLite; see the package fence documentation).
+// Check, as tx's first statement, moves the resource's token to c's
+// claimant if c holds, and keeps the token row locked until tx ends. It
+// returns the token, or a [*fence.StaleError]: then roll tx back.
 func (f *Fence) Check(ctx context.Context, tx *sql.Tx, c fence.Claim) (fence.Token, error) {
 	if err := c.Validate(); err != nil {
 		return 0, err
@@ -177,9 +156,7 @@ func (f *Fence) Check(ctx context.Context, tx *sql.Tx, c fence.Claim) (fence.Tok
 		if err != nil || ok {
 			return tok, err
 		}
-		// No row moved: the resource has no row yet, or the claim does
-		// not hold. A first touch inserts the row; if another claimant
-		// inserted it meanwhile, the UPDATE runs once more.
+		// No row moved: insert the first; if another claimant did, move again.
 		tok, ok, err = f.insertFirst(ctx, tx, c, maxAge)
 		if err != nil || ok {
 			return tok, err
@@ -241,21 +218,16 @@ func (f *Fence) insertFirst(ctx context.Context, tx *sql.Tx, c fence.Claim, maxA
 	return fence.Token(tok), true, nil
 }
 
-// fail wraps a database error of a fenced statement: a [*fence.StaleError]
-// with the error as its cause if the claim no longer holds (the database
-// ended the transaction of a claimant that stalled past its eviction),
-// the error as is otherwise.
+// fail wraps err from a fenced statement, as a [*fence.StaleError] if c
+// no longer holds.
 func (f *Fence) fail(ctx context.Context, c fence.Claim, op string, err error) error {
-	// Even if ctx ended: a node's own eviction cancels its handlers, and
-	// the caller must still learn that the claim is gone.
 	if reason := f.why(ctx, c); reason != "" {
 		return &fence.StaleError{Claim: c, Reason: reason, Cause: err}
 	}
 	return fmt.Errorf("sqlfence: %s %s: %w", op, c, sqlconn.Mark(err))
 }
 
-// stale returns the StaleError for c, with the reason read from the
-// store.
+// stale returns the StaleError for c.
 func (f *Fence) stale(ctx context.Context, c fence.Claim, cause error) error {
 	reason := f.why(ctx, c)
 	if reason == "" {
@@ -264,8 +236,8 @@ func (f *Fence) stale(ctx context.Context, c fence.Claim, cause error) error {
 	return &fence.StaleError{Claim: c, Reason: reason, Cause: cause}
 }
 
-// why says why c does not hold now, reading the store outside any
-// transaction, or "" if it holds (or the store cannot say).
+// why says why c does not hold now, or "" if it holds or the store cannot
+// tell. It reads the store outside tx, even after ctx ended.
 func (f *Fence) why(ctx context.Context, c fence.Claim) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
@@ -284,13 +256,8 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) string {
 	return ""
 }
 
-// Verify reports, in tx after its [Fence.Check], whether c still holds:
-// nil, or a [*fence.StaleError]. Call it just before a side effect
-// outside the database (a hypervisor call, say): a writer that stalled
-// after its check while peers evicted it learns it before acting, not
-// only when its write is refused. It narrows the window to the time
-// between Verify and the side effect; a system that can refuse a lower
-// [fence.Token] closes it.
+// Verify returns nil if c still holds, or a [*fence.StaleError]. Call it
+// in tx just before a side effect outside the database.
 func (f *Fence) Verify(ctx context.Context, tx *sql.Tx, c fence.Claim) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -305,15 +272,11 @@ func (f *Fence) Verify(ctx context.Context, tx *sql.Tx, c fence.Claim) error {
 	return nil
 }
 
-// Begin claims k's message in tx before any side effect. If the message
-// was handled before (a committed record), it returns that first reply
-// and done; then roll tx back and return the reply. Otherwise the record
-// is inserted, pending, and a concurrent delivery of the same message
-// (another node, another connection) waits at its own Begin until tx
-// ends: it then gets the reply recorded by tx's [Fence.Finish], or, if tx
-// rolled back, runs itself. A message id recorded with another type or
-// body fails with an error matching fence.ErrKeyReused and
-// message.ErrBadRequest.
+// Begin records k in tx before any side effect. For a message handled
+// before, it returns the first reply and done: roll tx back. A concurrent
+// Begin of k waits until tx ends, then returns tx's reply, or records k if
+// tx rolled back. An id recorded for another type or body fails with an
+// error matching fence.ErrKeyReused and message.ErrBadRequest.
 func (f *Fence) Begin(ctx context.Context, tx *sql.Tx, k fence.Key) (reply []byte, done bool, err error) {
 	if err := k.Validate(); err != nil {
 		return nil, false, err
@@ -342,8 +305,8 @@ func (f *Fence) Begin(ctx context.Context, tx *sql.Tx, k fence.Key) (reply []byt
 	return reply, true, nil
 }
 
-// Finish records reply as k's first reply, in the transaction that
-// called [Fence.Begin]; it commits with tx.
+// Finish records reply for k in tx, after [Fence.Begin]. A reply over
+// MaxReply fails with message.ErrTooLarge.
 func (f *Fence) Finish(ctx context.Context, tx *sql.Tx, k fence.Key, reply []byte) error {
 	if len(reply) > f.cfg.MaxReply {
 		return message.ErrTooLarge.WithDetails(fmt.Sprintf("sqlfence: the reply to message %s is %d bytes, over MaxReply %d; nothing was recorded", k.ID, len(reply), f.cfg.MaxReply))
@@ -357,26 +320,19 @@ func (f *Fence) Finish(ctx context.Context, tx *sql.Tx, k fence.Key, reply []byt
 	return nil
 }
 
-// Do runs fn in one transaction guarded by w: it checks w.Claim first
-// ([Fence.Check]; the token is fn's), then claims w.Key ([Fence.Begin]);
-// if the message was handled before, fn does not run and Do returns the
-// first reply. Otherwise fn runs, its reply is recorded ([Fence.Finish])
-// and the transaction commits. If fn fails, everything rolls back
-// (nothing is recorded: a later delivery runs again) and its error is
-// returned; a database error of a claim that stopped holding meanwhile
-// is returned as a [*fence.StaleError]. A failed commit's outcome is
-// unknown, and said so.
+// Do runs fn at most once, with w.Claim's token, in a transaction guarded
+// by w ([Fence.Check], [Fence.Begin], fn, [Fence.Finish], commit), and
+// returns fn's reply, or the first reply if w.Key was handled before. If
+// fn fails, nothing commits and its error is returned. A database error
+// of a claim that stopped holding is returned as a [*fence.StaleError]; a
+// failed commit's error says its outcome is unknown.
 func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) ([]byte, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
 		reply, ran, err := f.do(ctx, w, fn)
-		// Claimants touching a resource for the first time together can
-		// deadlock in the database (MySQL's duplicate-key locks), and a
-		// pool connection may have broken since its last use (after an
-		// outage): either way nothing committed and fn did not run, so
-		// run it again.
+		// Nothing committed and fn did not run: a retry is safe.
 		if err == nil || ran || attempt == 3 || !(deadlock(err) || sqlconn.BrokenConn(err)) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
 			return reply, err
 		}
@@ -384,8 +340,7 @@ func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 	}
 }
 
-// deadlock reports whether err is a database deadlock or serialization
-// failure: MySQL 1213, PostgreSQL 40P01 or 40001.
+// deadlock reports whether err is MySQL's 1213 or PostgreSQL's 40P01 or 40001.
 func deadlock(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
@@ -402,9 +357,7 @@ func deadlock(err error) bool {
 func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) (_ []byte, ran bool, _ error) {
 	var opts *sql.TxOptions
 	if f.cfg.Dialect == MySQL {
-		// REPEATABLE READ, MySQL's default, would take a shared lock on
-		// the claimant's heartbeat record in the check and keep it until
-		// the end: the node's own beats would wait for its transactions.
+		// Rule 1 of the package documentation; PostgreSQL's default.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	tx, err := f.db.BeginTx(ctx, opts)
@@ -445,14 +398,12 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		// database/sql rolls the transaction back when ctx ends; say so
-		// rather than racing it to a "transaction done" error.
+		// database/sql rolls tx back when ctx ends.
 		return nil, true, fmt.Errorf("sqlfence: not committed: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
-			// ctx ended between the check above and the commit, and
-			// database/sql rolled the transaction back: nothing committed.
+			// ctx ended after the check above: tx was rolled back.
 			return nil, true, fmt.Errorf("sqlfence: not committed: %w", ctx.Err())
 		}
 		return nil, true, fmt.Errorf("sqlfence: commit (outcome unknown: it may have committed): %w", sqlconn.Mark(err))
@@ -461,10 +412,7 @@ func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Conte
 	return reply, true, nil
 }
 
-// explain turns err, a failure inside a fenced transaction, into a
-// StaleError if the claim stopped holding (the database may have ended
-// the transaction for that reason), and leaves the handler's own errors
-// (*message.Error) alone.
+// explain is fail for errors inside fn, leaving *message.Error alone.
 func (f *Fence) explain(ctx context.Context, c fence.Claim, err error) error {
 	var me *message.Error
 	if c.IsZero() || errors.As(err, &me) || errors.Is(err, fence.ErrStale) {
@@ -476,9 +424,8 @@ func (f *Fence) explain(ctx context.Context, c fence.Claim, err error) error {
 	return err
 }
 
-// Sweep deletes the records of messages older than Config.Retention and
-// returns how many. Run it periodically (refnode does every minute); a
-// delivery of a swept message runs again.
+// Sweep deletes message records older than Config.Retention and returns
+// how many. Call it periodically; a swept message's next delivery runs.
 func (f *Fence) Sweep(ctx context.Context) (int64, error) {
 	res, err := f.db.ExecContext(ctx, f.st.sweep, f.cfg.Retention.Microseconds())
 	if err != nil {
@@ -494,8 +441,8 @@ func (f *Fence) Sweep(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Holder returns who holds resource's token now: the claimant's node
-// and epoch, and the token; ok is false if nobody ever claimed it.
+// Holder returns who holds resource's token now, and the token; ok is
+// false if nobody ever claimed it.
 func (f *Fence) Holder(ctx context.Context, resource string) (c fence.Claim, tok fence.Token, ok bool, err error) {
 	c.Resource = resource
 	switch err = f.db.QueryRowContext(ctx, f.st.holder, resource).Scan(&c.Node, &c.Epoch, &tok); {
@@ -507,7 +454,7 @@ func (f *Fence) Holder(ctx context.Context, resource string) (c fence.Claim, tok
 	return c, tok, true, nil
 }
 
-// Drop deletes the fence's tables; tests use it to clean up.
+// Drop deletes the fence's tables.
 func (f *Fence) Drop(ctx context.Context) error {
 	for _, q := range append(f.st.drop, f.schema.DropMeta()) {
 		if _, err := f.db.ExecContext(ctx, q); err != nil {

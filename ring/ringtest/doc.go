@@ -1,6 +1,5 @@
-// Package ringtest is the conformance suite for [ring.Ring] implementations,
-// in the manner of testing/slogtest: every ring in cloudbus runs it, and so
-// should yours.
+// Package ringtest is the conformance suite for [ring.Ring] implementations:
+// every ring in cloudbus runs it, and so should yours.
 //
 //	func TestMyRing(t *testing.T) {
 //		ringtest.Run(t, func(t *testing.T) ring.Ring { return myring.New() })

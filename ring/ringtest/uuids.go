@@ -10,10 +10,9 @@ const streamCloudbus = 0x636c6f7564627573
 
 // UUIDs returns n deterministic pseudo-random version-4 UUIDs in the
 // canonical cloudbus form: 32 lower-case hex digits, no dashes. The same seed
-// always gives the same list; different seeds give unrelated lists. With 122
-// random bits per UUID, duplicates are astronomically unlikely. UUIDs is
-// meant for tests and benchmarks: it is fast (about 50 ns per UUID) and not
-// cryptographically random. It is safe for concurrent use.
+// always gives the same list; different seeds give unrelated lists. UUIDs is
+// for tests and benchmarks: it is not cryptographically random. It is safe
+// for concurrent use.
 func UUIDs(seed uint64, n int) []string {
 	rng := rand.New(rand.NewPCG(seed, streamCloudbus))
 	out := make([]string, n)
