@@ -32,7 +32,7 @@ func BenchmarkCall(b *testing.B) {
 		}
 		defer server.Close()
 		mux := bus.NewMux()
-		bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) {
+		bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
 			return Greeting{Text: "hello, " + g.Name}, nil
 		})
 		if err := server.Register(ctx, "greeter", mux); err != nil {

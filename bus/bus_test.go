@@ -101,7 +101,7 @@ func TestPerResourceSerialAndParallel(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(resources * each)
 	gate := make(chan struct{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		res := r.Envelope.ResourceUUID
 		mu.Lock()
 		active[res]++
@@ -144,7 +144,7 @@ func TestBusyWhenResourceQueueFull(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 10)
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
 		started <- struct{}{}
 		<-release
 		return Greeting{Text: g.Name}, nil
@@ -182,7 +182,7 @@ func TestBusyWhenResourceQueueFull(t *testing.T) {
 func TestAbandonCallsFailsAtOnce(t *testing.T) {
 	a, b, _ := pair(t, bus.Config{})
 	started := make(chan struct{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		close(started)
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -213,7 +213,7 @@ func TestShutdownDrains(t *testing.T) {
 	require.NoError(t, err)
 	var done atomic.Int32
 	release := make(chan struct{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		<-release
 		done.Add(1)
 		return nil, nil
@@ -239,7 +239,7 @@ func TestObserverSeesEverything(t *testing.T) {
 	})
 	a, b, _ := pair(t, bus.Config{Observer: obs})
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) { return Greeting{}, nil })
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) { return Greeting{}, nil })
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
 	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{})
 	require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestCloseGivesBackHeldRetries(t *testing.T) {
 	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), RetryBackoff: time.Hour, RetryBackoffMax: time.Hour})
 	require.NoError(t, err)
 	var ran atomic.Int32
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		ran.Add(1)
 		return nil, message.ErrInternal.WithDetails("a dependency failed")
 	})))

@@ -58,7 +58,7 @@ func TestHandlerNeverStartsPastItsDeadline(t *testing.T) {
 		a, b, _ := pair(t, bus.Config{Registry: reg, Observer: obs})
 		var ran atomic.Int32
 		mux := bus.NewMux()
-		bus.Handle(mux, func(ctx context.Context, m slowBody) (Greeting, error) {
+		bus.Handle(mux, func(ctx context.Context, _ *bus.Request, m slowBody) (Greeting, error) {
 			ran.Add(1)
 			return Greeting{Text: "ran"}, nil
 		})

@@ -57,7 +57,7 @@ func Example_call() {
 
 	// Node b hosts the "greeter" service.
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, g Greet) (Greeting, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
 		if g.Name == "" {
 			return Greeting{}, message.ErrBadRequest.WithDetails("name is required")
 		}
@@ -86,7 +86,7 @@ func Example_send() {
 
 	got := make(chan string, 1)
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, g Greet) (message.Empty, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (message.Empty, error) {
 		got <- g.Name
 		return message.Empty{}, nil
 	})
@@ -139,13 +139,13 @@ func (m ResizeVm) ResourceUUID() string { return m.VM }
 
 // A handler that sees the request: the resource the message is about,
 // its headers, the sender and the node it runs on.
-func ExampleHandleRequest() {
+func ExampleHandle() {
 	ctx := context.Background()
 	a, b, cleanup := twoNodes(ctx)
 	defer cleanup()
 
 	mux := bus.NewMux()
-	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m ResizeVm) (Greeting, error) {
+	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m ResizeVm) (Greeting, error) {
 		_, hasDeadline := r.Deadline()
 		return Greeting{Text: fmt.Sprintf("vm %s to %d CPUs on %s, from %s, trace %s, deadline %t",
 			r.Resource()[:8], m.CPU, r.Node()[:4], r.Source()[:4], r.Header("traceparent"), hasDeadline)}, nil

@@ -92,11 +92,10 @@ type Handler interface {
 // caller's deadline still bounds the message.
 var ErrRelease = errors.New("bus: give the message back to its queue")
 
-// HandlerFunc adapts a function to [Handler].
-type HandlerFunc func(ctx context.Context, req *Request) (any, error)
+// handlerFunc adapts a function to [Handler].
+type handlerFunc func(ctx context.Context, req *Request) (any, error)
 
-// Handle calls f(ctx, req).
-func (f HandlerFunc) Handle(ctx context.Context, req *Request) (any, error) { return f(ctx, req) }
+func (f handlerFunc) Handle(ctx context.Context, req *Request) (any, error) { return f(ctx, req) }
 
 // Mux is a [Handler] that dispatches on the payload's Go type, so one
 // service handles many message types. Register handlers before the mux
@@ -111,9 +110,9 @@ func NewMux() *Mux {
 	return &Mux{handlers: make(map[reflect.Type]Handler)}
 }
 
-// HandleType routes payloads of prototype's type (a value or pointer of a
+// handleType routes payloads of prototype's type (a value or pointer of a
 // registered type) to h, replacing any earlier handler of that type.
-func (m *Mux) HandleType(prototype any, h Handler) {
+func (m *Mux) handleType(prototype any, h Handler) {
 	t := reflect.TypeOf(prototype)
 	if t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -139,31 +138,17 @@ func (m *Mux) Handle(ctx context.Context, req *Request) (any, error) {
 	return h.Handle(ctx, req)
 }
 
-// Handle registers on m a typed handler for requests of type Req (a
-// registered type) replying with Resp (a registered type, or a pointer to
-// one; message.Empty for no result). Use [HandleRequest] when the handler
-// needs the request itself: its resource, headers, sender or node.
-func Handle[Req, Resp any](m *Mux, fn func(ctx context.Context, req Req) (Resp, error)) {
-	m.HandleType((*Req)(nil), TypedHandler(fn))
-}
-
-// HandleRequest registers on m a typed handler for requests of type Req
-// that also sees the [Request]: the resource it is about
-// ([Request.Resource]), its headers, its sender and the node it runs on.
-// Req and Resp are as for [Handle].
-func HandleRequest[Req, Resp any](m *Mux, fn func(ctx context.Context, r *Request, req Req) (Resp, error)) {
-	m.HandleType((*Req)(nil), typedRequestHandler(fn))
-}
-
-// TypedHandler wraps a typed function as a [Handler] for one service with
-// one message type: a payload of another type is answered with
-// message.ErrUnknownMessage.
-func TypedHandler[Req, Resp any](fn func(ctx context.Context, req Req) (Resp, error)) Handler {
-	return typedRequestHandler(func(ctx context.Context, _ *Request, req Req) (Resp, error) { return fn(ctx, req) })
+// Handle registers on m the handler of requests of type Req (a
+// registered type), replying with Resp (a registered type, or a pointer to
+// one; message.Empty for no result), replacing any earlier handler of Req.
+// r is the request itself: the resource it is about ([Request.Resource]),
+// its id, headers, sender and deadline, and the node it runs on.
+func Handle[Req, Resp any](m *Mux, fn func(ctx context.Context, r *Request, req Req) (Resp, error)) {
+	m.handleType((*Req)(nil), typedRequestHandler(fn))
 }
 
 func typedRequestHandler[Req, Resp any](fn func(ctx context.Context, r *Request, req Req) (Resp, error)) Handler {
-	return HandlerFunc(func(ctx context.Context, r *Request) (any, error) {
+	return handlerFunc(func(ctx context.Context, r *Request) (any, error) {
 		p, ok := r.Payload.(*Req)
 		if !ok || p == nil {
 			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %s (%T), want %T", r.Envelope.Type, r.Payload, p))

@@ -26,7 +26,7 @@ import (
 func TestReplyToMustBeAReplyQueue(t *testing.T) {
 	a, b, net := pair(t, bus.Config{})
 	var runs atomic.Int32
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		runs.Add(1)
 		return Greeting{Text: "hi"}, nil
 	})))
@@ -74,7 +74,7 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 func TestUndecodableRequestIsAnswered(t *testing.T) {
 	_, b, net := pair(t, bus.Config{})
 	var runs atomic.Int32
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		runs.Add(1)
 		return nil, nil
 	})))
@@ -136,7 +136,7 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 func TestReplyNeverTooLarge(t *testing.T) {
 	const limit = 64 << 10
 	a, b, _ := pair(t, bus.Config{MaxMessageSize: limit})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		return Greeting{Text: strings.Repeat("r", 8<<10)}, nil
 	})))
 	// The largest header the request can carry: its reply, headers
@@ -161,7 +161,7 @@ func TestReplyNeverTooLarge(t *testing.T) {
 // it once; Close cancels a pending one without waiting for it.
 func TestLargeDeliveryReturnsMemory(t *testing.T) {
 	_, b, net := pair(t, bus.Config{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		return nil, nil
 	})))
 	raw := net.Transport("raw")
@@ -190,7 +190,7 @@ func TestLargeDeliveryReturnsMemory(t *testing.T) {
 func TestLargeDeliveryReturnsMemoryAfterItsHandler(t *testing.T) {
 	a, b, _ := pair(t, bus.Config{})
 	running, finish := make(chan struct{}), make(chan struct{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		close(running)
 		<-finish
 		return nil, nil

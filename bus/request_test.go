@@ -41,7 +41,7 @@ func routedPair(t *testing.T) (a, b *bus.CloudBus, net *membus.Network) {
 	t.Helper()
 	a, b, net = pair(t, bus.Config{Registry: routedRegistry()})
 	mux := bus.NewMux()
-	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m StartVM) (Seen, error) {
+	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m StartVM) (Seen, error) {
 		dl, ok := r.Deadline()
 		ctxDL, _ := ctx.Deadline()
 		assert.Equal(t, ctxDL, dl, "Request.Deadline is the handler ctx's deadline")

@@ -23,7 +23,7 @@ type seen struct {
 // every request on the returned channel.
 func recordingHandler() (bus.Handler, <-chan seen) {
 	ch := make(chan seen, 16)
-	return bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		g := r.Payload.(*Greet)
 		ch <- seen{id: r.ID(), correlation: r.Envelope.CorrelationID, name: g.Name, retry: r.Header(bus.HeaderRetry)}
 		return Greeting{Text: g.Name}, nil
@@ -119,7 +119,7 @@ func TestCallsSharingAnIDEachGetTheirReply(t *testing.T) {
 	go func() { arrived.Wait(); close(both) }()
 	var mu sync.Mutex
 	correlations := map[string]bool{}
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		mu.Lock()
 		correlations[r.Envelope.CorrelationID] = true
 		mu.Unlock()
@@ -157,7 +157,7 @@ func TestRetryIgnoresTheLateReplyOfAnEarlierAttempt(t *testing.T) {
 	inSecond := make(chan struct{}) // the second attempt is in its handler
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		name := r.Payload.(*Greet).Name
 		wait := release
 		if name == "first" {
@@ -230,7 +230,7 @@ func TestWithRetryAtTheBusLevel(t *testing.T) {
 
 	// A handler failing with not_owner or node_left: the bus does not retry.
 	calls := 0
-	require.NoError(t, b.Register(t.Context(), "refuses", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "refuses", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		calls++ // one at a time: the test calls sequentially
 		return nil, message.ErrNotOwner
 	})))

@@ -33,7 +33,7 @@ type VmStarted struct {
 // through api.portal.
 func vmService() service.Service {
 	mux := bus.NewMux()
-	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m StartVm) (VmStarted, error) {
+	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m StartVm) (VmStarted, error) {
 		return VmStarted{VMUUID: r.Resource(), Node: r.Node()}, nil
 	})
 	return service.Named("vmInstance", mux, StartVm{})

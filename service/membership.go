@@ -246,11 +246,11 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 // RingQuery (report this node's ring copy).
 func (n *Node) membershipHandler() bus.Handler {
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, l LeaveNotice) (message.Empty, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, l LeaveNotice) (message.Empty, error) {
 		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
 		return message.Empty{}, nil
 	})
-	bus.Handle(mux, func(ctx context.Context, _ RingQuery) (RingState, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, _ RingQuery) (RingState, error) {
 		return n.ringState(), nil
 	})
 	return mux

@@ -95,10 +95,10 @@ func startIdem(t *testing.T, n int, l *idem) *servicetest.Cluster {
 	return servicetest.Start(t, servicetest.Options{Nodes: n, Registry: registry(), NoRejoin: true,
 		Services: func(int) []service.Service {
 			mux := bus.NewMux()
-			bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
+			bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
 				return l.handle(ctx, r, m.Resource)
 			})
-			bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m APITouch) (Touched, error) {
+			bus.Handle(mux, func(ctx context.Context, r *bus.Request, m APITouch) (Touched, error) {
 				return l.handle(ctx, r, m.Resource)
 			})
 			return []service.Service{service.Named("idem", mux, APITouch{})}

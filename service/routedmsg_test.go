@@ -105,10 +105,10 @@ func TestCallRule(t *testing.T) {
 		reg := registry()
 		message.MustRegister[Local](reg, "svctest.v1.Local")
 		mux := bus.NewMux()
-		bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, _ Local) (Touched, error) {
+		bus.Handle(mux, func(ctx context.Context, r *bus.Request, _ Local) (Touched, error) {
 			return Touched{Node: r.Node()}, nil
 		})
-		bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
+		bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
 			assert.Equal(t, m.Resource, r.Resource())
 			return Touched{Node: r.Node()}, nil
 		})
@@ -198,7 +198,7 @@ func TestNonOwnerNeverRuns(t *testing.T) {
 		var mu sync.Mutex
 		ran := map[string][]string{} // resource -> nodes that ran it
 		mux := bus.NewMux()
-		bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
+		bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
 			mu.Lock()
 			ran[m.Resource] = append(ran[m.Resource], r.Node())
 			mu.Unlock()

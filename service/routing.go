@@ -276,7 +276,7 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 // node once it can serve it, or for the survivors that drain its queues
 // once it has been evicted.
 func (n *Node) guard(s Service) bus.Handler {
-	return bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		oneWay := r.Envelope.Kind == message.KindSend
 		notNow := func(err error) (any, error) {
 			if !oneWay {

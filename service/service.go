@@ -94,7 +94,7 @@ type RingChange struct {
 // service is an [APIService].
 //
 //	mux := bus.NewMux()
-//	bus.HandleRequest(mux, func(ctx context.Context, r *bus.Request, m Increment) (Count, error) { ... })
+//	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Increment) (Count, error) { ... })
 //	svc := service.Named("counter", mux, Increment{})
 func Named(name string, h bus.Handler, api ...any) Service {
 	s := &simple{name: name, h: h}

@@ -49,7 +49,7 @@ func BenchmarkSend(b *testing.B) {
 		defer cleanup()
 		var got atomic.Int64
 		mux := bus.NewMux()
-		bus.Handle(mux, func(ctx context.Context, e bustest.Echo) (message.Empty, error) {
+		bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (message.Empty, error) {
 			got.Add(1)
 			return message.Empty{}, nil
 		})
@@ -113,7 +113,7 @@ func BenchmarkCall(b *testing.B) {
 			client, server, cleanup := benchBuses(b, url, prefix)
 			defer cleanup()
 			mux := bus.NewMux()
-			bus.Handle(mux, func(ctx context.Context, e bustest.Echo) (bustest.Echoed, error) {
+			bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (bustest.Echoed, error) {
 				return bustest.Echoed{Text: e.Text, Seq: e.Seq}, nil
 			})
 			if err := server.Register(context.Background(), "echo", mux); err != nil {

@@ -156,7 +156,7 @@ func TestBusNeverRunsAPausedDeliveryItLost(t *testing.T) {
 	var firstID string
 	gate := make(chan struct{})
 	first := make(chan struct{}, 1)
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		mu.Lock()
 		runs[r.ID()]++
 		isFirst := firstID == ""

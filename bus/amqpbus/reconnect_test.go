@@ -54,7 +54,7 @@ func pairOverProxy(t *testing.T, proxied string, logs *bytes.Buffer, mu *sync.Mu
 	caller, tc := open()
 	server, ts := open()
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e bustest.Echo) (bustest.Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (bustest.Echoed, error) {
 		return bustest.Echoed{Text: e.Text, Seq: e.Seq, Node: server.Node()}, nil
 	})
 	require.NoError(t, server.Register(t.Context(), "echo", mux))

@@ -24,7 +24,7 @@ func testLateInQueue(t *testing.T, c *cluster) {
 	a, b := c.open("", bus.Config{Clock: clock}), c.open("", bus.Config{Clock: clock})
 	var ran atomic.Int32
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {
 		ran.Add(1)
 		return Echoed{Seq: e.Seq}, nil
 	})
@@ -111,7 +111,7 @@ func testUnrepliedRedelivered(t *testing.T, c *cluster) {
 	b := c.open(id, bus.Config{Transport: tr, MaxDeliveries: 1})
 	var ran atomic.Int32
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {
 		ran.Add(1)
 		return Echoed{Seq: e.Seq, Node: b.id}, nil
 	})

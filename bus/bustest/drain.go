@@ -45,7 +45,7 @@ func testRerouteKilledQueue(t *testing.T, c *cluster) {
 	heir := c.open("", bus.Config{})
 	var mu sync.Mutex
 	got := map[int]int{}
-	require.NoError(t, heir.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, heir.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		mu.Lock()
 		got[r.Payload.(*Echo).Seq]++
 		mu.Unlock()

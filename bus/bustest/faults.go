@@ -83,7 +83,7 @@ func testLateReply(t *testing.T, c *cluster) {
 	a, b := c.open("", bus.Config{}), c.open("", bus.Config{})
 	release := make(chan struct{})
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {
 		<-release // reply only after the caller gave up
 		return Echoed{Seq: e.Seq}, nil
 	})
@@ -145,7 +145,7 @@ func testKilledQueueKeeps(t *testing.T, c *cluster) {
 	}
 	got := make(chan int, 10)
 	b2 := c.open(bID, bus.Config{})
-	require.NoError(t, b2.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b2.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		got <- r.Payload.(*Echo).Seq
 		return nil, nil
 	})))

@@ -22,7 +22,7 @@ func testSharedID(t *testing.T, c *cluster) {
 	both := make(chan struct{})
 	go func() { arrived.Wait(); close(both) }()
 	ids := make(chan string, 2)
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		ids <- r.ID()
 		arrived.Done()
 		select {

@@ -19,7 +19,7 @@ import (
 func testSend(t *testing.T, c *cluster) {
 	a, b := c.open("", bus.Config{}), c.open("", bus.Config{})
 	got := make(chan *bus.Request, 1)
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		got <- r
 		return nil, nil
 	})))
@@ -36,14 +36,13 @@ func testCall(t *testing.T, c *cluster) {
 	var seen atomic.Pointer[bus.Request]
 	var deadlineLeft atomic.Int64
 	mux := bus.NewMux()
-	mux.HandleType(Echo{}, bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	bus.Handle(mux, func(ctx context.Context, r *bus.Request, e Echo) (Echoed, error) {
 		seen.Store(r)
 		if dl, ok := ctx.Deadline(); ok {
 			deadlineLeft.Store(int64(time.Until(dl)))
 		}
-		e := r.Payload.(*Echo)
 		return Echoed{Text: e.Text, Seq: e.Seq, Node: b.id}, nil
-	}))
+	})
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
 	got, err := bus.Call[Echoed](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{Text: "x", Seq: 7},
 		bus.WithTimeout(10*time.Second), bus.WithHeader("traceparent", "00-1-2-01"))
@@ -179,7 +178,7 @@ func testOrdering(t *testing.T, c *cluster) {
 	var mu sync.Mutex
 	var order []int
 	done := make(chan struct{})
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		order = append(order, r.Payload.(*Echo).Seq)
@@ -219,10 +218,10 @@ func testUnknownType(t *testing.T, c *cluster) {
 func testErrorCodes(t *testing.T, c *cluster) {
 	a, b := c.open("", bus.Config{}), c.open("", bus.Config{})
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, f Fail) (message.Empty, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, f Fail) (message.Empty, error) {
 		return message.Empty{}, fmt.Errorf("handler: %w", message.NewError(f.Code, "failed on purpose").WithDetails("code "+string(f.Code)))
 	})
-	bus.Handle(mux, func(ctx context.Context, e Echo) (message.Empty, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (message.Empty, error) {
 		return message.Empty{}, errors.New("a plain Go error")
 	})
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
@@ -242,7 +241,7 @@ func testPanic(t *testing.T, c *cluster) {
 	a, b := c.open("", bus.Config{}), c.open("", bus.Config{})
 	var calls atomic.Int32
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {
 		if calls.Add(1) == 1 {
 			panic("boom")
 		}
@@ -261,7 +260,7 @@ func testOversize(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{MaxMessageSize: 4096})
 	b := c.open("", bus.Config{MaxMessageSize: 4096})
 	var handled atomic.Int32
-	require.NoError(t, b.Register(t.Context(), "svc", bus.HandlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		handled.Add(1)
 		return nil, nil
 	})))

@@ -262,7 +262,7 @@ func senderRegistry() *message.Registry {
 // echoHandler replies to Echo with the node's id.
 func echoHandler(n *node) bus.Handler {
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, e Echo) (Echoed, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {
 		return Echoed{Text: e.Text, Seq: e.Seq, Node: n.id}, nil
 	})
 	return mux

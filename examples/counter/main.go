@@ -47,7 +47,7 @@ func (c *Counts) Increment(_ context.Context, r *bus.Request, _ Increment) (Coun
 // Service returns a node's counter service; api.portal forwards Increment to the key's owner.
 func (c *Counts) Service() service.Service {
 	mux := bus.NewMux()
-	bus.HandleRequest(mux, c.Increment)
+	bus.Handle(mux, c.Increment)
 	return service.Named("counter", mux, Increment{})
 }
 

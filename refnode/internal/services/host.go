@@ -66,10 +66,10 @@ func newHostService(cfg Config) *HostService {
 		resync:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
-	bus.HandleRequest(s.mux, s.add)
-	bus.HandleRequest(s.mux, s.get)
-	bus.HandleRequest(s.mux, s.reconnectMsg)
-	bus.HandleRequest(s.mux, s.allocate)
+	bus.Handle(s.mux, s.add)
+	bus.Handle(s.mux, s.get)
+	bus.Handle(s.mux, s.reconnectMsg)
+	bus.Handle(s.mux, s.allocate)
 	return s
 }
 

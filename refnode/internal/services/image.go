@@ -25,9 +25,9 @@ type ImageService struct {
 
 func newImageService(cfg Config) *ImageService {
 	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux(), stall: cfg.StallImageWrite}
-	bus.HandleRequest(s.mux, s.add)
-	bus.HandleRequest(s.mux, s.get)
-	bus.HandleRequest(s.mux, s.setName)
+	bus.Handle(s.mux, s.add)
+	bus.Handle(s.mux, s.get)
+	bus.Handle(s.mux, s.setName)
 	return s
 }
 

@@ -47,20 +47,20 @@ type VMService struct {
 func newVMService(cfg Config) *VMService {
 	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux(), stall: cfg.StallVMWrite,
 		stallFinal: cfg.StallVMFinalWrite, every: cfg.VMSweepInterval, opTimeout: cfg.OpTimeout, kick: make(chan struct{}, 1)}
-	bus.HandleRequest(s.mux, s.create)
-	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
+	bus.Handle(s.mux, s.create)
+	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStart)
 	})
-	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.StopVm) (api.VmReply, error) {
+	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.StopVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStop)
 	})
-	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.RebootVm) (api.VmReply, error) {
+	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.RebootVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpReboot)
 	})
-	bus.HandleRequest(s.mux, func(ctx context.Context, r *bus.Request, _ api.DestroyVm) (api.VmReply, error) {
+	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.DestroyVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpDestroy)
 	})
-	bus.HandleRequest(s.mux, s.get)
+	bus.Handle(s.mux, s.get)
 	return s
 }
 

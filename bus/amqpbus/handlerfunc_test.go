@@ -1,0 +1,12 @@
+package amqpbus_test
+
+import (
+	"context"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+)
+
+// handlerFunc adapts a function to bus.Handler.
+type handlerFunc func(ctx context.Context, r *bus.Request) (any, error)
+
+func (f handlerFunc) Handle(ctx context.Context, r *bus.Request) (any, error) { return f(ctx, r) }
