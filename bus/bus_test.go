@@ -102,7 +102,7 @@ func TestPerResourceSerialAndParallel(t *testing.T) {
 	wg.Add(resources * each)
 	gate := make(chan struct{})
 	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
-		res := r.Envelope.ResourceUUID
+		res := busx.EnvelopeOf(r).ResourceUUID
 		mu.Lock()
 		active[res]++
 		if active[res] > 1 {

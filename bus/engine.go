@@ -9,7 +9,9 @@ import (
 
 func init() {
 	busx.Set(func(b any) busx.Engine { return engine{b.(interface{ self() *CloudBus }).self()} },
-		func(r any) *message.Envelope { return r.(*Request).Envelope })
+		func(r any) *message.Envelope { return r.(*Request).env },
+		func(env *message.Envelope) any { return &Request{env: env} },
+		func(r any) busx.Engine { return engine{r.(*Request).bus} })
 }
 
 // self returns b; a type embedding *CloudBus has it too, so busx.Of

@@ -16,14 +16,14 @@ import (
 // accessor methods are the stable way to read it; a handler must treat
 // the request as read-only and must not keep it after it returns.
 type Request struct {
-	// Envelope holds the routing fields and headers; read-only.
-	Envelope *message.Envelope
+	// env holds the routing fields and headers; read-only.
+	env *message.Envelope
 	// Payload is the decoded body: a pointer to a value of the registered
 	// type named by Envelope.Type.
 	Payload any
-	// Bus is the bus that received the message, for handlers that send
+	// bus is the bus that received the message, for handlers that send
 	// further messages.
-	Bus *CloudBus
+	bus *CloudBus
 
 	deadline time.Time // the sender's deadline on this node's clock; zero if none
 }
@@ -32,35 +32,35 @@ type Request struct {
 // about, or "" for a message about no resource. For a payload type that
 // implements message.Routed the bus has checked, before the handler ran,
 // that it equals the UUID the payload names.
-func (r *Request) Resource() string { return r.Envelope.ResourceUUID }
+func (r *Request) Resource() string { return r.env.ResourceUUID }
 
 // Header returns the value of a header the sender set (WithHeader), or
 // "" if it is absent.
-func (r *Request) Header(key string) string { return r.Envelope.Headers[key] }
+func (r *Request) Header(key string) string { return r.env.Headers[key] }
 
 // Source returns who sent the message: the UUID of the sending node, or
 // the client id of a process that is not a node. A message forwarded by a
 // node (an api.portal forwarding to the owner) names that node.
-func (r *Request) Source() string { return r.Envelope.Source }
+func (r *Request) Source() string { return r.env.Source }
 
 // Node returns the UUID of the node whose bus received the message: the
 // node the handler runs on.
 func (r *Request) Node() string {
-	if r.Bus == nil {
+	if r.bus == nil {
 		return ""
 	}
-	return r.Bus.Node()
+	return r.bus.Node()
 }
 
 // ID returns the message's id (a canonical UUID). A message redelivered
 // after a crash keeps its id, and so does a message its sender sent
 // again with [WithID] (a retry, a forward through api.portal): a handler
 // of a non-idempotent operation deduplicates by it.
-func (r *Request) ID() string { return r.Envelope.ID }
+func (r *Request) ID() string { return r.env.ID }
 
 // Type returns the registered name of the payload's type, e.g.
 // "refnode.v1.StartVm".
-func (r *Request) Type() string { return r.Envelope.Type }
+func (r *Request) Type() string { return r.env.Type }
 
 // Deadline returns the sender's deadline as this node's clock sees it
 // (the time left when the message was sent, counted from its arrival),
@@ -133,7 +133,7 @@ func (m *Mux) Handle(ctx context.Context, req *Request) (any, error) {
 	h, ok := m.handlers[t]
 	m.mu.RUnlock()
 	if !ok {
-		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("service %s has no handler for %s", req.Envelope.ServiceID, req.Envelope.Type))
+		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("service %s has no handler for %s", req.env.ServiceID, req.env.Type))
 	}
 	return h.Handle(ctx, req)
 }
@@ -151,7 +151,7 @@ func typedRequestHandler[Req, Resp any](fn func(ctx context.Context, r *Request,
 	return handlerFunc(func(ctx context.Context, r *Request) (any, error) {
 		p, ok := r.Payload.(*Req)
 		if !ok || p == nil {
-			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %s (%T), want %T", r.Envelope.Type, r.Payload, p))
+			return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("got %s (%T), want %T", r.env.Type, r.Payload, p))
 		}
 		resp, err := fn(ctx, r, *p)
 		if err != nil {

@@ -141,7 +141,7 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 		b.refuseLate(s.id, env, d, arrived, dl)
 		return
 	}
-	resp, err := b.invoke(ctx, s.handler, &Request{Envelope: env, Payload: payload, Bus: b, deadline: dl.at})
+	resp, err := b.invoke(ctx, s.handler, &Request{env: env, Payload: payload, bus: b, deadline: dl.at})
 	obs := Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Duration: time.Since(start), Queued: start.Sub(arrived), Err: err}
 	if errors.Is(err, ErrRelease) {
@@ -240,9 +240,9 @@ func checkResource(env *message.Envelope, payload any) error {
 func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			b.log.Error("handler panicked", "service", req.Envelope.ServiceID, "type", req.Envelope.Type,
+			b.log.Error("handler panicked", "service", req.env.ServiceID, "type", req.env.Type,
 				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			resp, err = nil, message.ErrInternal.WithDetails(fmt.Sprintf("handler of %s panicked: %v", req.Envelope.Type, r))
+			resp, err = nil, message.ErrInternal.WithDetails(fmt.Sprintf("handler of %s panicked: %v", req.env.Type, r))
 		}
 	}()
 	return h.Handle(ctx, req)

@@ -193,7 +193,7 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 // message.ErrNoRoute if target's queue does not exist, and with
 // message.ErrTimeout once the message's deadline has passed.
 func (b *CloudBus) forward(ctx context.Context, r *Request, target string, headers map[string]string) error {
-	env := *r.Envelope
+	env := *r.env
 	env.ServiceID = target
 	if len(headers) > 0 {
 		h := make(map[string]string, len(env.Headers)+len(headers))

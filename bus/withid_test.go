@@ -25,7 +25,7 @@ func recordingHandler() (bus.Handler, <-chan seen) {
 	ch := make(chan seen, 16)
 	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		g := r.Payload.(*Greet)
-		ch <- seen{id: r.ID(), correlation: r.Envelope.CorrelationID, name: g.Name, retry: r.Header(bus.HeaderRetry)}
+		ch <- seen{id: r.ID(), correlation: busx.EnvelopeOf(r).CorrelationID, name: g.Name, retry: r.Header(bus.HeaderRetry)}
 		return Greeting{Text: g.Name}, nil
 	}), ch
 }
@@ -121,7 +121,7 @@ func TestCallsSharingAnIDEachGetTheirReply(t *testing.T) {
 	correlations := map[string]bool{}
 	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		mu.Lock()
-		correlations[r.Envelope.CorrelationID] = true
+		correlations[busx.EnvelopeOf(r).CorrelationID] = true
 		mu.Unlock()
 		arrived.Done()
 		select {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -64,7 +65,7 @@ func NewKey(id, typ string, body []byte) Key {
 }
 
 // KeyOf returns r's Key.
-func KeyOf(r *bus.Request) Key { return NewKey(r.ID(), r.Type(), r.Envelope.Body) }
+func KeyOf(r *bus.Request) Key { return NewKey(r.ID(), r.Type(), busx.EnvelopeOf(r).Body) }
 
 // Validate returns an error matching message.ErrBadRequest or message.ErrInvalidUUID.
 func (k Key) Validate() error {

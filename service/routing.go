@@ -277,7 +277,7 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 // once it has been evicted.
 func (n *Node) guard(s Service) bus.Handler {
 	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
-		oneWay := r.Envelope.Kind == message.KindSend
+		oneWay := busx.EnvelopeOf(r).Kind == message.KindSend
 		notNow := func(err error) (any, error) {
 			if !oneWay {
 				return nil, err
@@ -295,19 +295,19 @@ func (n *Node) guard(s Service) bus.Handler {
 		default:
 			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st)))
 		}
-		if r.Envelope.ResourceUUID != "" && n.Fenced() {
+		if busx.EnvelopeOf(r).ResourceUUID != "" && n.Fenced() {
 			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
 				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id)))
 		}
 		// Every message about a resource, owner header or not: a sender
 		// that addressed this node's queue directly (a raw client, a
 		// stale route) does not make it the owner.
-		if r.Envelope.ResourceUUID != "" {
-			claimed := r.Envelope.Headers[HeaderOwner]
+		if busx.EnvelopeOf(r).ResourceUUID != "" {
+			claimed := busx.EnvelopeOf(r).Headers[HeaderOwner]
 			if claimed == "" {
 				claimed = "no owner (sent to this node's queue directly)"
 			}
-			owner, err := n.ring.Locate(r.Envelope.ResourceUUID)
+			owner, err := n.ring.Locate(busx.EnvelopeOf(r).ResourceUUID)
 			if err != nil || owner != n.id {
 				if oneWay && err == nil && forwardHops(r) < maxForwardHops {
 					if ferr := n.forward(ctx, r, owner); ferr == nil {
@@ -316,10 +316,10 @@ func (n *Node) guard(s Service) bus.Handler {
 				}
 				return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
 					"resource %s: the sender's ring names %s, this node's ring (%s) names %q",
-					r.Envelope.ResourceUUID, claimed, n.ring.Fingerprint(), owner)))
+					busx.EnvelopeOf(r).ResourceUUID, claimed, n.ring.Fingerprint(), owner)))
 			}
 		}
-		if res := r.Envelope.ResourceUUID; res != "" {
+		if res := busx.EnvelopeOf(r).ResourceUUID; res != "" {
 			// The handler's writes check this claim in the database
 			// (package fence): the guard's checks hold when the handler
 			// starts, the fence when it commits.
@@ -344,11 +344,11 @@ func forwardHops(r *bus.Request) int {
 // forward sends r's message on to its service on owner, unchanged but
 // for the owner header and the hop count.
 func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error {
-	svc, _, ok := bus.SplitServiceID(r.Envelope.ServiceID)
+	svc, _, ok := bus.SplitServiceID(busx.EnvelopeOf(r).ServiceID)
 	if !ok {
-		return fmt.Errorf("service: forward %s: not a service id", r.Envelope.ServiceID)
+		return fmt.Errorf("service: forward %s: not a service id", busx.EnvelopeOf(r).ServiceID)
 	}
-	err := busx.Of(r.Bus).Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
+	err := busx.Receiver(r).Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
 		HeaderOwner: owner, HeaderHops: strconv.Itoa(forwardHops(r) + 1),
 	})
 	if err != nil {
@@ -376,14 +376,14 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	if r.Type() == TypeClusterTimeQuery {
 		return n.clusterTimeReply()
 	}
-	service, ok := n.api[r.Envelope.Type]
+	service, ok := n.api[busx.EnvelopeOf(r).Type]
 	if !ok {
-		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", r.Envelope.Type, bus.APIPortal))
+		return nil, message.ErrUnknownMessage.WithDetails(fmt.Sprintf("no service accepts %s through %s", busx.EnvelopeOf(r).Type, bus.APIPortal))
 	}
 	// The forward keeps the message's id, so a handler sees the same id
 	// however often api.portal redelivers the message, and applies the
 	// retry its sender allowed (bus.WithRetry travels as a header).
-	opts := []bus.Option{withHeaders(r.Envelope.Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
+	opts := []bus.Option{withHeaders(busx.EnvelopeOf(r).Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
 	if v := r.Header(bus.HeaderRetry); v != "" {
 		retries, err := strconv.Atoi(v)
 		if err != nil || retries < 1 {

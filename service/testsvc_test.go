@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -120,7 +121,7 @@ func (r *recorder) Handle(ctx context.Context, req *bus.Request) (any, error) {
 	}
 	j.running++
 	j.maxRun = max(j.maxRun, j.running)
-	j.entries = append(j.entries, handled{node: r.node, resource: res, seq: seq, portal: req.Envelope.Headers[service.HeaderPortal]})
+	j.entries = append(j.entries, handled{node: r.node, resource: res, seq: seq, portal: busx.EnvelopeOf(req).Headers[service.HeaderPortal]})
 	hold := j.hold
 	j.mu.Unlock()
 	if hold != nil {

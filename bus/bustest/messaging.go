@@ -26,9 +26,9 @@ func testSend(t *testing.T, c *cluster) {
 	require.NoError(t, a.Send(t.Context(), bus.ServiceID("svc", b.id), Echo{Text: "hi"}, bus.WithHeader("traceparent", "00-abc-def-01")))
 	r := recv(t, got, 5*time.Second, "delivery of a one-way message")
 	assert.Equal(t, &Echo{Text: "hi"}, r.Payload)
-	assert.Equal(t, message.KindSend, r.Envelope.Kind)
-	assert.Equal(t, a.id, r.Envelope.Source)
-	assert.Equal(t, "00-abc-def-01", r.Envelope.Headers["traceparent"], "headers must pass through untouched")
+	assert.Equal(t, message.KindSend, busx.EnvelopeOf(r).Kind)
+	assert.Equal(t, a.id, busx.EnvelopeOf(r).Source)
+	assert.Equal(t, "00-abc-def-01", busx.EnvelopeOf(r).Headers["traceparent"], "headers must pass through untouched")
 }
 
 func testCall(t *testing.T, c *cluster) {
@@ -50,7 +50,7 @@ func testCall(t *testing.T, c *cluster) {
 	assert.Equal(t, Echoed{Text: "x", Seq: 7, Node: b.id}, got)
 	r := seen.Load()
 	require.NotNil(t, r)
-	assert.Equal(t, "00-1-2-01", r.Envelope.Headers["traceparent"])
+	assert.Equal(t, "00-1-2-01", busx.EnvelopeOf(r).Headers["traceparent"])
 	left := time.Duration(deadlineLeft.Load())
 	assert.True(t, left > 5*time.Second && left <= 10*time.Second, "the handler's ctx must carry the sender's deadline, got %s left", left)
 

@@ -92,13 +92,23 @@ type Engine interface {
 var (
 	engineOf   func(any) Engine
 	envelopeOf func(any) *message.Envelope
+	requestOf  func(*message.Envelope) any
+	receiver   func(any) Engine
 )
 
 // Set is called once by package bus: engine returns the Engine of a
-// *bus.CloudBus, envelope the envelope of a *bus.Request.
-func Set(engine func(any) Engine, envelope func(any) *message.Envelope) {
-	engineOf, envelopeOf = engine, envelope
+// *bus.CloudBus, envelope the envelope of a *bus.Request, request a
+// *bus.Request carrying an envelope, recv the Engine of the bus that
+// received a *bus.Request.
+func Set(engine func(any) Engine, envelope func(any) *message.Envelope, request func(*message.Envelope) any, recv func(any) Engine) {
+	engineOf, envelopeOf, requestOf, receiver = engine, envelope, request, recv
 }
+
+// Receiver returns the Engine of the bus that received req, a *bus.Request.
+func Receiver(req any) Engine { return receiver(req) }
+
+// NewRequest returns a *bus.Request carrying env and no payload, for tests.
+func NewRequest(env *message.Envelope) any { return requestOf(env) }
 
 // Of returns the Engine of b, a *bus.CloudBus.
 func Of(b any) Engine { return engineOf(b) }
