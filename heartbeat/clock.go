@@ -1,25 +1,9 @@
 package heartbeat
 
 import (
-	"context"
 	"sync"
 	"time"
 )
-
-// TimeSource is implemented by a [Store] that can tell its own clock's
-// time: the cluster time that deadlines are written in (see
-// message.Envelope.Deadline). The monitor reads it once per round and
-// measures this node's offset to it ([Monitor.ClusterTime]).
-//
-// StoreTime must read the clock the store stamps beats with, in one round
-// trip, and report the resolution of that clock (a millisecond for
-// SQLite, a microsecond for PostgreSQL and MySQL). It is safe for
-// concurrent use and honours ctx.
-type TimeSource interface {
-	// StoreTime returns the store's current time and the resolution of
-	// its clock.
-	StoreTime(ctx context.Context) (now time.Time, resolution time.Duration, err error)
-}
 
 // ClockSync estimates the time of a reference clock (the cluster clock)
 // on this process's clock, NTP-style, from round trips: a sample is a

@@ -108,7 +108,7 @@
 //     listener) starts counting again.
 //
 //  5. Or, for a record that still beats: the record has reported its
-//     node's message bus down ([BusReporter], [Monitor.SetBusUp]) for
+//     node's message bus down ([Store.BeatBus], [Monitor.SetBusUp]) for
 //     longer than BusDownAfter (default: the lease, 2 s), this monitor's
 //     beats are healthy as in rule 4, and its own bus is up and has been
 //     for at least BusSettle (default 2×EvictAfter, 6 s). A node cut off
@@ -145,7 +145,7 @@
 // The store's clock is also the cluster's clock: the one every deadline
 // is written in (message.Envelope.Deadline), so that a message that
 // waited anywhere, for any reason, is known to be late when it is
-// finally read. A store that implements [TimeSource] tells its time; the
+// finally read. The store tells its time ([Store.StoreTime]); the
 // monitor reads it at Join (or before, with [Monitor.SyncClock], which a
 // node calls before it takes any message) and after every successful
 // beat, and keeps an

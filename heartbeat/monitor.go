@@ -177,18 +177,17 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 		m.log.Log(ctx, level, "heartbeat: joined; cluster clock measured", "epoch", epoch, "members", len(recs),
 			"clock_offset", offset, "clock_error", bound, "max_clock_error", MaxClockError)
 	} else {
-		m.log.Info("heartbeat: joined; the store tells no time, so there is no cluster clock", "epoch", epoch, "members", len(recs))
+		m.log.Info("heartbeat: joined; the store's clock could not be read, so the cluster time is unknown until a round reads it", "epoch", epoch, "members", len(recs))
 	}
 	return epoch, slices.Clone(recs), nil
 }
 
 // SetBusUp tells the monitor whether this node reaches the message bus.
-// Its beats report it when the store is a [BusReporter], so that peers
-// evict a node cut off from the bus for longer than
-// Config.BusDownAfter; and a monitor whose bus is down, or came back
-// less than Config.BusSettle ago, evicts nobody for theirs (rule 5 of
-// the package documentation). A monitor starts with the bus up. Safe
-// for concurrent use.
+// Its beats report it (Store.BeatBus), so that peers evict a node cut
+// off from the bus for longer than Config.BusDownAfter; and a monitor
+// whose bus is down, or came back less than Config.BusSettle ago, evicts
+// nobody for theirs (rule 5 of the package documentation). A monitor
+// starts with the bus up. Safe for concurrent use.
 func (m *Monitor) SetBusUp(up bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -216,9 +215,8 @@ const MaxClockError = 50 * time.Millisecond
 
 // ClusterTime returns the cluster time, that is the store's clock as
 // this node estimates it from its round trips to the store, and the
-// bound of the estimate's error. ok is false if the store is not a
-// [TimeSource] or no round trip succeeded in the last minute. Safe for
-// concurrent use.
+// bound of the estimate's error. ok is false if no round trip succeeded
+// in the last minute. Safe for concurrent use.
 func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return m.clock.Now()
 }
@@ -229,28 +227,24 @@ func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 // plenty, and the store is spared a query per round.
 const clockSampleEvery = 4
 
-// sampleClock reads the store's time, if the store tells it: at Join,
-// then every clockSampleEvery rounds, and every round while the cluster
-// time is unknown.
+// sampleClock reads the store's time: at Join, then every
+// clockSampleEvery rounds, and every round while the cluster time is
+// unknown.
 func (m *Monitor) sampleClock(ctx context.Context) {
-	ts, ok := m.store.(TimeSource)
-	if !ok {
-		return
-	}
 	m.clockRounds++
 	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 {
 		return
 	}
-	_ = m.readClock(ctx, ts)
+	_ = m.readClock(ctx)
 }
 
 // readClock makes one round trip to the store's clock and keeps the
 // reading.
-func (m *Monitor) readClock(ctx context.Context, ts TimeSource) error {
+func (m *Monitor) readClock(ctx context.Context) error {
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	defer cancel()
 	sent := m.cfg.Now()
-	remote, res, err := ts.StoreTime(opCtx)
+	remote, res, err := m.store.StoreTime(opCtx)
 	received := m.cfg.Now()
 	if err != nil {
 		m.log.Debug("heartbeat: read the store's time", "err", err)
@@ -266,19 +260,14 @@ func (m *Monitor) readClock(ctx context.Context, ts TimeSource) error {
 // rejoining after an eviction, in the queue of its earlier life) carries
 // its deadline in cluster time, and a receiver that cannot read it counts
 // the relative timeout from the arrival, as if the message were fresh.
-// It returns nil once the cluster time is known, or if the store tells no
-// time (it is no [TimeSource]: there is none to know); otherwise the
-// round trip's error (ctx ended, or the store did not answer within
+// It returns nil once the cluster time is known; otherwise the round
+// trip's error (ctx ended, or the store did not answer within
 // Config.OpTimeout). Safe for concurrent use.
 func (m *Monitor) SyncClock(ctx context.Context) error {
 	if _, _, known := m.clock.Offset(); known {
 		return nil
 	}
-	ts, ok := m.store.(TimeSource)
-	if !ok {
-		return nil
-	}
-	if err := m.readClock(ctx, ts); err != nil {
+	if err := m.readClock(ctx); err != nil {
 		return fmt.Errorf("heartbeat: node %s: read the store's clock: %w; check the store and retry", m.node, err)
 	}
 	if _, _, known := m.clock.Offset(); !known {

@@ -82,13 +82,8 @@ func (m *Monitor) round(ctx context.Context) error {
 	m.lastAttempt = start
 
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
-	var err error
-	if br, ok := m.store.(BusReporter); ok {
-		up, _ := m.busState()
-		err = br.BeatBus(opCtx, m.node, m.epoch, up)
-	} else {
-		err = m.store.Beat(opCtx, m.node, m.epoch)
-	}
+	up, _ := m.busState()
+	err := m.store.BeatBus(opCtx, m.node, m.epoch, up)
 	cancel()
 	if err == nil {
 		m.sampleClock(ctx)

@@ -65,12 +65,7 @@ type fault struct {
 	latency     time.Duration
 }
 
-var (
-	_ heartbeat.Store       = (*Store)(nil)
-	_ heartbeat.TimeSource  = (*Store)(nil)
-	_ heartbeat.BusReporter = (*Store)(nil)
-	_ heartbeat.QueueBook   = (*Store)(nil)
-)
+var _ heartbeat.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New(cfg Config) *Store {
@@ -108,7 +103,7 @@ func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	return s.beat(ctx, node, epoch, nil)
 }
 
-// BeatBus implements [heartbeat.BusReporter].
+// BeatBus implements [heartbeat.Store.BeatBus].
 func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
 	return s.beat(ctx, node, epoch, &busUp)
 }
@@ -139,7 +134,7 @@ func (s *Store) beat(ctx context.Context, node string, epoch int64, busUp *bool)
 	return nil
 }
 
-// AddQueues implements [heartbeat.QueueBook].
+// AddQueues implements [heartbeat.Store.AddQueues].
 func (s *Store) AddQueues(ctx context.Context, node string, queues []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: add queues of %s: %w", node, err)
@@ -155,7 +150,7 @@ func (s *Store) AddQueues(ctx context.Context, node string, queues []string) err
 	return nil
 }
 
-// Queues implements [heartbeat.QueueBook].
+// Queues implements [heartbeat.Store.Queues].
 func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memstore: list queues: %w", err)
@@ -171,7 +166,7 @@ func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// RemoveQueues implements [heartbeat.QueueBook].
+// RemoveQueues implements [heartbeat.Store.RemoveQueues].
 func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: remove queues of %s: %w", node, err)
@@ -187,7 +182,7 @@ func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) 
 	return nil
 }
 
-// StoreTime implements [heartbeat.TimeSource]: the store's clock
+// StoreTime implements [heartbeat.Store.StoreTime]: the store's clock
 // (Config.Now), exact.
 func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
 	if err := ctx.Err(); err != nil {

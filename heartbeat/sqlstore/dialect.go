@@ -11,8 +11,7 @@ import (
 // writes. Open migrates older tables up to it and refuses newer ones.
 //
 //	1  the heartbeat table
-//	2  its column bus_down_us ([heartbeat.BusReporter]) and the queues
-//	   table ([heartbeat.QueueBook])
+//	2  its column bus_down_us (BeatBus) and the queues table (AddQueues)
 const schemaVersion = 2
 
 // clockResolution is the resolution of each dialect's {now}.

@@ -1,10 +1,7 @@
 // Package sqlstore is a [heartbeat.Store] in a SQL table, for SQLite
 // (the embedded default: the processes of one machine share heartbeats
 // through one database file), PostgreSQL and MySQL/MariaDB, over
-// database/sql. It is also a [heartbeat.BusReporter] (each beat may say
-// whether the node reaches the message bus, and List tells for how long
-// it has not) and a [heartbeat.QueueBook] (the names of the durable
-// queues each node declared, for survivors to drain).
+// database/sql.
 //
 //	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: "sqlite:/var/lib/cloudbus/heartbeat.db"})
 //	// or URL: "postgres://cloudbus:secret@db:5432/cloudbus?sslmode=require"

@@ -29,7 +29,7 @@ const maxQueueLen = 255
 // one transaction.
 const queueBatch = 500
 
-// AddQueues implements [heartbeat.QueueBook.AddQueues] with one INSERT
+// AddQueues implements [heartbeat.Store.AddQueues] with one INSERT
 // of every name that skips the names already recorded (ON CONFLICT DO
 // NOTHING; MySQL ON DUPLICATE KEY UPDATE queue = queue), or, past 500
 // names, one transaction of such INSERTs. node must be 1 to 255 bytes,
@@ -68,7 +68,7 @@ func (s *Store) AddQueues(ctx context.Context, node string, queues []string) err
 	})
 }
 
-// Queues implements [heartbeat.QueueBook.Queues] with one SELECT of the
+// Queues implements [heartbeat.Store.Queues] with one SELECT of the
 // whole queues table. The names of each node are sorted (byte order on
 // SQLite and MySQL, the database's collation on PostgreSQL); a node
 // without recorded queues is not in the map. The caller owns the map.
@@ -96,7 +96,7 @@ func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// RemoveQueues implements [heartbeat.QueueBook.RemoveQueues] with one
+// RemoveQueues implements [heartbeat.Store.RemoveQueues] with one
 // DELETE whose WHERE names the node and the queues, or, past 500 names,
 // one transaction of such DELETEs; on PostgreSQL the DELETE locks its
 // rows in the queues' order first, so concurrent removals cannot

@@ -18,8 +18,7 @@ import (
 // maxNodeLen bounds a node name (MySQL's key column is VARCHAR(255)).
 const maxNodeLen = 255
 
-// Store is a [heartbeat.Store] in a SQL table, and a
-// [heartbeat.BusReporter] and [heartbeat.QueueBook] too. It is safe for
+// Store is a [heartbeat.Store] in SQL tables. It is safe for
 // concurrent use by any number of goroutines, and any number of Stores,
 // in any number of processes, may share one table: every write is one
 // conditional statement (or, for a long list of queues, one
@@ -41,12 +40,7 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ heartbeat.Store       = (*Store)(nil)
-	_ heartbeat.TimeSource  = (*Store)(nil)
-	_ heartbeat.BusReporter = (*Store)(nil)
-	_ heartbeat.QueueBook   = (*Store)(nil)
-)
+var _ heartbeat.Store = (*Store)(nil)
 
 // Open connects to the database cfg.URL names, creates the heartbeat
 // tables if they are missing (or migrates them to this version's schema)
@@ -264,7 +258,7 @@ func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	return s.beat(ctx, fmt.Sprintf("beat node %s epoch %d", node, epoch), s.st.beat, node, epoch)
 }
 
-// BeatBus implements [heartbeat.BusReporter]: it is [Store.Beat], in one
+// BeatBus implements [heartbeat.Store.BeatBus]: it is [Store.Beat], in one
 // UPDATE with the same WHERE and the same errors, that also sets the
 // column bus_down_us, the database's clock when the node first reported
 // the bus down: 0 if busUp, else the beat's own stamp if it was 0, else
@@ -298,7 +292,7 @@ func (s *Store) beat(ctx context.Context, op, stmt, node string, epoch int64) er
 	return nil
 }
 
-// StoreTime implements [heartbeat.TimeSource]: the database's clock,
+// StoreTime implements [heartbeat.Store.StoreTime]: the database's clock,
 // the one beats are stamped with, read in one SELECT. Its resolution is a
 // microsecond on PostgreSQL and MySQL, a millisecond on SQLite.
 func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
