@@ -25,10 +25,8 @@ func (s *Store) For(node string) *View { return &View{s: s, node: node} }
 
 // SetUnreachable cuts node's views off the store (on) or reconnects them
 // (off). While cut off, every call through them fails at once with an
-// error matching [ErrUnreachable] and changes nothing, as if the node's
-// database connection were down: the node stops beating without a
-// goodbye, and the other nodes see its record age. Calls on the Store
-// itself are not affected.
+// error matching [ErrUnreachable] and changes nothing. Calls on the
+// Store itself are not affected.
 func (s *Store) SetUnreachable(node string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -135,8 +133,8 @@ func (v *View) Queues(ctx context.Context) (map[string][]string, error) {
 	return v.s.Queues(ctx)
 }
 
-// RemoveQueues implements [heartbeat.Store.RemoveQueues], subject to the view's
-// faults.
+// RemoveQueues implements [heartbeat.Store.RemoveQueues], subject to the
+// view's faults.
 func (v *View) RemoveQueues(ctx context.Context, node string, queues []string) error {
 	if err := v.reach(ctx, "remove queues"); err != nil {
 		return err
