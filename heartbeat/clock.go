@@ -1,40 +1,14 @@
 package heartbeat
 
 import (
-	"context"
 	"sync"
 	"time"
 )
 
-// TimeSource is implemented by a [Store] that can tell its own clock's
-// time: the cluster time that deadlines are written in (see
-// message.Envelope.Deadline). The monitor reads it once per round and
-// measures this node's offset to it ([Monitor.ClusterTime]).
-//
-// StoreTime must read the clock the store stamps beats with, in one round
-// trip, and report the resolution of that clock (a millisecond for
-// SQLite, a microsecond for PostgreSQL and MySQL). It is safe for
-// concurrent use and honours ctx.
-type TimeSource interface {
-	// StoreTime returns the store's current time and the resolution of
-	// its clock.
-	StoreTime(ctx context.Context) (now time.Time, resolution time.Duration, err error)
-}
-
-// ClockSync estimates the time of a reference clock (the cluster clock)
-// on this process's clock, NTP-style, from round trips: a sample is a
-// local send time, the reference time read in between, and the local
-// receive time. The reference time lies within the round trip, so the
-// offset is known to half the round trip, plus the reference's own
-// resolution or error.
-//
-// Of the recent samples the one with the smallest error bound wins, its
-// bound growing with its age by [MaxClockDrift], so a slow round trip (a
-// busy database, a process paused in between) never spoils an estimate
-// made from a fast one. Samples older than a minute are dropped.
-//
-// A ClockSync is safe for concurrent use. The zero value is not usable;
-// create one with [NewClockSync].
+// ClockSync estimates a reference clock from round trips: of its last
+// 16 samples under a minute old, the one with the smallest error bound,
+// grown by [MaxClockDrift] of its age, wins. It is safe for concurrent
+// use; create one with [NewClockSync].
 type ClockSync struct {
 	now func() time.Time
 
@@ -50,20 +24,14 @@ type clockSample struct {
 }
 
 const (
-	// clockSamples is how many recent samples a ClockSync keeps.
-	clockSamples = 16
-	// clockSampleTTL is how long a sample may be used.
+	clockSamples   = 16
 	clockSampleTTL = time.Minute
 )
 
-// MaxClockDrift is how fast two clocks are assumed to drift apart at
-// most: 200 parts per million, twice the tolerance of a common quartz
-// oscillator, so an estimate's error bound grows by 0.2 ms per second of
-// its age.
+// MaxClockDrift is the assumed maximum drift between two clocks.
 const MaxClockDrift = 200e-6
 
-// NewClockSync returns an estimator on the local clock now (time.Now if
-// nil).
+// NewClockSync returns an estimator on now (nil: time.Now).
 func NewClockSync(now func() time.Time) *ClockSync {
 	if now == nil {
 		now = time.Now
@@ -71,11 +39,8 @@ func NewClockSync(now func() time.Time) *ClockSync {
 	return &ClockSync{now: now}
 }
 
-// Sample records one round trip: sent and received on the local clock,
-// remote read from the reference clock in between, with remoteErr the
-// reference reading's own error bound (its resolution, or the error of
-// a reference that is itself an estimate). A sample whose received is
-// before sent is ignored.
+// Sample records a round trip: sent and received locally, remote read
+// in between with error remoteErr. It ignores received before sent.
 func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Duration) {
 	rtt := received.Sub(sent)
 	if rtt < 0 {
@@ -89,9 +54,8 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 	c.mu.Unlock()
 }
 
-// Now returns the reference clock's current time as this process
-// estimates it, and the bound of the estimate's error. ok is false when
-// no sample younger than a minute exists: the cluster time is unknown.
+// Now returns the estimated reference time and its error bound; ok is
+// false without a sample younger than a minute.
 func (c *ClockSync) Now() (now time.Time, bound time.Duration, ok bool) {
 	local := c.now()
 	offset, bound, ok := c.best(local)
@@ -101,9 +65,7 @@ func (c *ClockSync) Now() (now time.Time, bound time.Duration, ok bool) {
 	return local.Add(offset), bound, true
 }
 
-// Offset returns the estimated offset of the reference clock to the local
-// clock (reference minus local) and its error bound, with ok false when
-// the cluster time is unknown, like [ClockSync.Now].
+// Offset returns reference minus local time, its bound and ok, as Now.
 func (c *ClockSync) Offset() (offset, bound time.Duration, ok bool) {
 	return c.best(c.now())
 }

@@ -9,23 +9,14 @@ import (
 type EventKind uint8
 
 const (
-	// Joined: a record appeared: a new node, or a new epoch of a known node
-	// (then it follows the Left of the old epoch in the same round).
+	// Joined: a record of a new node or a new epoch appeared.
 	Joined EventKind = iota + 1
-	// Left: a record vanished (a goodbye, or an eviction by another node),
-	// or was replaced by a newer epoch of the same node (Left for the old
-	// epoch first, then Joined for the new one). The node that evicted the
-	// record broadcasts the leave; a Left needs no broadcast.
+	// Left: a record vanished or was replaced by a new epoch.
 	Left
-	// Evicted: this monitor evicted the record, and the store confirmed
-	// that this monitor's delete was the one that removed it. Exactly one
-	// monitor gets Evicted for a record; the others see Left. The node
-	// should broadcast the leave. Evicted replaces Left for that record.
+	// Evicted: this monitor's Evict removed the record (instead of Left);
+	// the node should broadcast the leave.
 	Evicted
-	// SelfEvicted: this node's own record is gone or has another epoch:
-	// peers evicted it (or another process registered the same node
-	// UUID). The node must stop serving at once; [Monitor.Run] returns an
-	// error matching [ErrEvicted] right after this event.
+	// SelfEvicted: this node's record is gone; it must stop serving.
 	SelfEvicted
 )
 
@@ -49,31 +40,18 @@ func (k EventKind) String() string {
 type Event struct {
 	// Kind says what happened.
 	Kind EventKind
-	// Record is the record concerned: for Joined the new record as
-	// listed; for Left the last record this monitor listed before it
-	// vanished; for Evicted the stale record as listed and deleted; for
-	// SelfEvicted this node's last listed record (at least its Node and
-	// Epoch).
+	// Record is the record as this monitor last listed it.
 	Record Record
 }
 
-// String formats e as "Kind node epoch N", for logs and examples.
+// String formats e as "Kind node epoch N".
 func (e Event) String() string {
 	return fmt.Sprintf("%s %s epoch %d", e.Kind, e.Record.Node, e.Record.Epoch)
 }
 
-// Listener receives the membership events of a [Monitor].
-//
-// HeartbeatEvent is called from the goroutine running [Monitor.Run], one
-// event at a time, in order: within one round Left and Evicted events
-// come before Joined events, each group sorted by node. The monitor's
-// next beat waits for the listener, so HeartbeatEvent must not block for
-// long (a listener that stalls for EvictAfter gets its own node
-// evicted): hand slow work, such as broadcasting a leave, to another
-// goroutine. It may call [Monitor.Members], [Monitor.Epoch] and
-// [Monitor.LastBeat] (Members already reflects the round being
-// reported), but must not call [Monitor.Leave], which waits for Run to
-// return. The Event may be kept.
+// Listener receives a [Monitor]'s events in Run's goroutine, one at a
+// time: per round Left and Evicted, then Joined, each by node. It must
+// not block for long nor call Leave; it may keep the Event.
 type Listener interface {
 	// HeartbeatEvent reports one membership change.
 	HeartbeatEvent(Event)

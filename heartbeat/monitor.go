@@ -14,16 +14,9 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Monitor keeps one node's membership record alive and watches the
-// others': [Monitor.Join] registers the node, [Monitor.Run] beats, lists,
-// evicts stale records and reports changes to a [Listener], and
-// [Monitor.Leave] says goodbye. See the package documentation for the
-// timing and the eviction safety rules.
-//
-// A Monitor starts no goroutines of its own: Run blocks in the caller's
-// goroutine, which owns the loop. Members, Epoch and LastBeat are safe to
-// call from any goroutine at any time; Join, Run and Leave follow the
-// sequence Join, Run (at most once), Leave.
+// Monitor beats for one node and watches the others. It starts no
+// goroutine. Call Join, Run (once), Leave in that order; other methods
+// are safe from any goroutine.
 type Monitor struct {
 	store    Store
 	node     string
@@ -32,8 +25,6 @@ type Monitor struct {
 	log      *slog.Logger
 	clock    *ClockSync // this node's offset to the store's clock
 
-	// initialDelay returns the delay before Run's first round; tests
-	// replace it to fix the phase.
 	initialDelay func() time.Duration
 
 	mu           sync.Mutex
@@ -58,23 +49,17 @@ type Monitor struct {
 	lastAttempt time.Time             // local start of the previous round
 }
 
-// seenRecord is a record version and the local time of the round that
-// first listed it.
+// seenRecord is a record version and when this monitor first listed it.
 type seenRecord struct {
 	epoch, seq int64
 	at         time.Time
 }
 
-// healthyRounds is how many consecutive successful beats (this round's
-// included) a monitor needs before it evicts: two full intervals of
-// working store access, so that after an outage every live node has beaten
-// at least once, with an interval to spare, before anyone evicts.
+// healthyRounds is rule 4's count of successful rounds.
 const healthyRounds = 3
 
-// NewMonitor returns a monitor for node (a canonical 32-hex UUID) on
-// store. cfg's zero fields take their [DefaultConfig] values and the
-// result is validated; every problem is reported at once. l may be nil
-// (no events); a nil logger discards logs.
+// NewMonitor returns a monitor for node (a canonical UUID) on store, or
+// every problem with its arguments. l and logger may be nil.
 func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.Logger) (*Monitor, error) {
 	var errs []error
 	if store == nil {
@@ -104,15 +89,10 @@ func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.L
 	}, nil
 }
 
-// Join registers the node with a new epoch, then lists the records. It
-// returns the epoch and the live records, this node's included, sorted by
-// node; the caller owns the slice. They are the baseline later events
-// are relative to: Join reports no events. The registration counts as a
-// beat for [Monitor.LastBeat].
-//
-// Join succeeds at most once. After an error it may be retried; each
-// attempt registers a new epoch, replacing the record of the failed one.
-// Join after Leave returns [ErrClosed].
+// Join registers the node and returns its epoch and the records, sorted
+// by node, which the caller owns. It reports no events. Join succeeds
+// once; after an error it may be retried. After Leave it returns
+// [ErrClosed].
 func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err error) {
 	m.mu.Lock()
 	switch {
@@ -177,18 +157,12 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 		m.log.Log(ctx, level, "heartbeat: joined; cluster clock measured", "epoch", epoch, "members", len(recs),
 			"clock_offset", offset, "clock_error", bound, "max_clock_error", MaxClockError)
 	} else {
-		m.log.Info("heartbeat: joined; the store tells no time, so there is no cluster clock", "epoch", epoch, "members", len(recs))
+		m.log.Info("heartbeat: joined; the store's clock could not be read, so the cluster time is unknown until a round reads it", "epoch", epoch, "members", len(recs))
 	}
 	return epoch, slices.Clone(recs), nil
 }
 
-// SetBusUp tells the monitor whether this node reaches the message bus.
-// Its beats report it when the store is a [BusReporter], so that peers
-// evict a node cut off from the bus for longer than
-// Config.BusDownAfter; and a monitor whose bus is down, or came back
-// less than Config.BusSettle ago, evicts nobody for theirs (rule 5 of
-// the package documentation). A monitor starts with the bus up. Safe
-// for concurrent use.
+// SetBusUp sets whether this node reaches the bus (initially true).
 func (m *Monitor) SetBusUp(up bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -200,57 +174,38 @@ func (m *Monitor) SetBusUp(up bool) {
 	}
 }
 
-// busState returns whether the bus is up and since when (zero: always).
 func (m *Monitor) busState() (up bool, since time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return !m.busDown, m.busUpSince
 }
 
-// MaxClockError is the error bound of the cluster clock a node should
-// reach: a monitor whose best estimate is worse logs a warning at Join.
-// Deadlines hold to within this bound plus the receiver's scheduling
-// (see message.Envelope.Deadline); a round trip to the store under 100
-// ms reaches it.
+// MaxClockError is the clock error bound above which Join logs a warning.
 const MaxClockError = 50 * time.Millisecond
 
-// ClusterTime returns the cluster time, that is the store's clock as
-// this node estimates it from its round trips to the store, and the
-// bound of the estimate's error. ok is false if the store is not a
-// [TimeSource] or no round trip succeeded in the last minute. Safe for
-// concurrent use.
+// ClusterTime returns the estimated store time and its error bound; ok
+// is false if no clock reading succeeded in the last minute.
 func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return m.clock.Now()
 }
 
-// clockSampleEvery is how many rounds pass between two readings of the
-// store's clock once the cluster time is known: the estimate keeps the
-// best reading of the last minute, so a reading every few rounds is
-// plenty, and the store is spared a query per round.
 const clockSampleEvery = 4
 
-// sampleClock reads the store's time, if the store tells it: at Join,
-// then every clockSampleEvery rounds, and every round while the cluster
-// time is unknown.
+// sampleClock reads the store's clock every clockSampleEvery rounds, or
+// every round while the cluster time is unknown.
 func (m *Monitor) sampleClock(ctx context.Context) {
-	ts, ok := m.store.(TimeSource)
-	if !ok {
-		return
-	}
 	m.clockRounds++
 	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 {
 		return
 	}
-	_ = m.readClock(ctx, ts)
+	_ = m.readClock(ctx)
 }
 
-// readClock makes one round trip to the store's clock and keeps the
-// reading.
-func (m *Monitor) readClock(ctx context.Context, ts TimeSource) error {
+func (m *Monitor) readClock(ctx context.Context) error {
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	defer cancel()
 	sent := m.cfg.Now()
-	remote, res, err := ts.StoreTime(opCtx)
+	remote, res, err := m.store.StoreTime(opCtx)
 	received := m.cfg.Now()
 	if err != nil {
 		m.log.Debug("heartbeat: read the store's time", "err", err)
@@ -260,25 +215,14 @@ func (m *Monitor) readClock(ctx context.Context, ts TimeSource) error {
 	return nil
 }
 
-// SyncClock measures the cluster time (one round trip to the store's
-// clock) unless it is already known. A node calls it before it takes any
-// message, Join included: a message that waited in its queue (for a node
-// rejoining after an eviction, in the queue of its earlier life) carries
-// its deadline in cluster time, and a receiver that cannot read it counts
-// the relative timeout from the arrival, as if the message were fresh.
-// It returns nil once the cluster time is known, or if the store tells no
-// time (it is no [TimeSource]: there is none to know); otherwise the
-// round trip's error (ctx ended, or the store did not answer within
-// Config.OpTimeout). Safe for concurrent use.
+// SyncClock reads the store's clock unless the cluster time is known,
+// and reports an error if it is still unknown. Call it before taking
+// messages.
 func (m *Monitor) SyncClock(ctx context.Context) error {
 	if _, _, known := m.clock.Offset(); known {
 		return nil
 	}
-	ts, ok := m.store.(TimeSource)
-	if !ok {
-		return nil
-	}
-	if err := m.readClock(ctx, ts); err != nil {
+	if err := m.readClock(ctx); err != nil {
 		return fmt.Errorf("heartbeat: node %s: read the store's clock: %w; check the store and retry", m.node, err)
 	}
 	if _, _, known := m.clock.Offset(); !known {
@@ -287,19 +231,9 @@ func (m *Monitor) SyncClock(ctx context.Context) error {
 	return nil
 }
 
-// Leave says goodbye: it stops Run if it is running and waits for it to
-// return (bounded by ctx), then deregisters the node's record, so peers
-// report Left at their next round without waiting for EvictAfter. After
-// Leave, Run returns nil (at once, if it had not started) and never
-// reports SelfEvicted, and no events follow Leave's return.
-//
-// Both shutdown orders are safe: cancel Run's context and then call
-// Leave, or call Leave while Run is running (Run returns nil). Leave is
-// idempotent: a call after a successful one returns nil; a call after a
-// failed deregistration retries it. Leave before Join only marks the
-// monitor closed. Leave must not be called from the Listener (it would
-// wait for itself until ctx ends). If it fails, the record stays until
-// peers evict it after EvictAfter.
+// Leave stops Run and waits for it (until ctx ends), then deregisters
+// the node. No event follows Leave's return. Leave is idempotent and retries
+// a failed deregistration.
 func (m *Monitor) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	m.left = true
@@ -336,21 +270,15 @@ func (m *Monitor) Leave(ctx context.Context) error {
 // Node returns the node UUID the monitor beats for.
 func (m *Monitor) Node() string { return m.node }
 
-// Members returns the live records as last listed, this node's included,
-// minus those this monitor evicted since, sorted by node. A stale record
-// not yet evicted is a member. The caller owns the slice. Before Join it
-// is empty.
+// Members returns the records as last listed, minus those this monitor
+// evicted, sorted by node. The caller owns the slice.
 func (m *Monitor) Members() []Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.members)
 }
 
-// View returns the last listed live records, like Members, and the
-// number of successful lists so far: two views with different numbers
-// come from two different reads of the store. While the store cannot be
-// read the number stays put, so a caller can tell a fresh view from a
-// stale one.
+// View returns Members and the number of successful lists so far.
 func (m *Monitor) View() (members []Record, lists uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -364,9 +292,8 @@ func (m *Monitor) Epoch() int64 {
 	return m.epoch
 }
 
-// LastBeat returns the local time at which the last successful beat (or
-// the registration) was sent, or the zero time before Join. The store
-// stamped that beat no earlier.
+// LastBeat returns when the last successful beat (or Join's
+// registration) was sent, by the node's clock; zero before Join.
 func (m *Monitor) LastBeat() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -374,11 +301,7 @@ func (m *Monitor) LastBeat() time.Time {
 }
 
 // Fenced reports whether the node must stop handling resource messages:
-// it joined, and its last successful beat was sent longer than
-// Config.Lease ago (or it left). Peers may evict it EvictAfter after that
-// beat landed, so the fence closes at least EvictAfter-Lease before
-// anyone else can own its resources. It opens again with the next beat
-// that succeeds. Fenced is cheap and safe to call from any goroutine.
+// it left, or its last successful beat was sent over Lease ago.
 func (m *Monitor) Fenced() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -391,7 +314,6 @@ func (m *Monitor) Fenced() bool {
 	return m.cfg.Now().Sub(m.lastBeat) > m.cfg.Lease
 }
 
-// find returns node's record in recs.
 func find(recs []Record, node string) (Record, bool) {
 	for _, r := range recs {
 		if r.Node == node {

@@ -205,7 +205,8 @@ func TestReRegistrationIsLeftThenJoined(t *testing.T) {
 	})
 }
 
-// flakyBeat fails Beat while fail is set; other calls pass through.
+// flakyBeat fails Beat and BeatBus while fail is set; other calls pass
+// through.
 type flakyBeat struct {
 	heartbeat.Store
 	fail atomic.Bool
@@ -216,6 +217,13 @@ func (f *flakyBeat) Beat(ctx context.Context, node string, epoch int64) error {
 		return errors.New("flaky: beat failed")
 	}
 	return f.Store.Beat(ctx, node, epoch)
+}
+
+func (f *flakyBeat) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
+	if f.fail.Load() {
+		return errors.New("flaky: beat failed")
+	}
+	return f.Store.BeatBus(ctx, node, epoch, busUp)
 }
 
 // TestNoEvictionWithoutOwnBeats: a monitor whose own beats fail evicts

@@ -8,22 +8,9 @@ import (
 	"time"
 )
 
-// Run beats, watches and evicts until ctx ends or the node is evicted.
-// It blocks in the caller's goroutine, which owns the loop and in which
-// the Listener is called.
-//
-// After a random delay in [0, Interval), so that nodes do not beat in
-// lockstep, it runs one round every Interval: beat; list; evict the
-// records that are safe to evict (see the package documentation); report
-// the changes since the previous round. Each store call is bounded by
-// OpTimeout. Store errors are logged and the loop goes on: a round whose
-// List fails reports nothing.
-//
-// Run returns nil when ctx ends or Leave is called, and an error matching
-// [ErrEvicted] right after reporting SelfEvicted, when the store says
-// this node's record is gone or has another epoch. It must be called
-// after a successful Join, at most once; after Leave it returns nil at
-// once.
+// Run runs a round every Interval, after a random delay, until ctx ends
+// or Leave (then it returns nil) or SelfEvicted (then it fails with
+// [ErrEvicted]). Store errors are logged. Run needs a successful Join.
 func (m *Monitor) Run(ctx context.Context) error {
 	m.mu.Lock()
 	switch {
@@ -54,8 +41,6 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return nil
 	case <-timer.C:
 	}
-	// A ticker keeps the period even when a round is slow; a round that
-	// overruns starts the next one at once, and missed ticks are dropped.
 	ticker := time.NewTicker(m.cfg.Interval)
 	defer ticker.Stop()
 	for {
@@ -70,25 +55,17 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
-// round runs one beat-list-evict-report round. It returns an error only
-// when this node was evicted.
+// round beats, lists, evicts and reports; it fails only on SelfEvicted.
 func (m *Monitor) round(ctx context.Context) error {
 	start := m.cfg.Now()
 	if !m.lastAttempt.IsZero() && start.Sub(m.lastAttempt) > 2*m.cfg.Interval {
-		// This monitor stalled (a long pause or a slow round): it cannot
-		// vouch for the store's availability meanwhile.
 		m.streak = 0
 	}
 	m.lastAttempt = start
 
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
-	var err error
-	if br, ok := m.store.(BusReporter); ok {
-		up, _ := m.busState()
-		err = br.BeatBus(opCtx, m.node, m.epoch, up)
-	} else {
-		err = m.store.Beat(opCtx, m.node, m.epoch)
-	}
+	up, _ := m.busState()
+	err := m.store.BeatBus(opCtx, m.node, m.epoch, up)
 	cancel()
 	if err == nil {
 		m.sampleClock(ctx)
@@ -133,8 +110,7 @@ func (m *Monitor) round(ctx context.Context) error {
 	return nil
 }
 
-// track records when this monitor first listed each record's current
-// (epoch, seq).
+// track updates m.seen.
 func (m *Monitor) track(recs []Record, now time.Time) {
 	live := make(map[string]bool, len(recs))
 	for _, r := range recs {
@@ -150,22 +126,7 @@ func (m *Monitor) track(recs []Record, now time.Time) {
 	}
 }
 
-// evict deletes the records that are safe to evict and returns those the
-// store confirms this monitor deleted, by node. A record is evicted only
-// if all of these hold:
-//   - it is not this node's;
-//   - its age by the store's clock exceeds EvictAfter;
-//   - this monitor has itself listed it unchanged (same epoch and
-//     sequence) for at least EvictAfter-Interval by its own clock, so a
-//     jump of the store's clock cannot make live nodes look dead;
-//   - this monitor's own beats succeeded in this round and the
-//     healthyRounds-1 rounds before it, so a monitor cut off from the
-//     store evicts nobody, and after the store returns every live node
-//     gets to beat before anyone evicts.
-//
-// A record that beats but has reported its bus down for longer than
-// BusDownAfter is evicted too (rule 5), if this monitor's own beats are
-// healthy as above and its own bus is up and has been for BusSettle.
+// evict applies the eviction rules; it returns the records it deleted.
 func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[string]Record {
 	if m.streak < healthyRounds {
 		return nil
@@ -207,8 +168,7 @@ func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[s
 	return evicted
 }
 
-// report replaces the members with recs minus evicted and reports the
-// differences: Left and Evicted first, then Joined, each sorted by node.
+// report sets the members and reports the differences.
 func (m *Monitor) report(recs []Record, evicted map[string]Record) {
 	current := make([]Record, 0, len(recs))
 	for _, r := range recs {
@@ -265,8 +225,7 @@ func (m *Monitor) report(recs []Record, evicted map[string]Record) {
 	}
 }
 
-// selfEvicted reports SelfEvicted and returns err, which matches
-// ErrEvicted.
+// selfEvicted reports SelfEvicted and returns err.
 func (m *Monitor) selfEvicted(err error) error {
 	m.mu.Lock()
 	self, ok := find(m.members, m.node)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
-	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -50,26 +49,24 @@ func (n *Node) ownQueues(b *bus.CloudBus) []string {
 	return qs
 }
 
-// recordQueues records this node's queues in the store, if it keeps them
-// (heartbeat.QueueBook), so that survivors find them if this node dies.
+// recordQueues records this node's queues in the store, so that
+// survivors find them if this node dies.
 func (n *Node) recordQueues(ctx context.Context) {
-	book, ok := n.cfg.Store.(heartbeat.QueueBook)
 	b := n.Bus()
-	if !ok || b == nil {
+	if b == nil {
 		return
 	}
-	if err := book.AddQueues(ctx, n.id, n.ownQueues(b)); err != nil {
+	if err := n.cfg.Store.AddQueues(ctx, n.id, n.ownQueues(b)); err != nil {
 		n.log.Warn("record this node's queues in the store (survivors could not drain them if it died)", "err", err)
 	}
 }
 
 // forgetQueues removes queues of node from the store's records.
 func (n *Node) forgetQueues(ctx context.Context, node string, queues []string) {
-	book, ok := n.cfg.Store.(heartbeat.QueueBook)
-	if !ok || len(queues) == 0 {
+	if len(queues) == 0 {
 		return
 	}
-	if err := book.RemoveQueues(ctx, node, queues); err != nil {
+	if err := n.cfg.Store.RemoveQueues(ctx, node, queues); err != nil {
 		n.log.Warn("forget deleted queues in the store", "node", node, "err", err)
 	}
 }
@@ -205,17 +202,13 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 	if n.State() != StateServing || n.Fenced() {
 		return
 	}
-	book, ok := n.cfg.Store.(heartbeat.QueueBook)
-	if !ok {
-		return
-	}
 	n.recordQueues(ctx)
 	// The queues first, then the records: a node records its queues
 	// after registering, so one whose queues are read here and that is
 	// still a member shows in the records read after.
 	opTimeout := n.cfg.Heartbeat.WithDefaults().OpTimeout
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-	all, err := book.Queues(opCtx)
+	all, err := n.cfg.Store.Queues(opCtx)
 	cancel()
 	if err != nil {
 		n.log.Debug("sweep: read the recorded queues", "err", err)
@@ -263,7 +256,7 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 		drains[node] = cancel
 		wg.Go(func() {
 			defer cancel()
-			n.drain(dctx, book, node, queues, deleteQueues)
+			n.drain(dctx, node, queues, deleteQueues)
 			select {
 			case done <- node:
 			case <-ctx.Done():
@@ -274,7 +267,7 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 
 // drain moves the messages of node's queues to their current owners and,
 // with deleteQueues, deletes the queues, forgetting them in the store.
-func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string, queues []string, deleteQueues bool) {
+func (n *Node) drain(ctx context.Context, node string, queues []string, deleteQueues bool) {
 	b := n.Bus()
 	if b == nil {
 		return
@@ -299,7 +292,7 @@ func (n *Node) drain(ctx context.Context, book heartbeat.QueueBook, node string,
 	}
 	if len(gone) > 0 && ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Heartbeat.WithDefaults().OpTimeout)
-		if err := book.RemoveQueues(opCtx, node, gone); err != nil {
+		if err := n.cfg.Store.RemoveQueues(opCtx, node, gone); err != nil {
 			n.log.Warn("drain: forget the deleted queues", "peer", node, "err", err)
 		}
 		cancel()

@@ -1,21 +1,12 @@
 // Package memstore is an in-memory [heartbeat.Store] for tests, demos and
 // single-process clusters, with fault injection.
 //
-// A [Store] keeps the records in a map under a mutex; its clock is
-// [Config.Now] (default time.Now), so a test can move the store's time on
-// its own, for instance jump it forward. Inside a testing/synctest bubble
-// the default clock is the bubble's virtual clock, so heartbeat timing
-// tests run instantly.
-//
-// To model a node that loses the store, give each node its own view with
-// [Store.For] and cut it off with [Store.SetUnreachable]: every call
-// through that view then fails with an error matching [ErrUnreachable],
-// so the node stops beating without saying goodbye, while the other
-// nodes go on. [Store.SetLatency] makes a node's calls slow instead.
-//
-// Epochs are max(previous epoch + 1, Now in Unix nanoseconds): strictly
-// increasing within a store and, like a real database's, unlikely to
-// repeat across stores.
+// A [Store] keeps the records in maps under a mutex, on the clock
+// [Config.Now]; inside a testing/synctest bubble the default clock is
+// the bubble's. Each node may reach the store through its own [View]
+// ([Store.For]), which [Store.SetUnreachable] cuts off and
+// [Store.SetLatency] slows down. Epochs are max(previous epoch + 1, Now
+// in Unix nanoseconds).
 package memstore
 
 import (
@@ -65,12 +56,7 @@ type fault struct {
 	latency     time.Duration
 }
 
-var (
-	_ heartbeat.Store       = (*Store)(nil)
-	_ heartbeat.TimeSource  = (*Store)(nil)
-	_ heartbeat.BusReporter = (*Store)(nil)
-	_ heartbeat.QueueBook   = (*Store)(nil)
-)
+var _ heartbeat.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New(cfg Config) *Store {
@@ -102,13 +88,12 @@ func (s *Store) Register(ctx context.Context, node string) (int64, error) {
 	return epoch, nil
 }
 
-// Beat implements [heartbeat.Store.Beat]. It leaves the bus status as
-// it was.
+// Beat implements [heartbeat.Store.Beat].
 func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	return s.beat(ctx, node, epoch, nil)
 }
 
-// BeatBus implements [heartbeat.BusReporter].
+// BeatBus implements [heartbeat.Store.BeatBus].
 func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
 	return s.beat(ctx, node, epoch, &busUp)
 }
@@ -139,7 +124,7 @@ func (s *Store) beat(ctx context.Context, node string, epoch int64, busUp *bool)
 	return nil
 }
 
-// AddQueues implements [heartbeat.QueueBook].
+// AddQueues implements [heartbeat.Store.AddQueues].
 func (s *Store) AddQueues(ctx context.Context, node string, queues []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: add queues of %s: %w", node, err)
@@ -155,7 +140,7 @@ func (s *Store) AddQueues(ctx context.Context, node string, queues []string) err
 	return nil
 }
 
-// Queues implements [heartbeat.QueueBook].
+// Queues implements [heartbeat.Store.Queues].
 func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memstore: list queues: %w", err)
@@ -171,7 +156,7 @@ func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// RemoveQueues implements [heartbeat.QueueBook].
+// RemoveQueues implements [heartbeat.Store.RemoveQueues].
 func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: remove queues of %s: %w", node, err)
@@ -187,8 +172,7 @@ func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) 
 	return nil
 }
 
-// StoreTime implements [heartbeat.TimeSource]: the store's clock
-// (Config.Now), exact.
+// StoreTime implements [heartbeat.Store.StoreTime]: Config.Now, exact.
 func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, 0, err

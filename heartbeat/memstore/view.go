@@ -17,12 +17,7 @@ type View struct {
 	node string
 }
 
-var (
-	_ heartbeat.Store       = (*View)(nil)
-	_ heartbeat.TimeSource  = (*View)(nil)
-	_ heartbeat.BusReporter = (*View)(nil)
-	_ heartbeat.QueueBook   = (*View)(nil)
-)
+var _ heartbeat.Store = (*View)(nil)
 
 // For returns the store as seen from node, for that node's
 // [heartbeat.Monitor]. Views of one node share its faults.
@@ -30,10 +25,8 @@ func (s *Store) For(node string) *View { return &View{s: s, node: node} }
 
 // SetUnreachable cuts node's views off the store (on) or reconnects them
 // (off). While cut off, every call through them fails at once with an
-// error matching [ErrUnreachable] and changes nothing, as if the node's
-// database connection were down: the node stops beating without a
-// goodbye, and the other nodes see its record age. Calls on the Store
-// itself are not affected.
+// error matching [ErrUnreachable] and changes nothing. Calls on the
+// Store itself are not affected.
 func (s *Store) SetUnreachable(node string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,7 +98,7 @@ func (v *View) List(ctx context.Context) ([]heartbeat.Record, error) {
 	return v.s.List(ctx)
 }
 
-// StoreTime implements [heartbeat.TimeSource], subject to the view's
+// StoreTime implements [heartbeat.Store.StoreTime], subject to the view's
 // faults.
 func (v *View) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
 	if err := v.reach(ctx, "read the clock"); err != nil {
@@ -114,7 +107,7 @@ func (v *View) StoreTime(ctx context.Context) (time.Time, time.Duration, error) 
 	return v.s.StoreTime(ctx)
 }
 
-// BeatBus implements [heartbeat.BusReporter], subject to the view's
+// BeatBus implements [heartbeat.Store.BeatBus], subject to the view's
 // faults.
 func (v *View) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
 	if err := v.reach(ctx, "beat"); err != nil {
@@ -123,7 +116,7 @@ func (v *View) BeatBus(ctx context.Context, node string, epoch int64, busUp bool
 	return v.s.BeatBus(ctx, node, epoch, busUp)
 }
 
-// AddQueues implements [heartbeat.QueueBook], subject to the view's
+// AddQueues implements [heartbeat.Store.AddQueues], subject to the view's
 // faults.
 func (v *View) AddQueues(ctx context.Context, node string, queues []string) error {
 	if err := v.reach(ctx, "add queues"); err != nil {
@@ -132,7 +125,7 @@ func (v *View) AddQueues(ctx context.Context, node string, queues []string) erro
 	return v.s.AddQueues(ctx, node, queues)
 }
 
-// Queues implements [heartbeat.QueueBook], subject to the view's faults.
+// Queues implements [heartbeat.Store.Queues], subject to the view's faults.
 func (v *View) Queues(ctx context.Context) (map[string][]string, error) {
 	if err := v.reach(ctx, "list queues"); err != nil {
 		return nil, err
@@ -140,8 +133,8 @@ func (v *View) Queues(ctx context.Context) (map[string][]string, error) {
 	return v.s.Queues(ctx)
 }
 
-// RemoveQueues implements [heartbeat.QueueBook], subject to the view's
-// faults.
+// RemoveQueues implements [heartbeat.Store.RemoveQueues], subject to the
+// view's faults.
 func (v *View) RemoveQueues(ctx context.Context, node string, queues []string) error {
 	if err := v.reach(ctx, "remove queues"); err != nil {
 		return err

@@ -16,28 +16,16 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
-// queuesSuffix names the queues table: Table+"_queues".
 const queuesSuffix = "_queues"
 
-// maxQueueLen bounds a queue name: RabbitMQ's limit, and the MySQL
-// column's.
+// maxQueueLen is the longest queue name, in bytes.
 const maxQueueLen = 255
 
-// queueBatch is how many names one statement carries: two placeholders
-// each at most, far below every dialect's limit (SQLite 32766,
-// PostgreSQL and MySQL 65535). A longer list is written in batches, in
-// one transaction.
+// queueBatch is how many names one statement carries.
 const queueBatch = 500
 
-// AddQueues implements [heartbeat.QueueBook.AddQueues] with one INSERT
-// of every name that skips the names already recorded (ON CONFLICT DO
-// NOTHING; MySQL ON DUPLICATE KEY UPDATE queue = queue), or, past 500
-// names, one transaction of such INSERTs. node must be 1 to 255 bytes,
-// and each name too (RabbitMQ's limit); names compare byte for byte.
-// Repeated names are written once, in sorted order, so concurrent calls
-// lock rows in the same order; a write the database aborts anyway to
-// break a deadlock is tried again. An error leaves the names recorded or
-// not; retrying is safe.
+// AddQueues implements [heartbeat.Store.AddQueues]. node and each name
+// must be 1 to 255 bytes.
 func (s *Store) AddQueues(ctx context.Context, node string, queues []string) error {
 	op := "add queues of node " + node
 	if err := s.begin(ctx, op); err != nil {
@@ -68,10 +56,7 @@ func (s *Store) AddQueues(ctx context.Context, node string, queues []string) err
 	})
 }
 
-// Queues implements [heartbeat.QueueBook.Queues] with one SELECT of the
-// whole queues table. The names of each node are sorted (byte order on
-// SQLite and MySQL, the database's collation on PostgreSQL); a node
-// without recorded queues is not in the map. The caller owns the map.
+// Queues implements [heartbeat.Store.Queues], each node's names sorted.
 func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	const op = "list queues"
 	if err := s.begin(ctx, op); err != nil {
@@ -96,12 +81,7 @@ func (s *Store) Queues(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// RemoveQueues implements [heartbeat.QueueBook.RemoveQueues] with one
-// DELETE whose WHERE names the node and the queues, or, past 500 names,
-// one transaction of such DELETEs; on PostgreSQL the DELETE locks its
-// rows in the queues' order first, so concurrent removals cannot
-// deadlock. Names that are not recorded, for that node, are skipped. It
-// is idempotent, so retrying after an error is safe.
+// RemoveQueues implements [heartbeat.Store.RemoveQueues].
 func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) error {
 	op := "remove queues of node " + node
 	if err := s.begin(ctx, op); err != nil {
@@ -125,15 +105,13 @@ func (s *Store) RemoveQueues(ctx context.Context, node string, queues []string) 
 	})
 }
 
-// execer runs a statement: the pool, or a transaction.
+// execer is the pool or a transaction.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// inBatches calls write with names in batches of queueBatch: one call on
-// the pool, or, for more names, every call in one transaction. A write
-// the database aborts to break a deadlock is tried again, up to
-// deadlockRetries times: every queue write is idempotent.
+// inBatches calls write with names in batches of queueBatch, in one
+// transaction if more than one, retrying after a deadlock.
 func (s *Store) inBatches(ctx context.Context, op string, names []string, write func(ctx context.Context, ex execer, batch []string) error) error {
 	if len(names) == 0 {
 		return nil
@@ -146,7 +124,6 @@ func (s *Store) inBatches(ctx context.Context, op string, names []string, write 
 		if attempt > deadlockRetries || !deadlocked(err) {
 			return s.fail(ctx, op, err)
 		}
-		// A short random pause, so the two sides do not meet again.
 		t := time.NewTimer(time.Duration(attempt) * time.Duration(1+rand.IntN(10)) * time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -157,7 +134,6 @@ func (s *Store) inBatches(ctx context.Context, op string, names []string, write 
 	}
 }
 
-// writeBatches is one attempt of inBatches.
 func (s *Store) writeBatches(ctx context.Context, names []string, write func(ctx context.Context, ex execer, batch []string) error) error {
 	if len(names) <= queueBatch {
 		return write(ctx, s.db, names)
@@ -178,13 +154,10 @@ func (s *Store) writeBatches(ctx context.Context, names []string, write func(ctx
 	return nil
 }
 
-// deadlockRetries bounds the retries of a queue write that the database
-// aborted to break a deadlock.
 const deadlockRetries = 5
 
-// deadlocked reports whether err is the database aborting a statement or
-// transaction to break a deadlock (or, on PostgreSQL, a serialization
-// failure): nothing was written, and trying again is safe.
+// deadlocked reports whether the database aborted err's write to break a
+// deadlock or serialization failure.
 func deadlocked(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {

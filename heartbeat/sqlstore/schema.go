@@ -8,12 +8,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
-// migrate creates the tables if missing and brings them to
-// schemaVersion under the schema lock, so that nodes opening the store
-// at the same time do it once. It returns the version found. A version
-// newer than this code's is an error: an older node must not write
-// tables whose meaning changed. The meta table's row holds last_epoch
-// beside the version.
+// migrate creates or migrates the tables to schemaVersion, under a lock,
+// and returns the version found; a newer one is an error.
 func migrate(ctx context.Context, db *sql.DB, d Dialect, st statements, table string) (found int, err error) {
 	return sqlconn.Schema{
 		Dialect:    d,
@@ -26,6 +22,5 @@ func migrate(ctx context.Context, db *sql.DB, d Dialect, st statements, table st
 	}.Migrate(ctx, db)
 }
 
-// errNoMeta is returned when the meta row is gone, as after a manual
-// DELETE: the store cannot issue epochs.
+// errNoMeta means the meta row is gone: no epoch can be issued.
 var errNoMeta = errors.New("the meta row (id 1) is missing from the meta table: reopen the store to recreate it")

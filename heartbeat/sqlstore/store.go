@@ -15,19 +15,11 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 )
 
-// maxNodeLen bounds a node name (MySQL's key column is VARCHAR(255)).
+// maxNodeLen is the longest node name, in bytes.
 const maxNodeLen = 255
 
-// Store is a [heartbeat.Store] in a SQL table, and a
-// [heartbeat.BusReporter] and [heartbeat.QueueBook] too. It is safe for
-// concurrent use by any number of goroutines, and any number of Stores,
-// in any number of processes, may share one table: every write is one
-// conditional statement (or, for a long list of queues, one
-// transaction). Every method honours ctx and returns the driver's error
-// wrapped with what failed and the masked URL.
-//
-// A Store made by [Open] owns its connection pool and [Store.Close]
-// closes it; one made by [OpenDB] does not close the caller's pool.
+// Store is a [heartbeat.Store] in SQL tables. It is safe for concurrent
+// use, and any number of Stores, in any processes, may share a table.
 type Store struct {
 	db      *sql.DB
 	ownDB   bool
@@ -41,27 +33,12 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ heartbeat.Store       = (*Store)(nil)
-	_ heartbeat.TimeSource  = (*Store)(nil)
-	_ heartbeat.BusReporter = (*Store)(nil)
-	_ heartbeat.QueueBook   = (*Store)(nil)
-)
+var _ heartbeat.Store = (*Store)(nil)
 
-// Open connects to the database cfg.URL names, creates the heartbeat
-// tables if they are missing (or migrates them to this version's schema)
-// and returns the store, on a connection pool of its own
-// ([Config.MaxOpenConns], default 4). It fails if the database cannot be
-// reached within ctx. Close the store when done.
-//
-// The pool is the store's alone, as it should be: beats never wait for a
-// connection behind other work (see "A pool of its own" in the package
-// documentation: on a pool shared with a node's record transactions, a
-// database slowed to 100-150 ms per round trip had the node evicted).
-//
-// SQLite: the file is created if missing; every connection sets
-// journal_mode=WAL, synchronous=NORMAL and busy_timeout=BusyTimeout, and
-// begins transactions with BEGIN IMMEDIATE (_txlock=immediate).
+// Open connects to cfg.URL on a pool of its own, creates or migrates the
+// tables, and returns the store; it fails if the database cannot be
+// reached within ctx. A SQLite file is created if missing. Close the
+// store when done.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -79,28 +56,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// OpenDB returns a store on a pool the caller opened, after creating or
-// migrating the tables as [Open] does. Give it a pool that nothing else
-// uses (4 connections are plenty): a beat that waits for a connection
-// behind other statements misses its timeout like a beat the database
-// never answered, and its node is evicted. On a pool shared with a
-// node's record transactions, a database link slowed to 100-150 ms per
-// round trip did that within 4.2-4.6 s, though each beat took 200-300 ms
-// once it had a connection (see "A pool of its own" in the package
-// documentation).
-//
-// cfg.Dialect or cfg.URL must say which database db reaches. OpenDB
-// never connects with cfg.URL: if set, it gives the dialect and names the
-// database, masked, in errors and logs, and its passwords are scrubbed
-// from driver errors; without it they name the dialect only. MaxOpenConns and BusyTimeout
-// are not used. [Store.Close] leaves db open: the caller closes it after
-// the store.
-//
-// For SQLite, db's connections should set a busy timeout and WAL mode
-// (with modernc.org/sqlite:
-// file:path?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)),
-// or concurrent writers fail with "database is locked"; OpenDB logs a
-// warning if the first connection lacks them.
+// OpenDB returns a store on db, a pool of its own that the caller opened
+// and closes after the store, creating or migrating the tables as [Open]
+// does. cfg.Dialect or cfg.URL must say which database db reaches; the
+// URL's passwords are scrubbed from errors. MaxOpenConns and BusyTimeout
+// are not used. On SQLite, OpenDB logs a warning if db lacks WAL or a
+// busy timeout.
 func OpenDB(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlstore: OpenDB: db is nil; pass an open *sql.DB")
@@ -126,8 +87,6 @@ func OpenDB(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	return newStore(ctx, db, false, u, cfg)
 }
 
-// warnSQLitePragmas logs a warning if db's connections lack WAL or a
-// busy timeout.
 func warnSQLitePragmas(ctx context.Context, db *sql.DB, log *slog.Logger) {
 	var mode string
 	var busy int64
@@ -141,7 +100,6 @@ func warnSQLitePragmas(ctx context.Context, db *sql.DB, log *slog.Logger) {
 	}
 }
 
-// newStore migrates the tables and returns the store.
 func newStore(ctx context.Context, db *sql.DB, own bool, u sqlconn.URL, cfg Config) (*Store, error) {
 	s := &Store{db: db, ownDB: own, dialect: u.Dialect, table: cfg.Table, url: u, st: newStatements(u.Dialect, cfg.Table)}
 	found, err := migrate(ctx, db, u.Dialect, s.st, cfg.Table)
@@ -162,14 +120,12 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // Table returns the heartbeat table's name.
 func (s *Store) Table() string { return s.table }
 
-// MaskedURL returns the database URL with its password masked, as the
-// store's errors and logs name it. For a store made by [OpenDB] without
-// [Config.URL] it names the dialect only.
+// MaskedURL returns the database URL with its password masked, or, for
+// [OpenDB] without a URL, the dialect.
 func (s *Store) MaskedURL() string { return s.url.Masked }
 
-// Close closes the connection pool if [Open] made it, and makes every
-// later call fail with [heartbeat.ErrClosed]. Calls in flight finish
-// first. Close is idempotent: later calls return the first call's result.
+// Close closes the pool if [Open] made it; later calls fail with
+// [heartbeat.ErrClosed]. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
@@ -182,8 +138,7 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// begin checks, before op starts, that the store is open and ctx is not
-// done, so a done ctx changes nothing.
+// begin checks that the store is open and ctx is not done.
 func (s *Store) begin(ctx context.Context, op string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("sqlstore: %s: %w", op, heartbeat.ErrClosed)
@@ -194,11 +149,8 @@ func (s *Store) begin(ctx context.Context, op string) error {
 	return nil
 }
 
-// Register implements [heartbeat.Store.Register]: the epoch is
-// max(last epoch issued by this table + 1, the database's clock in
-// microseconds), so it differs from every earlier epoch of every node.
-// An error may leave the registration done or not; retrying is safe (it
-// registers yet another epoch).
+// Register implements [heartbeat.Store.Register]. The epoch is max(the
+// table's last epoch + 1, the database's clock in microseconds).
 func (s *Store) Register(ctx context.Context, node string) (int64, error) {
 	op := "register node " + node
 	if err := s.begin(ctx, op); err != nil {
@@ -243,8 +195,7 @@ func (s *Store) Register(ctx context.Context, node string) (int64, error) {
 	}
 }
 
-// reserved reads the epoch MySQL's reserve statement handed back
-// through LAST_INSERT_ID.
+// reserved reads the epoch MySQL's reserve statement returned.
 func reserved(res sql.Result) (int64, error) {
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -256,21 +207,12 @@ func reserved(res sql.Result) (int64, error) {
 	return res.LastInsertId()
 }
 
-// Beat implements [heartbeat.Store.Beat] with one UPDATE whose WHERE
-// names the node and epoch; no row updated means [heartbeat.ErrEvicted].
-// It leaves the bus status ([Store.BeatBus]) as it was. Another error
-// leaves the beat done or not; retrying is safe.
+// Beat implements [heartbeat.Store.Beat].
 func (s *Store) Beat(ctx context.Context, node string, epoch int64) error {
 	return s.beat(ctx, fmt.Sprintf("beat node %s epoch %d", node, epoch), s.st.beat, node, epoch)
 }
 
-// BeatBus implements [heartbeat.BusReporter]: it is [Store.Beat], in one
-// UPDATE with the same WHERE and the same errors, that also sets the
-// column bus_down_us, the database's clock when the node first reported
-// the bus down: 0 if busUp, else the beat's own stamp if it was 0, else
-// unchanged. [Store.List] reports the time since as
-// [heartbeat.Record.BusDown]. Retrying after an error is safe: a retried
-// down beat keeps the first stamp.
+// BeatBus implements [heartbeat.Store.BeatBus].
 func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
 	stmt, state := s.st.beatBusDown, "down"
 	if busUp {
@@ -279,7 +221,6 @@ func (s *Store) BeatBus(ctx context.Context, node string, epoch int64, busUp boo
 	return s.beat(ctx, fmt.Sprintf("beat node %s epoch %d (bus %s)", node, epoch, state), stmt, node, epoch)
 }
 
-// beat runs stmt, one of the beat statements, on (node, epoch).
 func (s *Store) beat(ctx context.Context, op, stmt, node string, epoch int64) error {
 	if err := s.begin(ctx, op); err != nil {
 		return err
@@ -298,9 +239,7 @@ func (s *Store) beat(ctx context.Context, op, stmt, node string, epoch int64) er
 	return nil
 }
 
-// StoreTime implements [heartbeat.TimeSource]: the database's clock,
-// the one beats are stamped with, read in one SELECT. Its resolution is a
-// microsecond on PostgreSQL and MySQL, a millisecond on SQLite.
+// StoreTime implements [heartbeat.Store.StoreTime]: the database's clock.
 func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
 	const op = "read the clock"
 	if err := s.begin(ctx, op); err != nil {
@@ -313,12 +252,7 @@ func (s *Store) StoreTime(ctx context.Context) (time.Time, time.Duration, error)
 	return time.UnixMicro(us), clockResolution[s.dialect], nil
 }
 
-// List implements [heartbeat.Store.List] with one SELECT that computes
-// every age, and every [heartbeat.Record.BusDown], on the database's
-// clock, in microseconds: an age that would be negative (the database's
-// clock went back) is 0, and a BusDown is at least a microsecond while
-// the node reports the bus down, 0 otherwise. The records are sorted by
-// node.
+// List implements [heartbeat.Store.List], sorted by node.
 func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 	const op = "list"
 	if err := s.begin(ctx, op); err != nil {
@@ -346,11 +280,7 @@ func (s *Store) List(ctx context.Context) ([]heartbeat.Record, error) {
 	return out, nil
 }
 
-// Evict implements [heartbeat.Store.Evict] with one DELETE whose WHERE
-// names the node, epoch and sequence; it reports whether that statement
-// deleted the row, so of concurrent evictors exactly one sees true. An
-// error leaves the eviction done or not: a retry after a lost reply
-// reports false although the record was deleted by the first try.
+// Evict implements [heartbeat.Store.Evict].
 func (s *Store) Evict(ctx context.Context, node string, epoch, seq int64) (bool, error) {
 	op := fmt.Sprintf("evict node %s epoch %d seq %d", node, epoch, seq)
 	if err := s.begin(ctx, op); err != nil {
@@ -367,9 +297,7 @@ func (s *Store) Evict(ctx context.Context, node string, epoch, seq int64) (bool,
 	return n == 1, nil
 }
 
-// Deregister implements [heartbeat.Store.Deregister] with one DELETE
-// whose WHERE names the node and epoch. It is idempotent, so retrying
-// after an error is safe.
+// Deregister implements [heartbeat.Store.Deregister].
 func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error {
 	op := fmt.Sprintf("deregister node %s epoch %d", node, epoch)
 	if err := s.begin(ctx, op); err != nil {
@@ -381,10 +309,8 @@ func (s *Store) Deregister(ctx context.Context, node string, epoch int64) error 
 	return nil
 }
 
-// Drop deletes the store's tables (the records, the queues and the
-// schema metadata), for tests that clean up after themselves and for
-// uninstalling. Every node using the table loses its membership record
-// and its queues: use it only when no node runs.
+// Drop deletes the store's tables, for tests and uninstalling; no node
+// may be using them.
 func (s *Store) Drop(ctx context.Context) error {
 	for _, stmt := range s.st.drop {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
@@ -394,16 +320,12 @@ func (s *Store) Drop(ctx context.Context) error {
 	return nil
 }
 
-// fail wraps a driver error: "sqlstore: OP on URL: ERR", with the URL
-// masked and passwords scrubbed from the driver's text. The chain keeps
-// the driver's error and, if ctx ended, ctx's error, for errors.Is.
+// fail wraps a driver error with op, the masked URL and ctx's error.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("sqlstore: %w", s.url.Fail(ctx, op, err))
 }
 
-// micros converts a non-negative count of microseconds to a Duration,
-// saturating at the largest Duration (292 years) instead of wrapping to
-// a negative one.
+// micros converts microseconds to a Duration, clamped to [0, max].
 func micros(us int64) time.Duration {
 	if us > math.MaxInt64/int64(time.Microsecond) {
 		return math.MaxInt64

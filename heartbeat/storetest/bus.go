@@ -10,17 +10,13 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 )
 
-// testBusStatus checks a [heartbeat.BusReporter]: BeatBus is a Beat that
-// also records whether the node reaches the bus, and List reports how
-// long it has not, by the store's clock.
+// testBusStatus checks BeatBus: a Beat that also records whether the
+// node reaches the bus, and List reports how long it has not, by the
+// store's clock.
 func testBusStatus(e *env) {
-	br, ok := e.s.(heartbeat.BusReporter)
-	if !ok {
-		e.t.Skip("storetest: the store is not a heartbeat.BusReporter: its records always report BusDown 0, so peers cannot tell a node cut off from the bus")
-	}
 	beatBus := func(n string, epoch int64, up bool) {
 		e.t.Helper()
-		require.NoError(e.t, br.BeatBus(e.ctx(), n, epoch, up), "BeatBus(%s, %d, busUp=%t) of the current epoch must succeed", n, epoch, up)
+		require.NoError(e.t, e.s.BeatBus(e.ctx(), n, epoch, up), "BeatBus(%s, %d, busUp=%t) of the current epoch must succeed", n, epoch, up)
 	}
 
 	n := node()
@@ -60,7 +56,7 @@ func testBusStatus(e *env) {
 
 	before := e.get(n)
 	for _, up := range []bool{true, false} {
-		isEvicted(e.t, br.BeatBus(e.ctx(), n, epoch+1000003, up), "BeatBus(busUp=%t) with an epoch never registered", up)
+		isEvicted(e.t, e.s.BeatBus(e.ctx(), n, epoch+1000003, up), "BeatBus(busUp=%t) with an epoch never registered", up)
 	}
 	after := e.get(n)
 	assert.Equal(e.t, before.Seq, after.Seq, "a BeatBus with another epoch must not change the sequence")
@@ -73,23 +69,23 @@ func testBusStatus(e *env) {
 	require.Positive(e.t, e.get(n).BusDown)
 	cur := e.register(n)
 	assert.Zero(e.t, e.get(n).BusDown, "Register must start the new life with the bus up: BusDown 0")
-	isEvicted(e.t, br.BeatBus(e.ctx(), n, epoch, false), "BeatBus with the epoch of an earlier registration")
+	isEvicted(e.t, e.s.BeatBus(e.ctx(), n, epoch, false), "BeatBus with the epoch of an earlier registration")
 	r = e.get(n)
 	assert.Zero(e.t, r.Seq, "a BeatBus with another epoch must not change the sequence")
 	assert.Zero(e.t, r.BusDown, "a BeatBus(down) with another epoch must not stamp an outage")
 
 	require.NoError(e.t, e.s.Deregister(e.ctx(), n, cur))
-	isEvicted(e.t, br.BeatBus(e.ctx(), n, cur, false), "BeatBus after Deregister")
+	isEvicted(e.t, e.s.BeatBus(e.ctx(), n, cur, false), "BeatBus after Deregister")
 	e.absent(n, "a BeatBus after Deregister must not recreate the record")
 	evicted := node()
 	ee := e.register(evicted)
 	ok, err := e.s.Evict(e.ctx(), evicted, ee, 0)
 	require.NoError(e.t, err)
 	require.True(e.t, ok, "Evict with the listed epoch and sequence must delete")
-	isEvicted(e.t, br.BeatBus(e.ctx(), evicted, ee, true), "BeatBus after Evict")
+	isEvicted(e.t, e.s.BeatBus(e.ctx(), evicted, ee, true), "BeatBus after Evict")
 	e.absent(evicted, "a BeatBus after Evict must not recreate the record")
 	never := node()
-	isEvicted(e.t, br.BeatBus(e.ctx(), never, 1, false), "BeatBus of a node never registered")
+	isEvicted(e.t, e.s.BeatBus(e.ctx(), never, 1, false), "BeatBus of a node never registered")
 	e.absent(never, "a BeatBus of a node never registered must not create a record")
 
 	c := node()
@@ -102,7 +98,7 @@ func testBusStatus(e *env) {
 		ctx  context.Context
 		want error
 	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
-		require.ErrorIs(e.t, br.BeatBus(d.ctx, c, ec, false), d.want, "BeatBus(down) with a done context")
+		require.ErrorIs(e.t, e.s.BeatBus(d.ctx, c, ec, false), d.want, "BeatBus(down) with a done context")
 		r := e.get(c)
 		require.Zero(e.t, r.Seq, "a BeatBus with a done context must not change the sequence")
 		require.Zero(e.t, r.BusDown, "a BeatBus(down) with a done context must not stamp an outage")
@@ -112,7 +108,7 @@ func testBusStatus(e *env) {
 		ctx  context.Context
 		want error
 	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
-		require.ErrorIs(e.t, br.BeatBus(d.ctx, c, ec, true), d.want, "BeatBus(up) with a done context")
+		require.ErrorIs(e.t, e.s.BeatBus(d.ctx, c, ec, true), d.want, "BeatBus(up) with a done context")
 		r := e.get(c)
 		require.Equal(e.t, int64(1), r.Seq, "a BeatBus with a done context must not change the sequence")
 		require.Positive(e.t, r.BusDown, "a BeatBus(up) with a done context must not clear BusDown")

@@ -6,8 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cloudbus-go/cloudbus/heartbeat"
 )
 
 // freshAge bounds the age of a record just written: generous for a
@@ -252,31 +250,27 @@ func testContext(e *env) {
 }
 
 func testStoreTime(e *env) {
-	ts, ok := e.s.(heartbeat.TimeSource)
-	if !ok {
-		e.t.Skip("storetest: the store is not a heartbeat.TimeSource: nodes on it have no cluster time")
-	}
-	before, res, err := ts.StoreTime(e.ctx())
+	before, res, err := e.s.StoreTime(e.ctx())
 	require.NoError(e.t, err, "StoreTime must succeed")
 	require.LessOrEqual(e.t, res, time.Millisecond, "StoreTime's resolution must be a millisecond or better")
 	n := node()
 	e.register(n)
-	after, _, err := ts.StoreTime(e.ctx())
+	after, _, err := e.s.StoreTime(e.ctx())
 	require.NoError(e.t, err)
 	require.False(e.t, after.Before(before), "the store's time must not go back")
 	r := e.age(n, 20*time.Millisecond)
-	now, _, err := ts.StoreTime(e.ctx())
+	now, _, err := e.s.StoreTime(e.ctx())
 	require.NoError(e.t, err)
 	// The record was stamped between before and after, and listed
 	// before now, all on the store's clock.
 	assert.LessOrEqual(e.t, r.Age, now.Sub(before)+2*res, "StoreTime must read the clock that stamps beats: the age exceeds the time StoreTime saw pass")
 	cancelled, cancel := context.WithCancel(e.ctx())
 	cancel()
-	_, _, err = ts.StoreTime(cancelled)
+	_, _, err = e.s.StoreTime(cancelled)
 	require.ErrorIs(e.t, err, context.Canceled, "StoreTime with a done context")
 	if e.h.Advance != nil {
 		e.h.Advance(e.t, time.Hour)
-		later, _, err := ts.StoreTime(e.ctx())
+		later, _, err := e.s.StoreTime(e.ctx())
 		require.NoError(e.t, err)
 		assert.GreaterOrEqual(e.t, later.Sub(now), time.Hour, "Advance(1h) must move StoreTime by an hour")
 	}

@@ -9,32 +9,11 @@
 //	}
 //
 // [Run] checks, each in its own named subtest whose failure messages name
-// the rule broken: Register creates a record with a new epoch every time;
-// Beat increments the sequence and restamps the age, and returns
-// [heartbeat.ErrEvicted] (changing nothing) for another epoch or a
-// record that is gone; Evict deletes only with the current epoch and
-// sequence, so a node that beat since the List is never evicted and of
-// concurrent evictors exactly one wins; Deregister deletes only its own
-// epoch and is idempotent; ages are by the store's clock and grow; a
-// done context is honoured and changes nothing; concurrent use is
-// race-free (run with -race); and a store that tells its time
-// ([heartbeat.TimeSource]) tells the clock that stamps its beats, to a
-// millisecond or better.
-//
-// Two more abilities are checked if the store has them, and their
-// scenarios skip, saying so, if it has not. A [heartbeat.BusReporter]:
-// BeatBus is a Beat (same sequence, same [heartbeat.ErrEvicted], same
-// done context) that also records the node's bus status; the first
-// down beat stamps the outage on the store's clock, later down beats and
-// plain Beats keep the stamp, an up beat and Register clear it, and List
-// reports the time since as [heartbeat.Record.BusDown], growing with the
-// store's clock. A [heartbeat.QueueBook]: AddQueues is idempotent,
-// Queues returns each node's names once, byte for byte (case and
-// trailing spaces count; names of 255 bytes fit), RemoveQueues removes
-// only the named queues of that node and ignores unknown names, queues
-// outlive the node's record (survivors drain them after an eviction),
-// long lists and concurrent writers work, and a done context changes
-// nothing.
+// the rule broken, every method of the [heartbeat.Store] contract:
+// records, epochs and sequences; conditional beats, evictions and
+// deregistrations; ages, bus status and StoreTime by the store's clock;
+// the queue book; done contexts; and concurrent use (run with -race).
+// No scenario skips.
 //
 // Every scenario uses fresh random node UUIDs and looks only at its own
 // records (and queues), so stores sharing one table (parallel test
