@@ -2,16 +2,25 @@ package bus
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 func init() {
-	busx.Set(func(b any) busx.Engine { return engine{b.(interface{ self() *CloudBus }).self()} },
-		func(r any) *message.Envelope { return r.(*Request).env },
-		func(env *message.Envelope) any { return &Request{env: env} },
-		func(r any) busx.Engine { return engine{r.(*Request).bus} })
+	busx.Set(busx.Hooks{
+		Engine:     func(b any) busx.Engine { return engine{b.(interface{ self() *CloudBus }).self()} },
+		Envelope:   func(r any) *message.Envelope { return r.(*Request).env },
+		NewRequest: func(env *message.Envelope) any { return &Request{env: env} },
+		Receiver:   func(r any) busx.Engine { return engine{r.(*Request).bus} },
+		MuxTypes: func(h any) []reflect.Type {
+			if m, ok := h.(interface{ muxSelf() *Mux }); ok {
+				return m.muxSelf().types()
+			}
+			return nil
+		},
+	})
 }
 
 // self returns b; a type embedding *CloudBus has it too, so busx.Of

@@ -110,6 +110,24 @@ func NewMux() *Mux {
 	return &Mux{handlers: make(map[reflect.Type]Handler)}
 }
 
+// muxSelf returns m; a type embedding *Mux has it too, so the SDK finds
+// the mux's request types (service routes a message by its type).
+func (m *Mux) muxSelf() *Mux { return m }
+
+// types returns the request types m has handlers for.
+func (m *Mux) types() []reflect.Type {
+	if m == nil {
+		return nil
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	ts := make([]reflect.Type, 0, len(m.handlers))
+	for t := range m.handlers {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
 // handleType routes payloads of prototype's type (a value or pointer of a
 // registered type) to h, replacing any earlier handler of that type.
 func (m *Mux) handleType(prototype any, h Handler) {

@@ -301,7 +301,7 @@ func runChaosClient(stop context.Context, cl *service.Client, cfg chaosClientCon
 		var err error
 		if o.Kind == chaosRead {
 			var rep api.ImageReply
-			rep, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: img}, callOpts...)
+			rep, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img}, callOpts...)
 			o.Got, o.Node = rep.Image.Name, rep.Node
 		} else {
 			m := api.SetImageName{UUID: img, Name: o.Value}
@@ -309,7 +309,7 @@ func runChaosClient(stop context.Context, cl *service.Client, cfg chaosClientCon
 				m.IfName = &o.Expect
 			}
 			var rep api.ImageNameSet
-			rep, err = service.CallAPI[api.ImageNameSet](ctx, cl, m, callOpts...)
+			rep, err = service.Call[api.ImageNameSet](ctx, cl, m, callOpts...)
 			o.Got, o.Swapped, o.Node = rep.Image.Name, rep.Set, rep.Node
 		}
 		o.Done = time.Now().UnixNano()

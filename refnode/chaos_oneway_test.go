@@ -70,7 +70,7 @@ func runOneWaySender(stop context.Context, cl *service.Client, cfg chaosClientCo
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.OneWayTimeout)
 		deadline, _ := ctx.Deadline()
 		s.Sent, s.Deadline = time.Now().UnixNano(), deadline.UnixNano()
-		err := cl.Send(ctx, api.SetImageName{UUID: img, Name: s.Name},
+		err := service.Send(ctx, cl, api.SetImageName{UUID: img, Name: s.Name},
 			bus.WithID(s.MsgID), bus.WithTimeout(cfg.OneWayTimeout), bus.WithHeader(HeaderOp, s.OpID))
 		s.Done = time.Now().UnixNano()
 		cancel()

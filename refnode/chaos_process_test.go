@@ -207,23 +207,23 @@ func TestChaos(t *testing.T) {
 	images := idsOwnedBy(t, ringOver(t, ids), ids, chaosPerNode)
 	imageIndex := map[string]int{}
 	for k, img := range images {
-		_, err := service.CallAPI[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
+		_, err := service.Call[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
 		require.NoError(t, err, "add image %d", k)
 		imageIndex[img] = k
 	}
 	oneWay := idsOwnedBy(t, ringOver(t, ids), ids, chaosOWPerNode)
 	oneWayIndex := map[string]int{}
 	for k, img := range oneWay {
-		_, err := service.CallAPI[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
+		_, err := service.Call[api.ImageReply](ctx, admin, api.AddImage{UUID: img, Name: chaosInitName})
 		require.NoError(t, err, "add one-way image %d", k)
 		oneWayIndex[img] = k
 	}
-	_, err := service.CallAPI[api.HostReply](ctx, admin, api.AddHost{UUID: message.NewUUID(), Address: "10.0.7.1"})
+	_, err := service.Call[api.HostReply](ctx, admin, api.AddHost{UUID: message.NewUUID(), Address: "10.0.7.1"})
 	require.NoError(t, err, "add a host for the VMs")
 	vms := idsOwnedBy(t, ringOver(t, ids), ids, chaosVMsPerNode)
 	vmIndex := map[string]int{}
 	for k, vm := range vms {
-		_, err := service.CallAPI[api.VmCreated](ctx, admin, api.CreateVm{UUID: vm, Name: fmt.Sprintf("chaos-%d", k), ImageUUID: images[0]})
+		_, err := service.Call[api.VmCreated](ctx, admin, api.CreateVm{UUID: vm, Name: fmt.Sprintf("chaos-%d", k), ImageUUID: images[0]})
 		require.NoError(t, err, "create vm %d", k)
 		vmIndex[vm] = k
 	}
@@ -295,7 +295,7 @@ func TestChaos(t *testing.T) {
 		o := chaosOp{Image: k, Client: chaosClients, Kind: chaosRead, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
 		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
 		dl, _ := rctx.Deadline()
-		rep, err := service.CallAPI[api.ImageReply](rctx, admin, api.GetImage{UUID: img}, bus.WithHeader(HeaderOp, o.OpID))
+		rep, err := service.Call[api.ImageReply](rctx, admin, api.GetImage{UUID: img}, bus.WithHeader(HeaderOp, o.OpID))
 		cancel()
 		require.NoError(t, err, "the last read of image %d", k)
 		o.Done, o.Deadline, o.Outcome, o.Class, o.Got, o.Node = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK, rep.Image.Name, rep.Node
@@ -306,7 +306,7 @@ func TestChaos(t *testing.T) {
 		o := chaosVMOp{VM: k, Client: chaosClients, Kind: vmGet, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
 		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
 		dl, _ := rctx.Deadline()
-		rep, err := service.CallAPI[api.VmReply](rctx, admin, api.GetVm{UUID: vm}, bus.WithHeader(HeaderOp, o.OpID))
+		rep, err := service.Call[api.VmReply](rctx, admin, api.GetVm{UUID: vm}, bus.WithHeader(HeaderOp, o.OpID))
 		cancel()
 		require.NoError(t, err, "the last read of vm %d", k)
 		o.Done, o.Deadline, o.Outcome, o.Class = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK

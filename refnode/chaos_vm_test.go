@@ -148,7 +148,7 @@ func runChaosVMClient(stop context.Context, cl *service.Client, cfg chaosClientC
 		case vmStop:
 			msg = api.StopVm{UUID: vm}
 		}
-		rep, err := service.CallAPI[api.VmReply](ctx, cl, msg, callOpts...)
+		rep, err := service.Call[api.VmReply](ctx, cl, msg, callOpts...)
 		o.Done = time.Now().UnixNano()
 		cancel()
 		o.Outcome, o.Class, o.Refused = outcomeOf(err), classOf(err), refusedTransition(o.Kind, err)

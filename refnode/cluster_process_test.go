@@ -118,7 +118,7 @@ func TestClusterOfProcesses(t *testing.T) {
 	// Two hosts and two VMs owned by each node.
 	hosts, vms := idsOwnedBy(t, r, ids, 2), idsOwnedBy(t, r, ids, 2)
 	for _, h := range hosts {
-		rep, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: h, Address: "10.0.0." + h[:2]})
+		rep, err := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: h, Address: "10.0.0." + h[:2]})
 		require.NoError(t, err)
 		assert.Equal(t, mustOwner(t, r, h), rep.Node, "AddHost ran on the host's owner")
 	}
@@ -126,11 +126,11 @@ func TestClusterOfProcesses(t *testing.T) {
 	ctl(t, ctx, broker, prefix, &created, "create-vm", "-uuid", vms[0], "-name", "web", img.Image.UUID)
 	assert.Equal(t, created.Portal, created.Node, "CreateVm ran on the portal's node")
 	for _, vm := range vms[1:] {
-		_, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, ImageUUID: img.Image.UUID})
+		_, err := service.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, ImageUUID: img.Image.UUID})
 		require.NoError(t, err)
 	}
 	for _, vm := range vms {
-		rep, err := service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
+		rep, err := service.Call[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
 		assert.Equal(t, cloud.VMRunning, rep.VM.State)
 		assert.Equal(t, mustOwner(t, r, vm), rep.Node, "StartVm ran on the VM's owner")
@@ -140,7 +140,7 @@ func TestClusterOfProcesses(t *testing.T) {
 	// broker over the three portals.
 	for i := range 60 {
 		vm := vms[i%len(vms)]
-		rep, err := service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
+		rep, err := service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
 		require.Equal(t, mustOwner(t, r, vm), rep.Node, "GetVm ran on the VM's owner")
 	}
@@ -357,7 +357,7 @@ func newClient(t *testing.T, ctx context.Context, broker, prefix string) *servic
 // callBriefly calls with a short timeout: a call that went to the dead
 // node's queue before its eviction waits there.
 func callBriefly[Resp any](ctx context.Context, cl *service.Client, msg any) (Resp, error) {
-	return service.CallAPI[Resp](ctx, cl, msg, bus.WithTimeout(time.Second))
+	return service.Call[Resp](ctx, cl, msg, bus.WithTimeout(time.Second))
 }
 
 // ctl runs `refnode ctl -prefix prefix args...` with REFNODE_BUS set and

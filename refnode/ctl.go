@@ -85,7 +85,7 @@ func optionalUUID(args []string) (string, error) {
 }
 
 func callAs[Resp any](ctx context.Context, c *service.Client, msg any) (any, error) {
-	return service.CallAPI[Resp](ctx, c, msg)
+	return service.Call[Resp](ctx, c, msg)
 }
 
 var ctlCommands = map[string]ctlCommand{

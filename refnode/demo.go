@@ -260,7 +260,7 @@ func (d *demo) portalOp(ctx context.Context, name, kind, resource string, msg an
 	owner, members := d.ring(resource)
 	op := opRecord{msg: name, kind: kind, resource: resource, route: routePortal, owner: owner, members: members}
 	t := time.Now()
-	reply, err := d.cl.Call(ctx, msg)
+	reply, err := service.Call[any](ctx, d.cl, msg)
 	op.took = time.Since(t)
 	return reply, d.record(op, reply, err)
 }
@@ -270,7 +270,7 @@ func (d *demo) nodeOp(ctx context.Context, m *member, name, resource string, msg
 	owner, members := d.ring(resource)
 	op := opRecord{msg: name, kind: "vm", resource: resource, sender: m.node.UUID(), route: routeOwner, owner: owner, members: members}
 	t := time.Now()
-	reply, err := m.node.Call(ctx, api.VMService, msg)
+	reply, err := service.Call[any](ctx, m.node, msg)
 	op.took = time.Since(t)
 	return d.record(op, reply, err)
 }
@@ -279,7 +279,7 @@ func (d *demo) nodeOp(ctx context.Context, m *member, name, resource string, msg
 func (d *demo) create(ctx context.Context, m *member, msg api.CreateVm) error {
 	op := opRecord{msg: "CreateVm", kind: "vm", resource: msg.UUID, sender: m.node.UUID(), route: routeLocal}
 	t := time.Now()
-	reply, err := m.node.Call(ctx, api.VMService, msg)
+	reply, err := service.Call[any](ctx, m.node, msg)
 	op.took = time.Since(t)
 	return d.record(op, reply, err)
 }
@@ -289,7 +289,7 @@ func (d *demo) create(ctx context.Context, m *member, msg api.CreateVm) error {
 func (d *demo) createViaPortal(ctx context.Context, msg api.CreateVm) error {
 	op := opRecord{msg: "CreateVm", kind: "vm", resource: msg.UUID, route: routePortalLocal}
 	t := time.Now()
-	reply, err := d.cl.Call(ctx, msg)
+	reply, err := service.Call[any](ctx, d.cl, msg)
 	op.took = time.Since(t)
 	return d.record(op, reply, err)
 }

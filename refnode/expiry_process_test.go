@@ -95,7 +95,7 @@ func TestExpiredRequestsNeverRun(t *testing.T) {
 
 	// The request without an expiration ran, as late as the node came.
 	require.NoError(t, poll(ctx, func() error {
-		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: plain})
+		_, err := service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: plain})
 		return err
 	}), "the request without an expiration ran once a node took it")
 	t.Logf("without an expiration: ran on node %s %s after it was sent; replies %q", second.label, time.Since(sent).Round(time.Millisecond), wc.replies(plainCorr))
@@ -103,7 +103,7 @@ func TestExpiredRequestsNeverRun(t *testing.T) {
 	// The one with an expiration: never delivered, never run, never
 	// answered. The node took the other one, behind it in the queue, so
 	// the broker has passed it.
-	_, err := service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: expiring})
+	_, err := service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: expiring})
 	assert.ErrorIs(t, err, message.ErrNotFound, "the request with an expiration never ran")
 	assert.Empty(t, wc.replies(expiringCorr), "the request with an expiration was never delivered, so never answered")
 	st, err := second.status()

@@ -158,7 +158,7 @@ func (l *load) callVM(ctx context.Context, vm string, operate bool) {
 			return
 		case l.slots <- struct{}{}:
 		}
-		rep, err := service.CallAPI[api.VmReply](ctx, l.cl, msg, bus.WithTimeout(loadCallTimeout))
+		rep, err := service.Call[api.VmReply](ctx, l.cl, msg, bus.WithTimeout(loadCallTimeout))
 		<-l.slots
 		if ctx.Err() != nil {
 			return

@@ -369,10 +369,10 @@ func (fc *failoverCluster) termRound(t *testing.T, ctx context.Context, l *load,
 // UUIDs, foCreateTasks at a time, and returns their UUIDs.
 func createVMs(t *testing.T, ctx context.Context, cl *service.Client, n int) []string {
 	t.Helper()
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "failover"})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "failover"})
 	require.NoError(t, err, "add an image")
 	for i := range foHosts {
-		_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: fmt.Sprintf("10.0.1.%d", i+1)})
+		_, err := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: fmt.Sprintf("10.0.1.%d", i+1)})
 		require.NoError(t, err, "add host %d", i+1)
 	}
 	vms := make([]string, n)
@@ -386,7 +386,7 @@ func createVMs(t *testing.T, ctx context.Context, cl *service.Client, n int) []s
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, errs[i] = service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: fmt.Sprintf("fo-%03d", i), ImageUUID: img.Image.UUID},
+			_, errs[i] = service.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: fmt.Sprintf("fo-%03d", i), ImageUUID: img.Image.UUID},
 				bus.WithTimeout(20*time.Second))
 		})
 	}

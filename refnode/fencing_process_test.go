@@ -97,9 +97,9 @@ func TestFencingUnderFaults(t *testing.T) {
 	t.Logf("3 nodes serving and agreeing %s after the test began: %s; node X is %s, stalling its first VM write for %s",
 		since(testStart), fc.describe(), x.Label(), fnStall)
 	cl := fc.Client(t, ctx)
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "fencing"})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "fencing"})
 	require.NoError(t, err, "add an image")
-	_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.2.1"})
+	_, err = service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.2.1"})
 	require.NoError(t, err, "add a host")
 	f := &fencingRun{fc: fc, cl: cl, jan: newJanitor(t, broker), image: img.Image.UUID}
 
@@ -160,9 +160,9 @@ func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()
 	}
-	_, err = service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: vm, Name: "fencing-paused", ImageUUID: f.image})
+	_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: vm, Name: "fencing-paused", ImageUUID: f.image})
 	require.NoError(t, err, "create the VM")
-	got, err := service.CallAPI[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+	got, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 	require.NoError(t, err)
 	require.Equal(t, xid, got.Node, "node X (%s) owns VM %s", x.Label(), vm)
 	require.Equal(t, cloud.VMCreated, got.VM.State)
@@ -182,7 +182,7 @@ func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, fnCallTimeout)
 		defer cancel()
-		rep, err := service.CallAPI[api.VmReply](cctx, f.cl, api.StartVm{UUID: vm}, bus.WithTimeout(fnCallTimeout), bus.WithHeader(HeaderOp, op))
+		rep, err := service.Call[api.VmReply](cctx, f.cl, api.StartVm{UUID: vm}, bus.WithTimeout(fnCallTimeout), bus.WithHeader(HeaderOp, op))
 		stalled <- outcome{rep, err, time.Since(sent)}
 	}()
 	// Receive it whatever happens, so that no goroutine outlives the test.
@@ -274,7 +274,7 @@ func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
 
 	// The new owner's writes: start the VM (unless the StartVm's
 	// redelivery did), then stop it.
-	cur, err := service.CallAPI[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+	cur, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 	require.NoError(t, err, "GetVm after the takeover")
 	owner := cur.Node
 	require.NotEqual(t, xid, owner, "a peer owns VM %s now", vm)
@@ -383,7 +383,7 @@ func resumeLines(c *child, since time.Time) []logLine {
 // that owner ran it and left the VM in want; it returns how long it took.
 func (f *fencingRun) operate(ctx context.Context, msg any, owner string, want cloud.VMState) (time.Duration, error) {
 	start := time.Now()
-	rep, err := service.CallAPI[api.VmReply](ctx, f.cl, msg, bus.WithTimeout(fnBound))
+	rep, err := service.Call[api.VmReply](ctx, f.cl, msg, bus.WithTimeout(fnBound))
 	took := time.Since(start)
 	switch {
 	case err != nil:

@@ -147,7 +147,7 @@ func (d *driver) call(vm string, i int) {
 	op := fmt.Sprintf("op-%s-%06d", d.run, d.seq.Add(1))
 	invoke := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.Timeout)
-	rep, err := service.CallAPI[api.VmReply](ctx, d.cl, msg, bus.WithTimeout(d.opts.Timeout), bus.WithHeader(HeaderOp, op))
+	rep, err := service.Call[api.VmReply](ctx, d.cl, msg, bus.WithTimeout(d.opts.Timeout), bus.WithHeader(HeaderOp, op))
 	done := time.Now()
 	cancel()
 	rec := callRecord{OpID: op, Kind: kind, VM: vm, Invoke: invoke, Done: done, Outcome: outcomeOf(err)}

@@ -40,10 +40,10 @@ func TestFaultHarness(t *testing.T) {
 	assert.Contains(t, out, "bus:     amqp://guest:xxxxx@127.0.0.1:"+portOf(b.Bus.Addr()), "node B reaches the broker through its proxy")
 
 	cl := fc.Client(t, ctx)
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "harness"})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "harness"})
 	require.NoError(t, err)
 	opID := "op-harness-" + message.NewUUID()[:8]
-	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID}, bus.WithHeader(HeaderOp, opID))
+	_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID}, bus.WithHeader(HeaderOp, opID))
 	require.NoError(t, err)
 
 	b.Pause(t)
@@ -69,7 +69,7 @@ func TestFaultHarness(t *testing.T) {
 		n.DB.Heal()
 	}
 	require.NoError(t, poll(ctx, fc.Agreed), "the rings agree after a short database cut")
-	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID})
+	_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID})
 	require.NoError(t, err, "the cluster answers after the cut")
 
 	fc.Terminate(t, 20*time.Second)

@@ -87,15 +87,15 @@ func TestHostileInput(t *testing.T) {
 	cl := newClient(t, ctx, broker, prefix)
 
 	// What the valid calls and the hostile copies are about.
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "hostile-" + tag})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "hostile-" + tag})
 	require.NoError(t, err)
 	for range 3 {
-		_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.1.0.1"})
+		_, err := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.1.0.1"})
 		require.NoError(t, err)
 	}
 	var vms []string
 	for range 6 {
-		rep, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img.Image.UUID})
+		rep, err := service.Call[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img.Image.UUID})
 		require.NoError(t, err)
 		vms = append(vms, rep.VM.UUID)
 	}
@@ -107,11 +107,11 @@ func TestHostileInput(t *testing.T) {
 		var err error
 		switch i % 4 {
 		case 0, 1:
-			_, err = service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vms[i%len(vms)]}, bus.WithTimeout(15*time.Second))
+			_, err = service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vms[i%len(vms)]}, bus.WithTimeout(15*time.Second))
 		case 2:
-			_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID}, bus.WithTimeout(15*time.Second))
+			_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img.Image.UUID}, bus.WithTimeout(15*time.Second))
 		case 3:
-			_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "valid"}, bus.WithTimeout(15*time.Second))
+			_, err = service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "valid"}, bus.WithTimeout(15*time.Second))
 		}
 		if err != nil {
 			failedCalls.Add(1)

@@ -73,7 +73,7 @@ func TestOneWayWritesSurviveADatabaseCut(t *testing.T) {
 		if mustOwner(t, r, id) != xid {
 			continue
 		}
-		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "start"})
+		_, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "start"})
 		require.NoError(t, err, "add an image")
 		images = append(images, id)
 	}
@@ -113,7 +113,7 @@ func TestOneWayWritesSurviveADatabaseCut(t *testing.T) {
 		msg := api.SetImageName{UUID: images[i%owImages], Name: s.name}
 		if i%2 == 0 {
 			s.path = "api.portal"
-			s.err = cl.Send(ctx, msg, bus.WithID(s.id), bus.WithTimeout(owTimeout))
+			s.err = service.Send(ctx, cl, msg, bus.WithID(s.id), bus.WithTimeout(owTimeout))
 		} else {
 			s.path = "X's queue"
 			s.err = sendRouted(ctx, direct, msg, s.id, []string{xid, mustOwner(t, others, msg.UUID)})

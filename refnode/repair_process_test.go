@@ -123,9 +123,9 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 		t.Name(), since(testStart), fc.describe(), x.Label(), rpStall, rpSweep)
 
 	cl := fc.Client(t, ctx)
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "repair"})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "repair"})
 	require.NoError(t, err, "add an image")
-	_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.4.1"})
+	_, err = service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.4.1"})
 	require.NoError(t, err, "add a host")
 
 	// A VM that X owns: its UUID picked on the ring of the running nodes,
@@ -139,9 +139,9 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()
 	}
-	_, err = service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: "repair", ImageUUID: img.Image.UUID})
+	_, err = service.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: "repair", ImageUUID: img.Image.UUID})
 	require.NoError(t, err, "create the VM")
-	got, err := service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
+	got, err := service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 	require.NoError(t, err)
 	require.Equal(t, xid, got.Node, "node X (%s) owns VM %s", x.Label(), vm)
 	require.Equal(t, cloud.VMCreated, got.VM.State)
@@ -177,7 +177,7 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 	go func() {
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
-		rep, err := service.CallAPI[api.VmReply](cctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(rpCallTimeout))
+		rep, err := service.Call[api.VmReply](cctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(rpCallTimeout))
 		started <- outcome{rep, err, time.Now()}
 	}()
 	var call outcome
@@ -281,7 +281,7 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 	// first if the stalled StartVm's redelivery started the VM there).
 	gctx, gcancel := context.WithTimeout(ctx, rpBound)
 	getOp := hist.InvokeVM(1, chaoscheck.VMInput{})
-	cur, err := service.CallAPI[api.VmReply](gctx, cl, api.GetVm{UUID: vm})
+	cur, err := service.Call[api.VmReply](gctx, cl, api.GetVm{UUID: vm})
 	gcancel()
 	require.NoError(t, err, "GetVm after the takeover")
 	hist.ReturnVM(getOp, chaoscheck.VMOutput{State: cur.VM.State})
@@ -299,7 +299,7 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 		msg := map[cloud.VMOp]any{cloud.VMOpStart: api.StartVm{UUID: vm}, cloud.VMOpStop: api.StopVm{UUID: vm}}[op]
 		i := hist.InvokeVM(1, chaoscheck.VMInput{Op: op})
 		began := time.Now()
-		rep, err := service.CallAPI[api.VmReply](ctx, cl, msg, bus.WithTimeout(rpBound))
+		rep, err := service.Call[api.VmReply](ctx, cl, msg, bus.WithTimeout(rpBound))
 		require.NoError(t, err, "%s through the new owner is acknowledged; its log:\n%s", op, logTail(ownerProc, paused, 20))
 		hist.ReturnVM(i, chaoscheck.VMOutput{State: rep.VM.State})
 		require.Equal(t, owner, rep.Node, "%s ran on the new owner", op)
@@ -385,7 +385,7 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 	assert.Zero(t, xst.VMs.Repairs)
 	assert.GreaterOrEqual(t, xst.VMs.Sweeps, uint64(rpWatch/rpSweep)-2, "several sweeps ran on X during the watch")
 	gctx, gcancel = context.WithTimeout(ctx, rpBound)
-	got, err = service.CallAPI[api.VmReply](gctx, cl, api.GetVm{UUID: vm})
+	got, err = service.Call[api.VmReply](gctx, cl, api.GetVm{UUID: vm})
 	gcancel()
 	require.NoError(t, err)
 	assert.Equal(t, xid, got.Node, "node X owns VM %s again", vm)

@@ -105,9 +105,9 @@ func TestStuckStateRepaired(t *testing.T) {
 		since(testStart), fc.describe(), x.Label(), stStall, stSweep)
 
 	cl := fc.Client(t, ctx)
-	img, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "stuck"})
+	img, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: message.NewUUID(), Name: "stuck"})
 	require.NoError(t, err, "add an image")
-	_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.3.1"})
+	_, err = service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.3.1"})
 	require.NoError(t, err, "add a host")
 
 	// A VM that X owns: its UUID picked on the ring of the running nodes,
@@ -121,9 +121,9 @@ func TestStuckStateRepaired(t *testing.T) {
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()
 	}
-	_, err = service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: "stuck", ImageUUID: img.Image.UUID})
+	_, err = service.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, Name: "stuck", ImageUUID: img.Image.UUID})
 	require.NoError(t, err, "create the VM")
-	got, err := service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
+	got, err := service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 	require.NoError(t, err)
 	require.Equal(t, xid, got.Node, "node X (%s) owns VM %s", x.Label(), vm)
 	require.Equal(t, cloud.VMCreated, got.VM.State)
@@ -140,7 +140,7 @@ func TestStuckStateRepaired(t *testing.T) {
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, stCallTimeout)
 		defer cancel()
-		rep, err := service.CallAPI[api.VmReply](cctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(stCallTimeout))
+		rep, err := service.Call[api.VmReply](cctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(stCallTimeout))
 		started <- outcome{rep, err, time.Now()}
 	}()
 	var call outcome
@@ -252,7 +252,7 @@ func TestStuckStateRepaired(t *testing.T) {
 	after, err := x.Proc().status()
 	require.NoError(t, err)
 	assert.Equal(t, before.Epoch, after.Epoch, "node X kept its epoch: it was never evicted")
-	got, err = service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
+	got, err = service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 	require.NoError(t, err)
 	assert.Equal(t, xid, got.Node, "node X still owns VM %s", vm)
 	assert.Equal(t, cloud.VMRunning, got.VM.State, "GetVm reports the VM running")

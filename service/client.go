@@ -117,38 +117,6 @@ func (c *Client) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return c.clock.sync.Now()
 }
 
-// Call sends an API message to api.portal and waits for the reply. The
-// portal that takes it forwards it by the rule of [Node.Call]: a message
-// about a resource (its type implements message.Routed, or
-// bus.WithResource names one) to the resource's owner, any other to the
-// portal's own node. A Routed message naming no resource fails with
-// message.ErrBadRequest before anything is sent.
-//
-// The portal forwards the message under its own id (bus.WithID sets it;
-// default a fresh UUID), so the handler sees the same id however often
-// api.portal redelivers it. bus.WithRetry travels with the message as
-// the header bus.HeaderRetry, and the portal applies it to its forward
-// as [Node.Call] does: a call whose owner left mid-call is resent, with
-// the same id, to the new owner, and a later attempt's refusal is
-// returned as node_left, since the first attempt may still run.
-func (c *Client) Call(ctx context.Context, msg any, opts ...bus.Option) (any, error) {
-	return c.b.Call(ctx, bus.APIPortal, msg, opts...)
-}
-
-// CallAPI is the typed form of [Client.Call]: it decodes the reply as
-// Resp (a registered type T or *T; see bus.Call).
-func CallAPI[Resp any](ctx context.Context, c *Client, msg any, opts ...bus.Option) (Resp, error) {
-	return bus.Call[Resp](ctx, c.b, bus.APIPortal, msg, opts...)
-}
-
-// Send sends an API message one-way to api.portal, routed like Call,
-// with the same options. Once Send returned nil the message is kept
-// until it runs or, if it cannot (its attempts spent, its deadline
-// passed), waits in the dead-letter queue; see [Node.Send].
-func (c *Client) Send(ctx context.Context, msg any, opts ...bus.Option) error {
-	return c.b.Send(ctx, bus.APIPortal, msg, opts...)
-}
-
 // Bus returns the client's bus, e.g. to subscribe to broadcast events.
 func (c *Client) Bus() *bus.CloudBus { return c.b }
 

@@ -57,7 +57,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 		store, err := sqlstore.Open(ctx, sqlstore.Config{URL: proxied, Table: table, MaxOpenConns: 2})
 		require.NoError(t, err)
 		tr := net.Transport(id)
-		rec := &recorder{j: j}
+		rec := newRecorder(j)
 		rec.setOnRing(func(n *service.Node, ch service.RingChange) {
 			mu.Lock()
 			left = append(left, ch.Left...)

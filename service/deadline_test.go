@@ -51,7 +51,7 @@ func TestLateAPIMessagesNeverRun(t *testing.T) {
 		errs := make(chan error, calls)
 		for range calls {
 			go func() {
-				_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
+				_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
 				errs <- err
 			}()
 		}
@@ -80,7 +80,7 @@ func TestLateAPIMessagesNeverRun(t *testing.T) {
 			t.FailNow()
 		}
 		assert.Empty(t, j.all(), "no handler ran a message after its caller's deadline")
-		_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
+		_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
 		require.NoError(t, err, "a call in time runs")
 		assert.Len(t, j.all(), 1)
 	})
@@ -106,7 +106,7 @@ func TestFencedPortalGivesMessagesBack(t *testing.T) {
 				continue
 			}
 			asked++
-			_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(5*time.Second))
+			_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(5*time.Second))
 			require.NoError(t, err, "a healthy portal takes the message")
 		}
 		for _, h := range j.all() {

@@ -36,8 +36,8 @@
 //	caller                       call                                       goes to
 //	a service on a node          service.Call[Resp](ctx, node, svc, msg)    the resource's owner, or this node
 //	                             node.Send(ctx, svc, msg)                   the same, one-way
-//	a process that is not a node service.CallAPI[Resp](ctx, client, msg)    api.portal, then as above
-//	                             client.Send(ctx, msg)                      the same, one-way
+//	a process that is not a node service.Call[Resp](ctx, client, msg)    api.portal, then as above
+//	                             service.Send(ctx, client, msg)                      the same, one-way
 //	anything                     bus.Call[Resp](ctx, b, serviceID, msg)     exactly that service id's queue
 //
 // [Node.Call] and [Client.Call] are the untyped forms of the first and

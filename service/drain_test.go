@@ -38,12 +38,12 @@ func TestZombieStepsAside(t *testing.T) {
 		epoch := zombie.Epoch()
 		cut := time.Now()
 		c.Partition(zombie.UUID(), true)
-		_, err := caller.Call(t.Context(), "recorder", Touch{Resource: res}, bus.WithTimeout(5*time.Second))
+		_, err := service.Call[any](t.Context(), caller, Touch{Resource: res}, bus.WithTimeout(5*time.Second))
 		if err != nil { // or the reply of the survivor the message was drained to, if it came before the node-left event
 			require.ErrorIs(t, err, message.ErrNodeLeft, "the caller learns the owner is gone, not a timeout")
 		}
 		failedAfter := time.Since(cut)
-		got, err := service.Call[Touched](t.Context(), caller, "recorder", Touch{Resource: res}, bus.WithTimeout(5*time.Second))
+		got, err := service.Call[Touched](t.Context(), caller, Touch{Resource: res}, bus.WithTimeout(5*time.Second))
 		require.NoError(t, err, "the survivors own the zombie's resources")
 		answeredAfter := time.Since(cut)
 		assert.NotEqual(t, zombie.UUID(), got.Node)
@@ -209,7 +209,7 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 				var wg sync.WaitGroup
 				for range 20 { // messages in flight to the leaver
 					wg.Go(func() {
-						_, _ = c.Node(2).Call(context.WithoutCancel(t.Context()), "recorder", Touch{Resource: message.NewUUID()}, bus.WithTimeout(2*time.Second))
+						_, _ = service.Call[any](context.WithoutCancel(t.Context()), c.Node(2), Touch{Resource: message.NewUUID()}, bus.WithTimeout(2*time.Second))
 					})
 				}
 				for range 10 { // API calls about the dead peer's resources: some portal handlers of the leaver wait on it
@@ -218,7 +218,7 @@ func TestLeaveWithADeadPeer(t *testing.T) {
 						res = message.NewUUID()
 					}
 					wg.Go(func() {
-						_, _ = service.CallAPI[Touched](context.WithoutCancel(t.Context()), client, APITouch{Resource: res}, bus.WithTimeout(2*time.Second))
+						_, _ = service.Call[Touched](context.WithoutCancel(t.Context()), client, APITouch{Resource: res}, bus.WithTimeout(2*time.Second))
 					})
 				}
 				time.Sleep(time.Millisecond)
@@ -274,7 +274,7 @@ func TestNoMessageBeforeTheClusterTime(t *testing.T) {
 		j := newJournal()
 		store.SetLatency(id, 20*time.Millisecond) // each round trip to the store, the clock's included
 		n, err := service.NewNode(service.Config{Node: id, Prefix: prefix, Transport: net.Transport(id), Store: store.For(id),
-			Registry: registry(), Services: []service.Service{&recorder{j: j}}, Heartbeat: heartbeat.LocalConfig(), NoRejoin: true})
+			Registry: registry(), Services: []service.Service{newRecorder(j)}, Heartbeat: heartbeat.LocalConfig(), NoRejoin: true})
 		require.NoError(t, err)
 		require.NoError(t, n.Start(ctx))
 		defer n.Close()

@@ -36,7 +36,7 @@ func vmService() service.Service {
 	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m StartVm) (VmStarted, error) {
 		return VmStarted{VMUUID: r.Resource(), Node: r.Node()}, nil
 	})
-	return service.Named("vmInstance", mux, StartVm{})
+	return service.API("vmInstance", mux)
 }
 
 // Two management nodes and a client in one process: the client's API
@@ -80,7 +80,7 @@ func Example() {
 	client, _ := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: "zstack", Registry: reg})
 	defer client.Close()
 	vm := "932763162d054c04adaab6ab498c9139"
-	reply, err := service.CallAPI[VmStarted](ctx, client, StartVm{VMUUID: vm})
+	reply, err := service.Call[VmStarted](ctx, client, StartVm{VMUUID: vm})
 	owner, _ := nodes[0].Owner(vm)
 	fmt.Println(reply.VMUUID, reply.Node == owner, err)
 	// Output:

@@ -98,9 +98,9 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 			NoRejoin: true, // once it learns of its eviction it stops, leaving its queues to the survivors
 			Services: func(i int) []service.Service {
 				if i == 2 {
-					return []service.Service{&recorder{j: j}, local}
+					return []service.Service{newRecorder(j), local}
 				}
-				return []service.Service{&recorder{j: j}}
+				return []service.Service{newRecorder(j)}
 			},
 		})
 		t.Cleanup(local.open) // runs before the cluster closes

@@ -75,6 +75,7 @@ type Node struct {
 	ring     ring.Ring
 	services map[string]Service
 	api      map[string]string // API message type -> service name
+	types    map[string]string // message type -> service name, "" if several (call.go)
 
 	state atomic.Int32
 	ready chan struct{}
@@ -171,6 +172,7 @@ func NewNode(cfg Config) (*Node, error) {
 			}
 		}
 	}
+	n.types = messageTypes(cfg.Registry, cfg.Services)
 	if _, err := heartbeat.NewMonitor(cfg.Store, n.id, cfg.Heartbeat, nil, nil); err != nil {
 		return nil, err // validates the timing now; each life makes its own monitor
 	}

@@ -31,7 +31,7 @@ func startCluster(t *testing.T, n int, j *journal, opts servicetest.Options) (*s
 	opts.Nodes = n
 	opts.Registry = registry()
 	opts.Services = func(i int) []service.Service {
-		r := &recorder{j: j}
+		r := newRecorder(j)
 		mu.Lock()
 		recs = append(recs, r)
 		mu.Unlock()
@@ -68,7 +68,7 @@ func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
 			live := c.Live()
 			for i, res := range resources {
 				sender := live[i%len(live)]
-				got, err := service.Call[Touched](ctx, sender, "recorder", Touch{Resource: res, Seq: round})
+				got, err := service.Call[Touched](ctx, sender, Touch{Resource: res, Seq: round})
 				require.NoError(t, err, "message %d of round %d", i, round)
 				want, err := sender.Owner(res)
 				require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
 		pending := make(chan error, 1)
 		callStart := time.Now()
 		go func() {
-			_, err := c.Node(0).Call(ctx, "recorder", Touch{Resource: blocked, Block: true}, bus.WithTimeout(callTimeout))
+			_, err := service.Call[any](ctx, c.Node(0), Touch{Resource: blocked, Block: true}, bus.WithTimeout(callTimeout))
 			pending <- err
 		}()
 		c.WaitFor(t, time.Second, "the blocking call reached the victim", func() bool {
@@ -157,7 +157,7 @@ func TestPerResourceSerialExecution(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, res := range resources {
 			for k := range each {
-				require.NoError(t, sender.Send(ctx, "recorder", Touch{Resource: res, Seq: k}))
+				require.NoError(t, service.Send(ctx, sender, Touch{Resource: res, Seq: k}))
 			}
 		}
 		c.WaitFor(t, 10*time.Second, "all messages handled", func() bool { return len(j.all()) == len(resources)*each })
@@ -187,7 +187,7 @@ func TestAPIPortalFromClient(t *testing.T) {
 		client := c.Client(t)
 		ctx := t.Context()
 		for _, res := range uuids(60) {
-			got, err := service.CallAPI[Touched](ctx, client, APITouch{Resource: res})
+			got, err := service.Call[Touched](ctx, client, APITouch{Resource: res})
 			require.NoError(t, err)
 			assert.Equal(t, c.Owner(res), got.Node, "the reply names the owner")
 		}
@@ -207,7 +207,7 @@ func TestAPIPortalFromClient(t *testing.T) {
 			assert.Len(t, n.Members(), 3)
 		}
 		// An API message no service accepts is refused with a code.
-		_, err = client.Call(ctx, Touch{Resource: message.NewUUID()})
+		_, err = service.Call[any](ctx, client, Touch{Resource: message.NewUUID()})
 		assert.ErrorIs(t, err, message.ErrUnknownMessage)
 	})
 }
@@ -225,12 +225,12 @@ func TestBusyWhenResourceLineFull(t *testing.T) {
 		results := make(chan error, 10)
 		for k := range 5 { // one runs, four wait
 			go func() {
-				_, err := sender.Call(ctx, "recorder", Touch{Resource: res, Seq: k})
+				_, err := service.Call[any](ctx, sender, Touch{Resource: res, Seq: k})
 				results <- err
 			}()
 			synctest.Wait()
 		}
-		_, err := sender.Call(ctx, "recorder", Touch{Resource: res, Seq: 99})
+		_, err := service.Call[any](ctx, sender, Touch{Resource: res, Seq: 99})
 		assert.ErrorIs(t, err, message.ErrBusy)
 		assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
 
@@ -238,7 +238,7 @@ func TestBusyWhenResourceLineFull(t *testing.T) {
 		for range 5 {
 			require.NoError(t, <-results)
 		}
-		_, err = sender.Call(ctx, "recorder", Touch{Resource: res, Seq: 100})
+		_, err = service.Call[any](ctx, sender, Touch{Resource: res, Seq: 100})
 		require.NoError(t, err, "the node stays healthy")
 		for _, n := range c.Live() {
 			assert.Equal(t, service.StateServing, n.State())
@@ -300,7 +300,7 @@ func TestOrderlyLeave(t *testing.T) {
 		for i, res := range uuids(200) {
 			wg.Go(func() {
 				time.Sleep(time.Duration(i) * 100 * time.Microsecond)
-				_, err := c.Node(0).Call(ctx, "recorder", Touch{Resource: res})
+				_, err := service.Call[any](ctx, c.Node(0), Touch{Resource: res})
 				errs <- err
 			})
 		}
@@ -339,7 +339,7 @@ func TestEvictedNodeStopsServing(t *testing.T) {
 		assert.True(t, errors.Is(service.ErrEvicted, heartbeat.ErrEvicted))
 		// Survivors own everything.
 		for _, res := range uuids(50) {
-			_, err := c.Node(0).Call(t.Context(), "recorder", Touch{Resource: res})
+			_, err := service.Call[any](t.Context(), c.Node(0), Touch{Resource: res})
 			require.NoError(t, err)
 		}
 	})
@@ -394,15 +394,15 @@ func TestCallValidation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, _ := startCluster(t, 1, newJournal(), servicetest.Options{})
 		n := c.Node(0)
-		_, err := n.Call(t.Context(), "recorder", Touch{Resource: "not-a-uuid"})
+		_, err := service.Call[any](t.Context(), n, Touch{Resource: "not-a-uuid"})
 		assert.ErrorIs(t, err, message.ErrInvalidUUID)
 		res := message.NewUUID()
 		dashed := res[:8] + "-" + res[8:12] + "-" + res[12:16] + "-" + res[16:20] + "-" + res[20:]
 		o1, _ := n.Owner(res)
 		o2, _ := n.Owner(dashed)
 		assert.Equal(t, o1, o2)
-		_, err = n.Call(t.Context(), "nosuchservice", Touch{Resource: res})
-		assert.ErrorIs(t, err, message.ErrNoRoute)
+		_, err = service.Call[any](t.Context(), n, Touched{})
+		assert.ErrorIs(t, err, message.ErrNoRoute, "no service handles the type")
 
 		_, err = service.NewNode(service.Config{})
 		require.Error(t, err)
@@ -450,7 +450,7 @@ func TestEvictedNodeRejoins(t *testing.T) {
 		}
 		assert.True(t, recs[2].evicted.Load(), "EvictionListener ran")
 		assert.False(t, victim.Fenced())
-		got, err := service.Call[Touched](t.Context(), c.Node(0), "recorder", Touch{Resource: res})
+		got, err := service.Call[Touched](t.Context(), c.Node(0), Touch{Resource: res})
 		require.NoError(t, err)
 		assert.Equal(t, victim.UUID(), got.Node, "the rejoined node owns its resources again")
 		t.Logf("fenced %s after its heartbeat was cut (lease %s, eviction %s)", fencedAfter, hb.Lease, hb.EvictAfter)
@@ -470,7 +470,7 @@ func TestPortalUnderSaturation(t *testing.T) {
 		errs := make(chan error, 20)
 		for _, res := range uuids(20) {
 			wg.Go(func() {
-				_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(5*time.Second))
+				_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(5*time.Second))
 				errs <- err
 			})
 		}

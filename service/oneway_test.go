@@ -39,7 +39,7 @@ func TestOneWayAPIMessageKeptUntilItRuns(t *testing.T) {
 				client := c.Client(t)
 				res := message.NewUUID()
 				sent := time.Now()
-				require.NoError(t, client.Send(t.Context(), APITouch{Resource: res}, bus.WithTimeout(time.Minute)))
+				require.NoError(t, service.Send(t.Context(), client, APITouch{Resource: res}, bus.WithTimeout(time.Minute)))
 				c.WaitFor(t, 20*time.Second, "the refused message is given back for more attempts", func() bool {
 					retried, _, _ := oneWayStats(c.Live())
 					return retried >= 3
@@ -80,7 +80,7 @@ func TestOneWayDeadLetteredAtItsDeadline(t *testing.T) {
 		c := startIdem(t, 3, l)
 		n := c.Node(0)
 		res := message.NewUUID()
-		require.NoError(t, n.Send(t.Context(), "idem", Touch{Resource: res}, bus.WithTimeout(3*time.Second)))
+		require.NoError(t, service.Send(t.Context(), n, Touch{Resource: res}, bus.WithTimeout(3*time.Second)))
 		dlq := n.Bus().DeadLetterQueue()
 		c.WaitFor(t, 10*time.Second, "the message reaches the dead-letter queue", func() bool {
 			q, ok := c.Network().Queue(dlq)
@@ -100,7 +100,7 @@ func TestOneWayWrongMessageEnds(t *testing.T) {
 		l.set(func(l *idem) { l.refusing, l.refuseWith = true, message.ErrNotFound })
 		c := startIdem(t, 3, l)
 		client := c.Client(t)
-		require.NoError(t, client.Send(t.Context(), APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Minute)))
+		require.NoError(t, service.Send(t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Minute)))
 		c.WaitFor(t, 10*time.Second, "the portal counts the message as failed", func() bool {
 			_, _, failed := oneWayStats(c.Live())
 			return failed == 1

@@ -101,7 +101,7 @@ func startIdem(t *testing.T, n int, l *idem) *servicetest.Cluster {
 			bus.Handle(mux, func(ctx context.Context, r *bus.Request, m APITouch) (Touched, error) {
 				return l.handle(ctx, r, m.Resource)
 			})
-			return []service.Service{service.Named("idem", mux, APITouch{})}
+			return []service.Service{service.API("idem", mux)}
 		}})
 }
 
@@ -125,7 +125,7 @@ func TestRerouteAttemptsShareOneID(t *testing.T) {
 		for name, opts := range map[string][]bus.Option{"without WithID": nil, "with WithID": {bus.WithID(given)}} {
 			l.set(func(l *idem) { l.seen, l.refuseLeft = nil, 2 })
 			res := message.NewUUID()
-			got, err := service.Call[Touched](t.Context(), c.Node(0), "idem", Touch{Resource: res}, opts...)
+			got, err := service.Call[Touched](t.Context(), c.Node(0), Touch{Resource: res}, opts...)
 			require.NoError(t, err, name)
 			assert.Equal(t, c.Owner(res), got.Node, name)
 			seen := l.sightings()
@@ -137,9 +137,9 @@ func TestRerouteAttemptsShareOneID(t *testing.T) {
 				assert.Equal(t, given, seen[0].id, "the id WithID gives")
 			}
 		}
-		_, err := c.Node(0).Call(t.Context(), "idem", Touch{Resource: message.NewUUID()}, bus.WithID("not-a-uuid"))
+		_, err := service.Call[any](t.Context(), c.Node(0), Touch{Resource: message.NewUUID()}, bus.WithID("not-a-uuid"))
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "a malformed WithID fails before sending")
-		_, err = c.Node(0).Call(t.Context(), "idem", Touch{Resource: message.NewUUID()}, bus.WithRetry(0))
+		_, err = service.Call[any](t.Context(), c.Node(0), Touch{Resource: message.NewUUID()}, bus.WithRetry(0))
 		assert.ErrorIs(t, err, message.ErrBadRequest, "WithRetry below 1 fails before sending")
 		assert.Len(t, l.sightings(), 3, "nothing ran for either")
 	})
@@ -194,7 +194,7 @@ func TestWithRetryAfterTheOwnerDies(t *testing.T) {
 						start := time.Now()
 						if !portal {
 							go func() {
-								got, err := service.Call[Touched](context.Background(), c.Node(0), "idem", Touch{Resource: res}, opts...)
+								got, err := service.Call[Touched](context.Background(), c.Node(0), Touch{Resource: res}, opts...)
 								done <- result{got, err}
 							}()
 						} else {
@@ -203,7 +203,7 @@ func TestWithRetryAfterTheOwnerDies(t *testing.T) {
 							// portal is not the victim's own.
 							c.Drop(victim, true)
 							go func() {
-								got, err := service.CallAPI[Touched](context.Background(), client, APITouch{Resource: res}, opts...)
+								got, err := service.Call[Touched](context.Background(), client, APITouch{Resource: res}, opts...)
 								done <- result{got, err}
 							}()
 							queue := "test.message." + bus.ServiceID("idem", victim)
@@ -260,7 +260,7 @@ func TestWithRetryRefusedAfterNodeLeftIsUnknown(t *testing.T) {
 		c := startIdem(t, 3, l)
 		res := message.NewUUID()
 		l.set(func(l *idem) { l.refusing, l.refuseWith = true, message.ErrBadRequest })
-		_, err := c.Node(0).Call(context.Background(), "idem", Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
+		_, err := service.Call[any](context.Background(), c.Node(0), Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
 		require.ErrorIs(t, err, message.ErrBadRequest, "a refusal with no earlier node_left is the call's outcome")
 
 		victim := c.Node(1).UUID()
@@ -268,7 +268,7 @@ func TestWithRetryRefusedAfterNodeLeftIsUnknown(t *testing.T) {
 		l.set(func(l *idem) { l.refusing, l.seen, l.blockOn = false, nil, victim })
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Node(0).Call(context.Background(), "idem", Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
+			_, err := service.Call[any](context.Background(), c.Node(0), Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(10*time.Second))
 			done <- err
 		}()
 		<-l.entered // the call is in the owner's handler
@@ -298,7 +298,7 @@ func TestWithRetryOnNotOwnerWaitsForTheRing(t *testing.T) {
 		res := message.NewUUID()
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Node(0).Call(context.Background(), "idem", Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(30*time.Second))
+			_, err := service.Call[any](context.Background(), c.Node(0), Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(30*time.Second))
 			done <- err
 		}()
 		const attempts = 1 + 4 // the first, then Config.RouteRetries re-routes (default 4)
@@ -327,7 +327,7 @@ func TestPortalKeepsTheMessageID(t *testing.T) {
 		c := startIdem(t, 3, l)
 		client := c.Client(t)
 		id := message.NewUUID()
-		_, err := service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithID(id))
+		_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithID(id))
 		require.NoError(t, err)
 		require.Len(t, l.sightings(), 1)
 		assert.Equal(t, id, l.sightings()[0].id, "the handler sees the id the client gave")

@@ -26,11 +26,11 @@ func TestRoutedMessageWithoutResourceIsRefused(t *testing.T) {
 		c, _ := startCluster(t, 3, j, servicetest.Options{})
 		client := c.Client(t)
 
-		_, err := service.CallAPI[Touched](t.Context(), client, APITouch{})
+		_, err := service.Call[Touched](t.Context(), client, APITouch{})
 		require.ErrorIs(t, err, message.ErrBadRequest, "through Client: a Routed message naming no resource is not sent")
 		assert.Equal(t, message.RetryNever, message.CodeOf(err).Retry())
 
-		_, err = service.CallAPI[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithResource(message.NewUUID()))
+		_, err = service.Call[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithResource(message.NewUUID()))
 		require.ErrorIs(t, err, message.ErrBadRequest, "through Client: WithResource must not contradict the payload")
 
 		res := message.NewUUID()
@@ -116,17 +116,17 @@ func TestCallRule(t *testing.T) {
 			Services: func(int) []service.Service { return []service.Service{service.Named("where", mux)} }})
 		for i := range 3 {
 			n := c.Node(i)
-			got, err := service.Call[Touched](t.Context(), n, "where", Local{})
+			got, err := service.Call[Touched](t.Context(), n, Local{})
 			require.NoError(t, err)
 			assert.Equal(t, n.UUID(), got.Node, "a message about no resource runs on the local node")
 			for _, res := range uuids(20) {
-				got, err := service.Call[Touched](t.Context(), n, "where", Touch{Resource: res},
+				got, err := service.Call[Touched](t.Context(), n, Touch{Resource: res},
 					bus.WithHeader(service.HeaderOwner, n.UUID()))
 				require.NoError(t, err)
 				assert.Equal(t, c.Owner(res), got.Node, "a message about a resource runs on its owner, whatever header the caller set")
 			}
 			res := message.NewUUID()
-			got, err = service.Call[Touched](t.Context(), n, "where", Local{}, bus.WithResource(res))
+			got, err = service.Call[Touched](t.Context(), n, Local{}, bus.WithResource(res))
 			require.NoError(t, err)
 			assert.Equal(t, c.Owner(res), got.Node, "WithResource routes a type that names no resource")
 		}

@@ -25,103 +25,6 @@ import (
 // retry.
 const HeaderOwner = "cloudbus-owner"
 
-// Route returns the service id of service on the node that owns
-// resourceUUID on this node's ring: "<service>.<owner>".
-func (n *Node) Route(service, resourceUUID string) (string, error) {
-	owner, err := n.Owner(resourceUUID)
-	if err != nil {
-		return "", fmt.Errorf("service: route %s: %w", service, err)
-	}
-	return bus.ServiceID(service, owner), nil
-}
-
-// Call sends msg to service by the article's rule and waits for the reply
-// (see bus.CloudBus.Call):
-//
-//   - a message about a resource goes to service on the node that owns the
-//     resource on this node's ring, so messages about one resource are
-//     serialized on its owner. The resource is the one msg's type names
-//     (message.Routed) or, for a type that names none, the one
-//     bus.WithResource gives. If the receiver is not the owner on its own
-//     ring, or the owner's queue is gone (both mean ring copies are
-//     converging, and neither ran the message), the call is routed again
-//     after a short pause, up to Config.RouteRetries times within ctx.
-//   - a creation message or a message about no resource goes to service on
-//     this node, which is always reachable.
-//
-// Every attempt of one call carries the same message id: the one
-// bus.WithID gives, or one chosen once per call. With bus.WithRetry(max)
-// the caller declares the message idempotent, and a call about a
-// resource whose owner left mid-call (message.ErrNodeLeft, outcome
-// unknown), or that is still refused as not_owner once the re-routes are
-// spent, is sent again, up to max times within ctx, each time once this
-// node's ring has changed: for node_left, once it no longer names the
-// owner that left. If ctx ends or the node stops while it waits, the
-// last error is returned. Once an attempt ended with node_left, its
-// message may still run within its deadline (a survivor moves it from
-// the queue of the owner that left to the new owner), so a later
-// attempt's error that says nothing ran (not_owner, or a refusal such as
-// bad_request) does not tell the call's outcome: the call then ends with
-// node_left, naming that error. Without WithRetry, node_left is returned
-// at once. A message about no resource runs on this node and is never
-// retried.
-//
-// A Routed message naming no resource, or a WithResource contradicting
-// the one it names, fails with message.ErrBadRequest, a malformed
-// bus.WithID with message.ErrInvalidUUID, and bus.WithRetry below 1 with
-// message.ErrBadRequest, before anything is sent. See the package
-// documentation for which call to use when.
-func (n *Node) Call(ctx context.Context, service string, msg any, opts ...bus.Option) (any, error) {
-	b, err := n.busForCall()
-	if err != nil {
-		return nil, err
-	}
-	var out any
-	err = n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
-		var err error
-		out, err = b.Call(ctx, target, msg, o...)
-		return err
-	})
-	return out, err
-}
-
-// Call is the typed form of [Node.Call]: it decodes the reply as Resp (a
-// registered type T or *T; see bus.Call).
-func Call[Resp any](ctx context.Context, n *Node, service string, msg any, opts ...bus.Option) (Resp, error) {
-	var out Resp
-	b, err := n.busForCall()
-	if err != nil {
-		return out, err
-	}
-	err = n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
-		var err error
-		out, err = bus.Call[Resp](ctx, b, target, msg, o...)
-		return err
-	})
-	return out, err
-}
-
-// Send sends msg one-way to service by the same rule as [Node.Call]:
-// to the owner of the resource it is about (re-routed while the owner's
-// queue is missing, every attempt with one message id), or to this node.
-// Once Send returned nil, the message is kept until it runs: a receiver
-// that does not own the resource forwards it to the owner or gives it
-// back, a survivor drains a dead node's queue, and a handler failure
-// that does not say the message is wrong (not_owner, a database that
-// failed) gives it back for another attempt within its deadline; a
-// message that cannot run goes to the dead-letter queue with its reason
-// (see the bus package's "One-way messages"). bus.WithRetry changes
-// nothing here but the header it sets.
-func (n *Node) Send(ctx context.Context, service string, msg any, opts ...bus.Option) error {
-	b, err := n.busForCall()
-	if err != nil {
-		return err
-	}
-	return n.dispatch(ctx, service, msg, opts, func(target string, o []bus.Option) error {
-		return b.Send(ctx, target, msg, o...)
-	})
-}
-
 func (n *Node) busForCall() (*bus.CloudBus, error) {
 	b := n.Bus()
 	if b == nil {
@@ -132,7 +35,12 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 
 // dispatch finds the resource msg is about and sends it to its owner, or
 // to this node if it is about none.
-func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, send func(target string, o []bus.Option) error) error {
+func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, sendVia func(b *bus.CloudBus, target string, o []bus.Option) error) error {
+	b, err := n.busForCall()
+	if err != nil {
+		return err
+	}
+	send := func(target string, o []bus.Option) error { return sendVia(b, target, o) }
 	o := busx.Apply(opts)
 	res, err := busx.ResourceOf(msg, o)
 	var id string
@@ -395,7 +303,12 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		// The bus checked that a Routed payload names this resource.
 		opts = append(opts, bus.WithResource(res))
 	}
-	resp, err := n.Call(ctx, service, r.Payload, opts...)
+	var resp any
+	err := n.dispatch(ctx, service, r.Payload, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
+		var err error
+		resp, err = b.Call(ctx, target, r.Payload, o...)
+		return err
+	})
 	var e *message.Error
 	if errors.As(err, &e) {
 		// The owner's error as it sent it: the client reads the same

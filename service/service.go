@@ -2,9 +2,10 @@ package service
 
 import (
 	"context"
-	"slices"
+	"reflect"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
 
@@ -88,20 +89,22 @@ type RingChange struct {
 	Fingerprint ring.Fingerprint
 }
 
-// Named returns a Service named name that hands its messages to h (often
-// a bus.Mux), for services that need no hooks. api lists prototypes of
-// the message types it also accepts through api.portal: with any, the
-// service is an [APIService].
+// Named returns a Service named name that hands its messages to h, for
+// services that need no hooks. If h is a *bus.Mux, the types it handles
+// are the service's: [Call] and [Send] route a message of one of them to
+// this service.
+func Named(name string, h bus.Handler) Service {
+	return &simple{name: name, h: h}
+}
+
+// API is [Named] for a service that also accepts every type h handles
+// through api.portal, so a [Client] can call it.
 //
 //	mux := bus.NewMux()
 //	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Increment) (Count, error) { ... })
-//	svc := service.Named("counter", mux, Increment{})
-func Named(name string, h bus.Handler, api ...any) Service {
-	s := &simple{name: name, h: h}
-	if len(api) > 0 {
-		return &simpleAPI{simple: s, api: slices.Clone(api)}
-	}
-	return s
+//	svc := service.API("counter", mux)
+func API(name string, h bus.Handler) Service {
+	return &simpleAPI{simple: &simple{name: name, h: h}}
 }
 
 type simple struct {
@@ -113,9 +116,16 @@ func (s *simple) Name() string { return s.name }
 
 func (s *simple) Handle(ctx context.Context, r *bus.Request) (any, error) { return s.h.Handle(ctx, r) }
 
+func (s *simple) handler() bus.Handler { return s.h }
+
 type simpleAPI struct {
 	*simple
-	api []any
 }
 
-func (s *simpleAPI) APIMessages() []any { return slices.Clone(s.api) }
+func (s *simpleAPI) APIMessages() []any {
+	var protos []any
+	for _, t := range busx.MuxTypes(s.h) {
+		protos = append(protos, reflect.Zero(t).Interface())
+	}
+	return protos
+}

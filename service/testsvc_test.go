@@ -72,6 +72,7 @@ func (j *journal) all() []handled {
 
 // recorder is a service named "recorder" that records every Touch.
 type recorder struct {
+	*bus.Mux
 	node    string
 	j       *journal
 	changes atomic.Int32
@@ -101,18 +102,19 @@ func (r *recorder) RingChanged(ctx context.Context, ch service.RingChange) {
 
 func (r *recorder) Evicted(ctx context.Context) { r.evicted.Store(true) }
 
-func (r *recorder) Handle(ctx context.Context, req *bus.Request) (any, error) {
-	var res string
-	var seq int
-	var block bool
-	switch p := req.Payload.(type) {
-	case *Touch:
-		res, seq, block = p.Resource, p.Seq, p.Block
-	case *APITouch:
-		res = p.Resource
-	default:
-		return nil, message.ErrUnknownMessage
-	}
+// newRecorder returns a recorder writing to j.
+func newRecorder(j *journal) *recorder {
+	r := &recorder{j: j, Mux: bus.NewMux()}
+	bus.Handle(r.Mux, func(ctx context.Context, req *bus.Request, m Touch) (Touched, error) {
+		return r.record(ctx, req, m.Resource, m.Seq, m.Block)
+	})
+	bus.Handle(r.Mux, func(ctx context.Context, req *bus.Request, m APITouch) (Touched, error) {
+		return r.record(ctx, req, m.Resource, 0, false)
+	})
+	return r
+}
+
+func (r *recorder) record(ctx context.Context, req *bus.Request, res string, seq int, block bool) (Touched, error) {
 	j := r.j
 	j.mu.Lock()
 	j.active[res]++
@@ -140,7 +142,7 @@ func (r *recorder) Handle(ctx context.Context, req *bus.Request) (any, error) {
 	j.running--
 	j.mu.Unlock()
 	if block {
-		return nil, ctx.Err()
+		return Touched{}, ctx.Err()
 	}
 	return Touched{Node: r.node}, nil
 }

@@ -48,7 +48,7 @@ func (c *Counts) Increment(_ context.Context, r *bus.Request, _ Increment) (Coun
 func (c *Counts) Service() service.Service {
 	mux := bus.NewMux()
 	bus.Handle(mux, c.Increment)
-	return service.Named("counter", mux, Increment{})
+	return service.API("counter", mux)
 }
 
 func main() {
@@ -87,7 +87,7 @@ func main() {
 		}
 		fmt.Printf("round %d, %d live nodes\n", round+1, len(nodes[0].Members()))
 		for i, k := range keys {
-			got, err := service.CallAPI[Count](ctx, cl, Increment{Key: k})
+			got, err := service.Call[Count](ctx, cl, Increment{Key: k})
 			if err != nil {
 				log.Fatal(err)
 			}

@@ -37,7 +37,7 @@ func TestCountsSurviveNodeDeath(t *testing.T) {
 		cl := c.Client(t)
 		incr := func(key string) Count {
 			t.Helper()
-			got, err := service.CallAPI[Count](t.Context(), cl, Increment{Key: key})
+			got, err := service.Call[Count](t.Context(), cl, Increment{Key: key})
 			require.NoError(t, err)
 			assert.Equal(t, c.Owner(key), got.Node, "key %s is counted by its ring owner", key)
 			return got
@@ -67,7 +67,7 @@ func TestCountsSurviveNodeDeath(t *testing.T) {
 			}
 			assert.Equal(t, want, got.Value, "key %d's count is intact", i)
 		}
-		_, err := service.CallAPI[Count](t.Context(), cl, Increment{})
+		_, err := service.Call[Count](t.Context(), cl, Increment{})
 		assert.ErrorIs(t, err, message.ErrBadRequest, "an Increment without a key is refused")
 	})
 }

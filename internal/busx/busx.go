@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/message"
@@ -15,13 +16,13 @@ import (
 
 // CallOptions are the per-call options a bus.Option sets.
 type CallOptions struct {
-	Timeout  time.Duration
-	Headers  map[string]string
-	Resource string
-	ID       string // WithID's, if IDSet
-	IDSet    bool
-	Retry    int // WithRetry's max, if RetrySet
-	RetrySet bool
+	Timeout  time.Duration     // WithTimeout's
+	Headers  map[string]string // WithHeader's
+	Resource string            // WithResource's
+	ID       string            // WithID's, if IDSet
+	IDSet    bool              // WithID was given
+	Retry    int               // WithRetry's max, if RetrySet
+	RetrySet bool              // WithRetry was given
 }
 
 // MessageID returns the canonical WithID, or "" if none was given; a
@@ -89,32 +90,35 @@ type Engine interface {
 	Registry() *message.Registry
 }
 
-var (
-	engineOf   func(any) Engine
-	envelopeOf func(any) *message.Envelope
-	requestOf  func(*message.Envelope) any
-	receiver   func(any) Engine
-)
-
-// Set is called once by package bus: engine returns the Engine of a
-// *bus.CloudBus, envelope the envelope of a *bus.Request, request a
-// *bus.Request carrying an envelope, recv the Engine of the bus that
-// received a *bus.Request.
-func Set(engine func(any) Engine, envelope func(any) *message.Envelope, request func(*message.Envelope) any, recv func(any) Engine) {
-	engineOf, envelopeOf, requestOf, receiver = engine, envelope, request, recv
+// Hooks are set once by package bus when it is initialized.
+type Hooks struct {
+	Engine     func(b any) Engine              // the Engine of a *bus.CloudBus (or a type embedding one)
+	Envelope   func(req any) *message.Envelope // the envelope of a *bus.Request
+	NewRequest func(env *message.Envelope) any // a *bus.Request carrying env, for tests
+	Receiver   func(req any) Engine            // the Engine of the bus that received a *bus.Request
+	MuxTypes   func(h any) []reflect.Type      // the request types of a *bus.Mux (or a type embedding one); nil for other handlers
 }
 
-// Receiver returns the Engine of the bus that received req, a *bus.Request.
-func Receiver(req any) Engine { return receiver(req) }
+var hooks Hooks
 
-// NewRequest returns a *bus.Request carrying env and no payload, for tests.
-func NewRequest(env *message.Envelope) any { return requestOf(env) }
+// Set installs package bus's hooks.
+func Set(h Hooks) { hooks = h }
 
-// Of returns the Engine of b, a *bus.CloudBus.
-func Of(b any) Engine { return engineOf(b) }
+// Of returns the Engine of b, a *bus.CloudBus or a type embedding one.
+func Of(b any) Engine { return hooks.Engine(b) }
 
 // EnvelopeOf returns the envelope of req, a *bus.Request: read-only.
-func EnvelopeOf(req any) *message.Envelope { return envelopeOf(req) }
+func EnvelopeOf(req any) *message.Envelope { return hooks.Envelope(req) }
+
+// NewRequest returns a *bus.Request carrying env and no payload, for tests.
+func NewRequest(env *message.Envelope) any { return hooks.NewRequest(env) }
+
+// Receiver returns the Engine of the bus that received req, a *bus.Request.
+func Receiver(req any) Engine { return hooks.Receiver(req) }
+
+// MuxTypes returns the request types handled on h if h is a *bus.Mux or
+// embeds one, and nil otherwise.
+func MuxTypes(h any) []reflect.Type { return hooks.MuxTypes(h) }
 
 // Apply returns the options opts (bus.Option values) set.
 func Apply[O ~func(*CallOptions)](opts []O) CallOptions {

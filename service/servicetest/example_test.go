@@ -57,7 +57,7 @@ func whereOptions() servicetest.Options {
 // message.ErrNotOwner; the next attempt reaches another node's portal.
 func where(ctx context.Context, cl *service.Client, res string) (string, error) {
 	for {
-		got, err := service.CallAPI[Here](ctx, cl, Where{Resource: res}, bus.WithResource(res))
+		got, err := service.Call[Here](ctx, cl, Where{Resource: res}, bus.WithResource(res))
 		if err == nil || message.CodeOf(err).Retry() != message.RetrySafe {
 			return got.Node, err
 		}

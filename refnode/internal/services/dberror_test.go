@@ -56,11 +56,11 @@ func TestDatabaseErrorsDoNotNameTheDatabase(t *testing.T) {
 		c, cl := f.c, f.cl
 		ctx := t.Context()
 		id := message.NewUUID()
-		_, err := service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "img"})
+		_, err := service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: id, Name: "img"})
 		require.NoError(t, err)
 
 		store.failing.Store(true)
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
 		require.Error(t, err)
 		assert.ErrorIs(t, err, message.ErrInternal, "a database failure is internal: outcome unknown")
 		for _, secret := range []string{"db7.internal.example", "5432", "10.20.30.40", "postgres", "connection refused"} {
@@ -71,14 +71,14 @@ func TestDatabaseErrorsDoNotNameTheDatabase(t *testing.T) {
 
 		// The same failure at a statement's deadline: timeout.
 		store.timedOut.Store(true)
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
 		require.Error(t, err)
 		assert.ErrorIs(t, err, message.ErrTimeout)
 		assert.NotContains(t, err.Error(), "db7.internal.example")
 		assert.Contains(t, err.Error(), "the database failed")
 
 		store.failing.Store(false)
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
+		_, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: id})
 		require.NoError(t, err, "healed")
 	})
 }

@@ -42,17 +42,17 @@ func Example() {
 	defer cl.Close()
 
 	host, image := message.NewUUID(), message.NewUUID()
-	h, _ := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.11"})
+	h, _ := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: host, Address: "10.0.0.11"})
 	fmt.Println("host", h.Host.Status, "by its owner:", h.Node == c.Owner(host))
-	_, _ = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: image, Name: "ubuntu"})
+	_, _ = service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: image, Name: "ubuntu"})
 	for _, want := range []string{"ubuntu", "debian"} { // the second finds "ubuntu-24.04"
-		n, err := service.CallAPI[api.ImageNameSet](ctx, cl, api.SetImageName{UUID: image, Name: "ubuntu-24.04", IfName: &want})
+		n, err := service.Call[api.ImageNameSet](ctx, cl, api.SetImageName{UUID: image, Name: "ubuntu-24.04", IfName: &want})
 		fmt.Println("image renamed from", want+":", n.Set, "now", n.Image.Name, err)
 	}
 
-	vm, _ := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: image})
+	vm, _ := service.Call[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: image})
 	fmt.Println("vm", vm.VM.State, "on the portal's node:", vm.Node == vm.Portal)
-	r, err := service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm.VM.UUID})
+	r, err := service.Call[api.VmReply](ctx, cl, api.StartVm{UUID: vm.VM.UUID})
 	fmt.Println("vm", r.VM.State, "by its owner:", r.Node == c.Owner(vm.VM.UUID), err)
 	// Output:
 	// host connected by its owner: true

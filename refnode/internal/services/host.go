@@ -28,7 +28,7 @@ type HostService struct {
 	cfg  Config
 	log  *slog.Logger
 	node *service.Node
-	mux  *bus.Mux
+	*bus.Mux
 
 	mu      sync.Mutex
 	tracked map[string]cloud.HostStatus // hosts this node tracks -> last status
@@ -61,15 +61,15 @@ func newHostService(cfg Config) *HostService {
 	s := &HostService{
 		cfg:     cfg,
 		log:     cfg.Logger.With("service", api.HostService),
-		mux:     bus.NewMux(),
+		Mux:     bus.NewMux(),
 		tracked: make(map[string]cloud.HostStatus),
 		resync:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
-	bus.Handle(s.mux, s.add)
-	bus.Handle(s.mux, s.get)
-	bus.Handle(s.mux, s.reconnectMsg)
-	bus.Handle(s.mux, s.allocate)
+	bus.Handle(s.Mux, s.add)
+	bus.Handle(s.Mux, s.get)
+	bus.Handle(s.Mux, s.reconnectMsg)
+	bus.Handle(s.Mux, s.allocate)
 	return s
 }
 
@@ -151,7 +151,7 @@ func (s *HostService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 	if err := started(s.node, api.HostService); err != nil {
 		return nil, err
 	}
-	resp, err := s.mux.Handle(ctx, r)
+	resp, err := s.Mux.Handle(ctx, r)
 	return resp, answer(s.log, r, err)
 }
 

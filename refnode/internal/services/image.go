@@ -19,15 +19,15 @@ type ImageService struct {
 	store cloud.Store
 	log   *slog.Logger
 	node  *service.Node
-	mux   *bus.Mux
+	*bus.Mux
 	stall func(ctx context.Context, image, name string) // Config.StallImageWrite
 }
 
 func newImageService(cfg Config) *ImageService {
-	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), mux: bus.NewMux(), stall: cfg.StallImageWrite}
-	bus.Handle(s.mux, s.add)
-	bus.Handle(s.mux, s.get)
-	bus.Handle(s.mux, s.setName)
+	s := &ImageService{store: cfg.Store, log: cfg.Logger.With("service", api.ImageService), Mux: bus.NewMux(), stall: cfg.StallImageWrite}
+	bus.Handle(s.Mux, s.add)
+	bus.Handle(s.Mux, s.get)
+	bus.Handle(s.Mux, s.setName)
 	return s
 }
 
@@ -51,7 +51,7 @@ func (s *ImageService) Handle(ctx context.Context, r *bus.Request) (any, error) 
 	if err := started(s.node, api.ImageService); err != nil {
 		return nil, err
 	}
-	resp, err := s.mux.Handle(ctx, r)
+	resp, err := s.Mux.Handle(ctx, r)
 	return resp, answer(s.log, r, err)
 }
 

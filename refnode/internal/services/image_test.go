@@ -27,7 +27,7 @@ func TestSetImageName(t *testing.T) {
 		set := func(m api.SetImageName, opts ...bus.Option) api.ImageNameSet {
 			t.Helper()
 			m.UUID = img
-			rep, err := service.CallAPI[api.ImageNameSet](ctx, f.cl, m, opts...)
+			rep, err := service.Call[api.ImageNameSet](ctx, f.cl, m, opts...)
 			require.NoError(t, err)
 			assert.Equal(t, f.c.Owner(img), rep.Node, "handled by the image's owner")
 			assert.NotEmpty(t, rep.Portal)
@@ -35,7 +35,7 @@ func TestSetImageName(t *testing.T) {
 			return rep
 		}
 		name := func() string {
-			got, err := service.CallAPI[api.ImageReply](ctx, f.cl, api.GetImage{UUID: img})
+			got, err := service.Call[api.ImageReply](ctx, f.cl, api.GetImage{UUID: img})
 			require.NoError(t, err)
 			return got.Image.Name
 		}
@@ -65,16 +65,16 @@ func TestSetImageName(t *testing.T) {
 		again := set(api.SetImageName{Name: "e", IfName: new("d")}, bus.WithID(id))
 		assert.Equal(t, first, again, "a resent message gets its first reply")
 		assert.Equal(t, "f", name(), "and does not run again")
-		_, err := service.CallAPI[api.ImageNameSet](ctx, f.cl, api.SetImageName{UUID: img, Name: "other"}, bus.WithID(id))
+		_, err := service.Call[api.ImageNameSet](ctx, f.cl, api.SetImageName{UUID: img, Name: "other"}, bus.WithID(id))
 		assert.ErrorIs(t, err, message.ErrBadRequest, "an id reused for another message")
 
-		_, err = service.CallAPI[api.ImageNameSet](ctx, f.cl, api.SetImageName{UUID: message.NewUUID(), Name: "x"})
+		_, err = service.Call[api.ImageNameSet](ctx, f.cl, api.SetImageName{UUID: message.NewUUID(), Name: "x"})
 		assert.ErrorIs(t, err, message.ErrNotFound, "a missing image")
 		for field, m := range map[string]api.SetImageName{
 			"name":    {UUID: img, Name: strings.Repeat("n", api.MaxNameBytes+1)},
 			"if_name": {UUID: img, Name: "x", IfName: new(strings.Repeat("n", api.MaxNameBytes+1))},
 		} {
-			_, err = service.CallAPI[api.ImageNameSet](ctx, f.cl, m)
+			_, err = service.Call[api.ImageNameSet](ctx, f.cl, m)
 			require.ErrorIs(t, err, message.ErrBadRequest, field)
 			assert.Contains(t, err.Error(), field, "the error names the field")
 		}

@@ -201,7 +201,7 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 		var err error
 		if in.Kind == chaoscheck.Read {
 			var rep api.ImageReply
-			rep, err = service.CallAPI[api.ImageReply](ctx, cl, api.GetImage{UUID: img}, opts...)
+			rep, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img}, opts...)
 			res.Value, last = rep.Image.Name, rep.Image.Name
 		} else {
 			m := api.SetImageName{UUID: img, Name: in.Value}
@@ -209,7 +209,7 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 				m.IfName = &in.Expect
 			}
 			var rep api.ImageNameSet
-			rep, err = service.CallAPI[api.ImageNameSet](ctx, cl, m, opts...)
+			rep, err = service.Call[api.ImageNameSet](ctx, cl, m, opts...)
 			res.Swapped, last = rep.Set, rep.Image.Name
 		}
 		cancel()
@@ -285,7 +285,7 @@ func TestImageNamesLinearizable(t *testing.T) {
 			for imgs[k] == "" || cc.c.Owner(imgs[k]) != cc.c.Node(k%3).UUID() {
 				imgs[k] = message.NewUUID()
 			}
-			_, err := service.CallAPI[api.ImageReply](ctx, admin, api.AddImage{UUID: imgs[k], Name: chaosInitName})
+			_, err := service.Call[api.ImageReply](ctx, admin, api.AddImage{UUID: imgs[k], Name: chaosInitName})
 			require.NoError(t, err)
 			recs[k] = chaoscheck.NewRecorder(time.Now)
 		}
@@ -372,14 +372,14 @@ func TestImageNamesLinearizable(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			rep, err := service.Call[api.ImageNameSet](sctx, cc.c.NodeByUUID(paused), api.ImageService, api.SetImageName{UUID: imgs[k], Name: stallName})
+			rep, err := service.Call[api.ImageNameSet](sctx, cc.c.NodeByUUID(paused), api.SetImageName{UUID: imgs[k], Name: stallName})
 			done <- result{rep, err}
 		}()
 		<-st.stalled
 		cc.c.StopHeartbeat(paused)
 		settle("paused inside a SetImageName transaction, then cut off the heartbeat store", paused)
 		op2 := rec.Invoke(chaosClients+1, chaoscheck.Input{Kind: chaoscheck.Write, Value: takeoverName})
-		_, err = service.CallAPI[api.ImageNameSet](ctx, admin, api.SetImageName{UUID: imgs[k], Name: takeoverName})
+		_, err = service.Call[api.ImageNameSet](ctx, admin, api.SetImageName{UUID: imgs[k], Name: takeoverName})
 		require.NoError(t, err, "the new owner writes the image while the old one is paused in its transaction")
 		rec.Return(op2, chaoscheck.Output{})
 		st.free()
@@ -401,7 +401,7 @@ func TestImageNamesLinearizable(t *testing.T) {
 			t.Logf("the paused writer's call ended %s %s after the start: %v", code, time.Since(began), r.err)
 		}
 		op = rec.Invoke(chaosClients+1, chaoscheck.Input{Kind: chaoscheck.Read})
-		rep, err := service.CallAPI[api.ImageReply](ctx, admin, api.GetImage{UUID: imgs[k]})
+		rep, err := service.Call[api.ImageReply](ctx, admin, api.GetImage{UUID: imgs[k]})
 		require.NoError(t, err)
 		rec.Return(op, chaoscheck.Output{Value: rep.Image.Name})
 		g.open()
@@ -415,7 +415,7 @@ func TestImageNamesLinearizable(t *testing.T) {
 		// A last read of each image, after everything settled.
 		for k, img := range imgs {
 			op := recs[k].Invoke(chaosClients, chaoscheck.Input{Kind: chaoscheck.Read})
-			rep, err := service.CallAPI[api.ImageReply](ctx, admin, api.GetImage{UUID: img})
+			rep, err := service.Call[api.ImageReply](ctx, admin, api.GetImage{UUID: img})
 			require.NoError(t, err, "the last read of image %d", k)
 			recs[k].Return(op, chaoscheck.Output{Value: rep.Image.Name})
 		}

@@ -142,17 +142,17 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		}
 		cl := c.Client(t)
 		ctx := t.Context()
-		_, err = service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
+		_, err = service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
 		require.NoError(t, err)
 		img := message.NewUUID()
-		_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
+		_, err = service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
 		require.NoError(t, err)
 		x := c.Node(0).UUID()
 		vm := message.NewUUID()
 		for c.Owner(vm) != x {
 			vm = message.NewUUID()
 		}
-		created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, ImageUUID: img})
+		created, err := service.Call[api.VmCreated](ctx, cl, api.CreateVm{UUID: vm, ImageUUID: img})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), created.VM.Version)
 
@@ -177,7 +177,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		deadline, _ := sctx.Deadline()
 		stalledOp := hist.InvokeVM(0, chaoscheck.VMInput{Op: cloud.VMOpStart})
 		go func() {
-			rep, err := service.CallAPI[api.VmReply](sctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(5*time.Second))
+			rep, err := service.Call[api.VmReply](sctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(5*time.Second))
 			done <- result{rep, err}
 		}()
 		<-st.stalled
@@ -206,7 +206,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		for _, op := range []cloud.VMOp{cloud.VMOpStart, cloud.VMOpStop} {
 			msg := map[cloud.VMOp]any{cloud.VMOpStart: api.StartVm{UUID: vm}, cloud.VMOpStop: api.StopVm{UUID: vm}}[op]
 			i := hist.InvokeVM(1, chaoscheck.VMInput{Op: op})
-			rep, err := service.CallAPI[api.VmReply](ctx, cl, msg)
+			rep, err := service.Call[api.VmReply](ctx, cl, msg)
 			require.NoError(t, err, "%s through the new owner", op)
 			require.Equal(t, owner, rep.Node)
 			hist.ReturnVM(i, chaoscheck.VMOutput{State: rep.VM.State})
@@ -258,7 +258,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		assert.Equal(t, services.VMStats{Sweeps: stats.Sweeps, StaleJournal: 1}, stats, "no repair, no entry left, one dropped")
 
 		i := hist.InvokeVM(1, chaoscheck.VMInput{})
-		rep, err := service.CallAPI[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
+		rep, err := service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
 		hist.ReturnVM(i, chaoscheck.VMOutput{State: rep.VM.State})
 		ops := hist.Operations()
@@ -294,7 +294,7 @@ func TestRepairOrderedAfterLaterWrite(t *testing.T) {
 		cl := c.Client(t)
 		ctx := t.Context()
 		vm := addVM(t, ctx, cl)
-		_, err = service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
 
 		// The record says starting (an owner died mid-operation) while

@@ -100,7 +100,7 @@ func (f *fixture) addHosts(t *testing.T, n int) []string {
 	var ids []string
 	for range n {
 		id := message.NewUUID()
-		rep, err := service.CallAPI[api.HostReply](t.Context(), f.cl, api.AddHost{UUID: id, Address: "10.0.0.1"})
+		rep, err := service.Call[api.HostReply](t.Context(), f.cl, api.AddHost{UUID: id, Address: "10.0.0.1"})
 		require.NoError(t, err)
 		assert.Equal(t, f.c.Owner(id), rep.Node, "AddHost is handled by the host's owner")
 		assert.Equal(t, cloud.HostConnected, rep.Host.Status)
@@ -113,7 +113,7 @@ func (f *fixture) addHosts(t *testing.T, n int) []string {
 func (f *fixture) addImage(t *testing.T) string {
 	t.Helper()
 	id := message.NewUUID()
-	rep, err := service.CallAPI[api.ImageReply](t.Context(), f.cl, api.AddImage{UUID: id, Name: "img"})
+	rep, err := service.Call[api.ImageReply](t.Context(), f.cl, api.AddImage{UUID: id, Name: "img"})
 	require.NoError(t, err)
 	assert.Equal(t, f.c.Owner(id), rep.Node)
 	return id
@@ -126,7 +126,7 @@ func TestVMLifecycle(t *testing.T) {
 		f.addHosts(t, 2)
 		img := f.addImage(t)
 
-		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "web"})
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "web"})
 		require.NoError(t, err)
 		vm := created.VM.UUID
 		assert.Equal(t, created.Portal, created.Node, "a creation through api.portal runs on the portal's node")
@@ -145,7 +145,7 @@ func TestVMLifecycle(t *testing.T) {
 			{api.StartVm{UUID: vm}, cloud.VMRunning, simhv.PowerOn},
 		}
 		for _, s := range steps {
-			rep, err := service.CallAPI[api.VmReply](ctx, f.cl, s.msg)
+			rep, err := service.Call[api.VmReply](ctx, f.cl, s.msg)
 			require.NoError(t, err, "%T", s.msg)
 			assert.Equal(t, f.c.Owner(vm), rep.Node, "%T is handled by the VM's owner", s.msg)
 			assert.NotEmpty(t, rep.Portal)
@@ -155,26 +155,26 @@ func TestVMLifecycle(t *testing.T) {
 			assert.Equal(t, s.power, p)
 		}
 		// The same, sent by a node: routed by the ring, no portal.
-		rep, err := service.Call[api.VmReply](ctx, f.c.Node(0), api.VMService, api.GetVm{UUID: vm})
+		rep, err := service.Call[api.VmReply](ctx, f.c.Node(0), api.GetVm{UUID: vm})
 		require.NoError(t, err)
 		assert.Equal(t, f.c.Owner(vm), rep.Node)
 		assert.Empty(t, rep.Portal)
 
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		assert.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM is not a valid transition")
 		assert.Contains(t, err.Error(), "cannot start a VM that is running")
 
-		rep, err = service.CallAPI[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
+		rep, err = service.Call[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
 		require.NoError(t, err)
 		assert.Equal(t, cloud.VMDestroyed, rep.VM.State)
 		_, ok := f.hv.PowerOf(vm)
 		assert.False(t, ok, "destroyed on the hypervisor")
 		for _, msg := range []any{api.StartVm{UUID: vm}, api.StopVm{UUID: vm}, api.RebootVm{UUID: vm}, api.DestroyVm{UUID: vm}} {
-			_, err = service.CallAPI[api.VmReply](ctx, f.cl, msg)
+			_, err = service.Call[api.VmReply](ctx, f.cl, msg)
 			assert.ErrorIs(t, err, message.ErrBadRequest, "%T on a destroyed VM", msg)
 		}
 
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: message.NewUUID()})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: message.NewUUID()})
 		assert.ErrorIs(t, err, message.ErrNotFound)
 	})
 }
@@ -189,21 +189,21 @@ func TestVMRefusalRecorded(t *testing.T) {
 		f := start(t, 3, simhv.Config{})
 		ctx := t.Context()
 		f.addHosts(t, 1)
-		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: f.addImage(t), Name: "web"})
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: f.addImage(t), Name: "web"})
 		require.NoError(t, err)
 		vm := created.VM.UUID
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
 
 		id := message.NewUUID()
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
 		require.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM")
-		stopped, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
+		stopped, err := service.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
 		require.NoError(t, err)
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
 		require.ErrorIs(t, err, message.ErrBadRequest, "the same message again: its recorded refusal, though the VM is stopped now")
 		assert.Contains(t, err.Error(), "cannot start a VM that is running")
-		got, err := service.CallAPI[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+		got, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
 		assert.Equal(t, cloud.VMStopped, got.VM.State, "the copy did not run")
 		assert.Equal(t, stopped.VM.Version, got.VM.Version)
@@ -211,9 +211,9 @@ func TestVMRefusalRecorded(t *testing.T) {
 		assert.Equal(t, simhv.PowerOff, p, "nor did the hypervisor")
 
 		again := message.NewUUID()
-		first, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
+		first, err := service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
 		require.NoError(t, err)
-		second, err := service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
+		second, err := service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
 		require.NoError(t, err, "a reply is recorded as before")
 		assert.Equal(t, first.VM, second.VM)
 	})
@@ -225,29 +225,29 @@ func TestBadRequests(t *testing.T) {
 		ctx := t.Context()
 		img := f.addImage(t)
 
-		_, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		_, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
 		assert.ErrorIs(t, err, message.ErrNotFound, "no host to place the VM on")
 		assert.Contains(t, err.Error(), "add one with AddHost")
 
 		hosts := f.addHosts(t, 1)
-		_, err = service.CallAPI[api.HostReply](ctx, f.cl, api.AddHost{UUID: hosts[0]})
+		_, err = service.Call[api.HostReply](ctx, f.cl, api.AddHost{UUID: hosts[0]})
 		assert.ErrorIs(t, err, message.ErrBadRequest, "adding a host twice")
-		_, err = service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: message.NewUUID()})
+		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: message.NewUUID()})
 		assert.ErrorIs(t, err, message.ErrNotFound, "unknown image")
-		_, err = service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: "nope"})
+		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: "nope"})
 		assert.ErrorIs(t, err, message.ErrInvalidUUID)
 
-		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
 		require.NoError(t, err)
-		_, err = service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: created.VM.UUID, ImageUUID: img})
+		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: created.VM.UUID, ImageUUID: img})
 		assert.ErrorIs(t, err, message.ErrBadRequest, "a VM UUID cannot be created twice")
 
 		// A routed message naming no resource, or sent with another
 		// resource, never runs on a node that may not own it.
-		_, err = f.cl.Call(ctx, api.StartVm{})
+		_, err = service.Call[any](ctx, f.cl, api.StartVm{})
 		assert.ErrorIs(t, err, message.ErrBadRequest)
 		assert.Contains(t, err.Error(), "StartVm")
-		_, err = f.cl.Call(ctx, api.GetHost{UUID: hosts[0]}, bus.WithResource(message.NewUUID()))
+		_, err = service.Call[any](ctx, f.cl, api.GetHost{UUID: hosts[0]}, bus.WithResource(message.NewUUID()))
 		assert.ErrorIs(t, err, message.ErrBadRequest)
 	})
 }
@@ -258,19 +258,19 @@ func TestHypervisorFailureAndSlowness(t *testing.T) {
 		ctx := t.Context()
 		f.addHosts(t, 1)
 		img := f.addImage(t)
-		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
 		require.NoError(t, err)
 		vm := created.VM.UUID
 
 		f.hv.FailNext(simhv.OpStartVM, 1)
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		assert.ErrorIs(t, err, message.ErrInternal, "a hypervisor failure crosses the bus as internal: outcome unknown")
 		assert.Contains(t, err.Error(), "the VM stays created")
-		rep, err := service.CallAPI[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
+		rep, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
 		assert.Equal(t, cloud.VMCreated, rep.VM.State, "the state is restored")
 
-		rep, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		rep, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		require.NoError(t, err, "the next start succeeds")
 		assert.Equal(t, cloud.VMRunning, rep.VM.State)
 
@@ -278,7 +278,7 @@ func TestHypervisorFailureAndSlowness(t *testing.T) {
 		// out, and the owner restores the state when the handler's ctx ends.
 		f.hv.SetLatency(simhv.OpStopVM, time.Minute)
 		began := time.Now()
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm}, bus.WithTimeout(time.Second))
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm}, bus.WithTimeout(time.Second))
 		assert.ErrorIs(t, err, message.ErrTimeout)
 		assert.Less(t, time.Since(began), 2*time.Second)
 		f.c.WaitFor(t, 5*time.Second, "the VM is running again", func() bool {
@@ -401,7 +401,7 @@ func TestPingDisconnectsAndReconnects(t *testing.T) {
 		assert.Positive(t, st.Reconnects)
 		assert.Zero(t, st.Takeovers)
 
-		rep, err := service.CallAPI[api.HostReply](ctx, f.cl, api.ReconnectHost{UUID: h})
+		rep, err := service.Call[api.HostReply](ctx, f.cl, api.ReconnectHost{UUID: h})
 		require.NoError(t, err)
 		assert.Equal(t, f.c.Owner(h), rep.Node)
 		assert.Equal(t, cloud.HostConnected, rep.Host.Status)
@@ -419,7 +419,7 @@ func TestAllocateHostIsLocal(t *testing.T) {
 		perHost := map[string]int{}
 		for i := range 4 {
 			n := f.c.Node(i % 3)
-			rep, err := service.Call[api.VmCreated](ctx, n, api.VMService, api.CreateVm{ImageUUID: img})
+			rep, err := service.Call[api.VmCreated](ctx, n, api.CreateVm{ImageUUID: img})
 			require.NoError(t, err)
 			assert.Equal(t, n.UUID(), rep.Node, "a creation runs on the local node")
 			assert.Equal(t, n.UUID(), rep.AllocatedBy)
@@ -459,10 +459,10 @@ func TestVMSweepRepairs(t *testing.T) {
 		ctx := t.Context()
 		f.addHosts(t, 2)
 		img := f.addImage(t)
-		created, err := service.CallAPI[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "swept"})
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "swept"})
 		require.NoError(t, err)
 		vm, host := created.VM.UUID, created.VM.HostUUID
-		_, err = service.CallAPI[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
 		owner := f.c.Owner(vm)
 		repairs := func(node string) uint64 { return f.setOf(t, node).VM.Stats().Repairs }
@@ -562,7 +562,7 @@ func TestVMJournalRepairs(t *testing.T) {
 
 		// The first StartVm's final write fails (the stall hook cuts the
 		// store once the hypervisor started the VM).
-		_, err = service.CallAPI[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, cl, api.StartVm{UUID: vm})
 		require.Error(t, err)
 		got, err := db.VM(ctx, vm)
 		require.NoError(t, err)
@@ -614,7 +614,7 @@ func TestDomainLimits(t *testing.T) {
 			{api.AddImage{UUID: message.NewUUID(), SizeMB: -5}, "size_mb"},
 			{api.AddHost{UUID: message.NewUUID(), Name: strings.Repeat("h", 10*1024)}, "name"},
 		} {
-			_, err := f.cl.Call(ctx, c.msg)
+			_, err := service.Call[any](ctx, f.cl, c.msg)
 			require.ErrorIs(t, err, message.ErrBadRequest, "%T", c.msg)
 			assert.Contains(t, err.Error(), c.field)
 		}
@@ -628,12 +628,12 @@ func TestDomainLimits(t *testing.T) {
 // returns the VM's UUID.
 func addVM(t *testing.T, ctx context.Context, cl *service.Client) string {
 	t.Helper()
-	_, err := service.CallAPI[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
+	_, err := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
 	require.NoError(t, err)
 	img := message.NewUUID()
-	_, err = service.CallAPI[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
+	_, err = service.Call[api.ImageReply](ctx, cl, api.AddImage{UUID: img, Name: "img"})
 	require.NoError(t, err)
-	created, err := service.CallAPI[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
+	created, err := service.Call[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
 	require.NoError(t, err)
 	return created.VM.UUID
 }

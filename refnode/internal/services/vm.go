@@ -25,11 +25,11 @@ import (
 // service.Starter, service.Stopper, service.RingListener and
 // service.APIService. Safe for concurrent use once started.
 type VMService struct {
-	store      cloud.Store
-	hv         cloud.Hypervisor
-	log        *slog.Logger
-	node       *service.Node
-	mux        *bus.Mux
+	store cloud.Store
+	hv    cloud.Hypervisor
+	log   *slog.Logger
+	node  *service.Node
+	*bus.Mux
 	stall      func(ctx context.Context, vm string) // Config.StallVMWrite
 	stallFinal func(ctx context.Context, vm string) // Config.StallVMFinalWrite
 
@@ -45,22 +45,22 @@ type VMService struct {
 }
 
 func newVMService(cfg Config) *VMService {
-	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), mux: bus.NewMux(), stall: cfg.StallVMWrite,
+	s := &VMService{store: cfg.Store, hv: cfg.Hypervisor, log: cfg.Logger.With("service", api.VMService), Mux: bus.NewMux(), stall: cfg.StallVMWrite,
 		stallFinal: cfg.StallVMFinalWrite, every: cfg.VMSweepInterval, opTimeout: cfg.OpTimeout, kick: make(chan struct{}, 1)}
-	bus.Handle(s.mux, s.create)
-	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
+	bus.Handle(s.Mux, s.create)
+	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, _ api.StartVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStart)
 	})
-	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.StopVm) (api.VmReply, error) {
+	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, _ api.StopVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpStop)
 	})
-	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.RebootVm) (api.VmReply, error) {
+	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, _ api.RebootVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpReboot)
 	})
-	bus.Handle(s.mux, func(ctx context.Context, r *bus.Request, _ api.DestroyVm) (api.VmReply, error) {
+	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, _ api.DestroyVm) (api.VmReply, error) {
 		return s.operate(ctx, r, cloud.VMOpDestroy)
 	})
-	bus.Handle(s.mux, s.get)
+	bus.Handle(s.Mux, s.get)
 	return s
 }
 
@@ -91,7 +91,7 @@ func (s *VMService) Handle(ctx context.Context, r *bus.Request) (any, error) {
 	if err := started(s.node, api.VMService); err != nil {
 		return nil, err
 	}
-	resp, err := s.mux.Handle(ctx, r)
+	resp, err := s.Mux.Handle(ctx, r)
 	return resp, answer(s.log, r, err)
 }
 
@@ -131,7 +131,7 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 	// A message about no resource: the local node's host service. It only
 	// reads, and it runs before the transaction: a transaction waiting for
 	// a call that needs a connection of the same pool could exhaust it.
-	alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.HostService, api.AllocateHost{CPUs: cpus, MemoryMB: mem})
+	alloc, err := service.Call[api.HostAllocated](ctx, s.node, api.AllocateHost{CPUs: cpus, MemoryMB: mem})
 	if err != nil {
 		return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: allocate a host: %w", id, err)
 	}
