@@ -20,6 +20,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	hbmem "github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
@@ -314,7 +315,7 @@ func wireRegistry(t *testing.T) (*message.Registry, map[string]string) {
 	t.Cleanup(func() { _ = tr.Close() })
 	_, err = service.NewNode(service.Config{Node: id, Transport: tr, Store: hbmem.New(hbmem.Config{}).For(id), Registry: reg, Services: set.Services()})
 	require.NoError(t, err)
-	apiTypes := map[string]string{service.TypeClusterTimeQuery: bus.APIPortal} // answered by the portal itself
+	apiTypes := map[string]string{wire.TypeClusterTimeQuery: bus.APIPortal} // answered by the portal itself
 	for _, s := range set.Services() {
 		a, ok := s.(service.APIService)
 		if !ok {
@@ -444,9 +445,9 @@ func TestWireDoc(t *testing.T) {
 	t.Run("headers", func(t *testing.T) {
 		want := map[string]bool{
 			bus.HeaderRetry:      true,
-			service.HeaderOwner:  true,
+			wire.HeaderOwner:     true,
 			service.HeaderPortal: true,
-			service.HeaderHops:   true,
+			wire.HeaderHops:      true,
 			"cloudbus-drain":     true, // bus's unexported headerDrain (bus/drain.go)
 		}
 		diffKeys(t, wireDocPath+", table wire:headers", keyed(t, "headers", doc.table(t, "headers", 2)), want, func(string, bool) string { return "" })

@@ -11,37 +11,13 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
 
-// RingQuery asks a node for its ring copy; it replies with [RingState].
-// [Node.AwaitConverged] sends it to every member. Registered as
-// "cloudbus.v1.RingQuery".
-type RingQuery struct{}
-
-// TypeRingQuery is the registered name of [RingQuery].
-const TypeRingQuery = "cloudbus.v1.RingQuery"
-
-// RingState is a node's view of the cluster: its state and ring copy.
-// Registered as "cloudbus.v1.RingState".
-type RingState struct {
-	// Node is the replying node.
-	Node string `json:"node"`
-	// State is the node's [State] name ("serving", ...).
-	State string `json:"state"`
-	// Fingerprint is the ring copy's fingerprint, in hexadecimal
-	// (ring.Fingerprint.String): equal fingerprints mean equal owners.
-	Fingerprint string `json:"fingerprint"`
-	// Members are the node UUIDs in the ring copy, sorted.
-	Members []string `json:"members"`
-}
-
-// TypeRingState is the registered name of [RingState].
-const TypeRingState = "cloudbus.v1.RingState"
-
-func (n *Node) ringState() RingState {
-	return RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
+func (n *Node) ringState() wire.RingState {
+	return wire.RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
 }
 
 // ErrNotRunning is returned by the waits of a node that stopped, or
@@ -166,7 +142,7 @@ func (n *Node) disagreement(ctx context.Context, m0 *heartbeat.Monitor, lists0 u
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			st, err := bus.Call[RingState](cctx, b, bus.ServiceID(membershipService, p), RingQuery{})
+			st, err := bus.Call[wire.RingState](cctx, b, bus.ServiceID(membershipService, p), wire.RingQuery{})
 			var why string
 			switch {
 			case err != nil:

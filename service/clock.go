@@ -7,41 +7,16 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// ClusterTimeQuery asks a node, through api.portal, for the cluster time;
-// it replies with [ClusterTime]. A [Client] sends it to measure its
-// offset to the cluster clock, so the deadlines it writes hold wherever
-// its messages wait; a client in another language does the same (see
-// message.Envelope.Deadline). Registered as "cloudbus.v1.ClusterTimeQuery".
-type ClusterTimeQuery struct{}
-
-// TypeClusterTimeQuery is the registered name of [ClusterTimeQuery].
-const TypeClusterTimeQuery = "cloudbus.v1.ClusterTimeQuery"
-
-// ClusterTime is a node's reading of the cluster time: the clock of the
-// heartbeat store, as the node estimates it from its round trips to the
-// store. Registered as "cloudbus.v1.ClusterTime".
-type ClusterTime struct {
-	// NowNS is the cluster time when the node answered, in nanoseconds
-	// since the Unix epoch.
-	NowNS int64 `json:"now_ns"`
-	// ErrorNS bounds the error of NowNS, in nanoseconds.
-	ErrorNS int64 `json:"error_ns"`
-	// Node is the answering node.
-	Node string `json:"node"`
-}
-
-// TypeClusterTime is the registered name of [ClusterTime].
-const TypeClusterTime = "cloudbus.v1.ClusterTime"
-
 // registerClockTypes registers the clock messages in reg.
 func registerClockTypes(reg *message.Registry) error {
-	if err := message.Register[ClusterTimeQuery](reg, TypeClusterTimeQuery); err != nil {
+	if err := message.Register[wire.ClusterTimeQuery](reg, wire.TypeClusterTimeQuery); err != nil {
 		return err
 	}
-	return message.Register[ClusterTime](reg, TypeClusterTime)
+	return message.Register[wire.ClusterTime](reg, wire.TypeClusterTime)
 }
 
 // ClusterTime returns the cluster time as this node measures it: the
@@ -59,12 +34,12 @@ func (n *Node) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 }
 
 // clusterTimeReply answers a ClusterTimeQuery.
-func (n *Node) clusterTimeReply() (ClusterTime, error) {
+func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 	now, bound, ok := n.ClusterTime()
 	if !ok {
-		return ClusterTime{}, message.ErrUnavailable.WithDetails(fmt.Sprintf("node %s has no cluster time yet (no round trip to the heartbeat store)", n.id))
+		return wire.ClusterTime{}, message.ErrUnavailable.WithDetails(fmt.Sprintf("node %s has no cluster time yet (no round trip to the heartbeat store)", n.id))
 	}
-	return ClusterTime{NowNS: now.UnixNano(), ErrorNS: int64(bound), Node: n.id}, nil
+	return wire.ClusterTime{NowNS: now.UnixNano(), ErrorNS: int64(bound), Node: n.id}, nil
 }
 
 // clientClock keeps a Client's estimate of the cluster time, sampled by
@@ -77,7 +52,7 @@ type clientClock struct {
 // sample measures one round trip; it reports whether it succeeded.
 func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
-	t, err := bus.Call[ClusterTime](ctx, c.b, bus.APIPortal, ClusterTimeQuery{}, bus.WithTimeout(timeout))
+	t, err := bus.Call[wire.ClusterTime](ctx, c.b, bus.APIPortal, wire.ClusterTimeQuery{}, bus.WithTimeout(timeout))
 	received := time.Now()
 	if err != nil {
 		return err

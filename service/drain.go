@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -130,7 +131,7 @@ func (n *Node) rerouteTarget(node string) func(env *message.Envelope) error {
 			for k, v := range env.Headers {
 				h[k] = v
 			}
-			h[HeaderOwner] = owner
+			h[wire.HeaderOwner] = owner
 			env.Headers = h
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -28,14 +29,14 @@ func FuzzForwardHeaders(f *testing.F) {
 		f.Add(s.hops, s.id)
 	}
 	f.Fuzz(func(t *testing.T, hops, id string) {
-		r := busx.NewRequest(&message.Envelope{Headers: map[string]string{HeaderHops: hops}}).(*bus.Request)
+		r := busx.NewRequest(&message.Envelope{Headers: map[string]string{wire.HeaderHops: hops}}).(*bus.Request)
 		// Forward as the router does, each node raising the count by one,
 		// until the count says stop.
 		for n := 0; forwardHops(r) < maxForwardHops; n++ {
 			if n == maxForwardHops {
-				t.Fatalf("a message arriving with %s: %q is forwarded more than %d times", HeaderHops, hops, maxForwardHops)
+				t.Fatalf("a message arriving with %s: %q is forwarded more than %d times", wire.HeaderHops, hops, maxForwardHops)
 			}
-			busx.EnvelopeOf(r).Headers[HeaderHops] = strconv.Itoa(forwardHops(r) + 1)
+			busx.EnvelopeOf(r).Headers[wire.HeaderHops] = strconv.Itoa(forwardHops(r) + 1)
 		}
 
 		got := portalID(id)

@@ -10,6 +10,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
@@ -22,18 +23,6 @@ const membershipService = "cloudbus-membership"
 // maxTombstones bounds the memory of nodes seen leaving, kept so that a
 // late NodeJoined of a departed life cannot re-add it.
 const maxTombstones = 4096
-
-// LeaveNotice asks a peer to drop a leaving node from its ring; the peer
-// replies once it has. Registered as "cloudbus.v1.LeaveNotice".
-type LeaveNotice struct {
-	// Node is the leaving node.
-	Node string `json:"node"`
-	// Epoch is the life of the node that is leaving.
-	Epoch int64 `json:"epoch"`
-}
-
-// TypeLeaveNotice is the registered name of [LeaveNotice].
-const TypeLeaveNotice = "cloudbus.v1.LeaveNotice"
 
 // memberJoined adds node (life epoch) to the ring unless that life, or a
 // later one, was already seen leaving.
@@ -246,11 +235,11 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 // RingQuery (report this node's ring copy).
 func (n *Node) membershipHandler() bus.Handler {
 	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, l LeaveNotice) (message.Empty, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, l wire.LeaveNotice) (message.Empty, error) {
 		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
 		return message.Empty{}, nil
 	})
-	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, _ RingQuery) (RingState, error) {
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, _ wire.RingQuery) (wire.RingState, error) {
 		return n.ringState(), nil
 	})
 	return mux
@@ -275,7 +264,7 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (s
 			continue
 		}
 		wg.Go(func() {
-			_, err := b.Call(ctx, bus.ServiceID(membershipService, p), LeaveNotice{Node: n.id, Epoch: epoch})
+			_, err := b.Call(ctx, bus.ServiceID(membershipService, p), wire.LeaveNotice{Node: n.id, Epoch: epoch})
 			if err != nil {
 				n.log.Warn("leave: peer did not confirm", "peer", p, "err", err)
 				mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 )
@@ -132,9 +133,9 @@ func NewNode(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	for _, err := range []error{
-		message.Register[LeaveNotice](cfg.Registry, TypeLeaveNotice),
-		message.Register[RingQuery](cfg.Registry, TypeRingQuery),
-		message.Register[RingState](cfg.Registry, TypeRingState),
+		message.Register[wire.LeaveNotice](cfg.Registry, wire.TypeLeaveNotice),
+		message.Register[wire.RingQuery](cfg.Registry, wire.TypeRingQuery),
+		message.Register[wire.RingState](cfg.Registry, wire.TypeRingState),
 		registerClockTypes(cfg.Registry),
 	} {
 		if err != nil {

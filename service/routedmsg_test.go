@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -121,7 +122,7 @@ func TestCallRule(t *testing.T) {
 			assert.Equal(t, n.UUID(), got.Node, "a message about no resource runs on the local node")
 			for _, res := range uuids(20) {
 				got, err := service.Call[Touched](t.Context(), n, Touch{Resource: res},
-					bus.WithHeader(service.HeaderOwner, n.UUID()))
+					bus.WithHeader(wire.HeaderOwner, n.UUID()))
 				require.NoError(t, err)
 				assert.Equal(t, c.Owner(res), got.Node, "a message about a resource runs on its owner, whatever header the caller set")
 			}

@@ -14,16 +14,9 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
-
-// HeaderOwner is the header a node sets on a message it routed by its
-// ring: the owner it computed. The receiver checks that its own ring
-// agrees before running the handler, so that while ring copies converge
-// a message is never run by a node that does not believe it owns the
-// resource; it answers message.ErrNotOwner instead, which is safe to
-// retry.
-const HeaderOwner = "cloudbus-owner"
 
 func (n *Node) busForCall() (*bus.CloudBus, error) {
 	b := n.Bus()
@@ -94,7 +87,7 @@ func (n *Node) routed(ctx context.Context, service, res string, retries int, sen
 		if err != nil {
 			return fmt.Errorf("service: route %s for %s: %w: %w", service, res, message.ErrNoRoute, err)
 		}
-		err = send(bus.ServiceID(service, owner), []bus.Option{bus.WithResource(res), bus.WithHeader(HeaderOwner, owner)})
+		err = send(bus.ServiceID(service, owner), []bus.Option{bus.WithResource(res), bus.WithHeader(wire.HeaderOwner, owner)})
 		notOwner, noRoute, left := errors.Is(err, message.ErrNotOwner), errors.Is(err, message.ErrNoRoute), errors.Is(err, message.ErrNodeLeft)
 		switch {
 		case err == nil:
@@ -211,7 +204,7 @@ func (n *Node) guard(s Service) bus.Handler {
 		// that addressed this node's queue directly (a raw client, a
 		// stale route) does not make it the owner.
 		if busx.EnvelopeOf(r).ResourceUUID != "" {
-			claimed := busx.EnvelopeOf(r).Headers[HeaderOwner]
+			claimed := busx.EnvelopeOf(r).Headers[wire.HeaderOwner]
 			if claimed == "" {
 				claimed = "no owner (sent to this node's queue directly)"
 			}
@@ -237,15 +230,11 @@ func (n *Node) guard(s Service) bus.Handler {
 	})
 }
 
-// HeaderHops counts how many times a one-way message was forwarded
-// between nodes whose rings disagreed about its owner.
-const HeaderHops = "cloudbus-hops"
-
 // maxForwardHops bounds the forwards of one message.
 const maxForwardHops = 3
 
 func forwardHops(r *bus.Request) int {
-	n, _ := strconv.Atoi(r.Header(HeaderHops))
+	n, _ := strconv.Atoi(r.Header(wire.HeaderHops))
 	return max(n, 0) // a forged negative count must not buy more forwards
 }
 
@@ -257,7 +246,7 @@ func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error 
 		return fmt.Errorf("service: forward %s: not a service id", busx.EnvelopeOf(r).ServiceID)
 	}
 	err := busx.Receiver(r).Forward(ctx, r, bus.ServiceID(svc, owner), map[string]string{
-		HeaderOwner: owner, HeaderHops: strconv.Itoa(forwardHops(r) + 1),
+		wire.HeaderOwner: owner, wire.HeaderHops: strconv.Itoa(forwardHops(r) + 1),
 	})
 	if err != nil {
 		n.log.Debug("forward a one-way message to its owner", "to", owner, "id", r.ID(), "err", err)
@@ -281,7 +270,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		}
 		return nil, bus.ErrRelease
 	}
-	if r.Type() == TypeClusterTimeQuery {
+	if r.Type() == wire.TypeClusterTimeQuery {
 		return n.clusterTimeReply()
 	}
 	service, ok := n.api[busx.EnvelopeOf(r).Type]
