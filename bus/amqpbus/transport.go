@@ -38,6 +38,7 @@ type Transport struct {
 	blocked   chan struct{}               // non-nil while the broker blocks us
 	watchers  map[int]func(bus.TransportState)
 	nextWatch int
+	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -107,6 +108,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	t.watchers[id] = f
 	t.mu.Unlock()
 	return func() {
+		t.notifyMu.Lock()
+		defer t.notifyMu.Unlock()
 		t.mu.Lock()
 		delete(t.watchers, id)
 		t.mu.Unlock()
@@ -114,6 +117,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 }
 
 func (t *Transport) setState(s bus.TransportState) {
+	t.notifyMu.Lock()
+	defer t.notifyMu.Unlock()
 	t.mu.Lock()
 	if t.state == s || t.state == bus.TransportClosed {
 		t.mu.Unlock()

@@ -26,6 +26,7 @@ type Transport struct {
 
 	wg sync.WaitGroup // consumer goroutines
 
+	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 	watchMu   sync.Mutex // guards watchers, nextWatch, lastState; never held with net.mu
 	watchers  map[int]func(bus.TransportState)
 	nextWatch int
@@ -73,6 +74,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	t.watchers[id] = f
 	t.watchMu.Unlock()
 	return func() {
+		t.notifyMu.Lock()
+		defer t.notifyMu.Unlock()
 		t.watchMu.Lock()
 		delete(t.watchers, id)
 		t.watchMu.Unlock()
@@ -82,6 +85,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 // notify tells the watchers the current state if it changed. Called
 // without net.mu held.
 func (t *Transport) notify() {
+	t.notifyMu.Lock()
+	defer t.notifyMu.Unlock()
 	st := t.TransportState()
 	t.watchMu.Lock()
 	if st == t.lastState || t.watchers == nil {
@@ -253,14 +258,18 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 
 // PublishVia implements [bus.EntryTransport].
 func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	n := t.net
 	n.mu.Lock()
+	err := t.checkLocked("publish to " + queue + " via entry " + entry)
 	bound := n.entries[entry][queue]
 	n.mu.Unlock()
+	if err != nil {
+		return notSent(err)
+	}
 	if !bound {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		return fmt.Errorf("membus: publish to %s via entry %s: no such binding: %w", queue, entry, message.ErrNoRoute)
 	}
 	return t.Publish(ctx, queue, data)
@@ -439,6 +448,27 @@ func (c *consumer) Cancel() error {
 	n := c.t.net
 	n.mu.Lock()
 	c.stopLocked()
+	n.mu.Unlock()
+	<-c.done
+	return nil
+}
+
+var _ bus.Aborter = (*consumer)(nil)
+
+// Abort implements [bus.Aborter]: under the network's lock, c leaves its
+// queue and every delivery it holds unsettled goes back to the queue,
+// marked redelivered if it was handed over.
+func (c *consumer) Abort() error {
+	n := c.t.net
+	n.mu.Lock()
+	if !c.stopped {
+		c.stopLocked()
+		for d := range c.t.outstanding {
+			if d.c == c {
+				d.settleLocked(true, true)
+			}
+		}
+	}
 	n.mu.Unlock()
 	<-c.done
 	return nil
