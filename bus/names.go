@@ -87,6 +87,6 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// APIEntry returns the name of the entry api.portal sits behind on an
-// [EntryTransport]: "<prefix>.api".
+// APIEntry returns the name of the entry api.portal sits behind
+// ([Transport.DeclareEntry]): "<prefix>.api".
 func (b *CloudBus) APIEntry() string { return b.cfg.Prefix + ".api" }

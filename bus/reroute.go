@@ -67,12 +67,11 @@ func KeepQueue() RerouteOption { return func(o *rerouteOptions) { o.keep = true 
 // error: the queue stays for a later attempt.
 //
 // Reroute knows it has taken every message present when a marker it put
-// at the tail of the queue comes back; it then deletes the queue if the
-// transport can do so only while the queue is idle ([IdleDeleter]: no
-// message, no consumer), and otherwise goes round again for the
-// messages that arrived meanwhile (at most 20 rounds, 50 ms apart: then
-// it fails with an error matching message.ErrBusy). On a transport that cannot, it
-// deletes the queue after the marker came back. It returns when the queue
+// at the tail of the queue comes back; it then deletes the queue if it is
+// idle ([Transport.DeleteQueueIfIdle]: no message, no consumer), and
+// otherwise goes round again for the messages that arrived meanwhile (at
+// most 20 rounds, 50 ms apart: then it fails with an error matching
+// message.ErrBusy). It returns when the queue
 // is gone, or with ctx's error (the queue stays, with what was not moved).
 // It may run on any bus of the cluster; the messages go through its
 // transport.
@@ -231,14 +230,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 		if ro.keep {
 			return snapshot(), nil
 		}
-		d, ok := b.tr.(IdleDeleter)
-		if !ok {
-			if err := b.tr.DeleteQueue(ctx, queue); err != nil {
-				return snapshot(), fmt.Errorf("bus: reroute %s: delete: %w", queue, err)
-			}
-			return snapshot(), nil
-		}
-		switch err := d.DeleteQueueIfIdle(ctx, queue); {
+		switch err := b.tr.DeleteQueueIfIdle(ctx, queue); {
 		case err == nil:
 			return snapshot(), nil
 		case errors.Is(err, message.ErrBusy):
@@ -250,11 +242,7 @@ func (b *CloudBus) Reroute(ctx context.Context, queue string, route func(env *me
 }
 
 // giveBack returns d to its queue without counting it as a failed
-// delivery where the transport can ([Releaser]): Reroute never crashed
-// on it.
+// delivery ([Delivery.Release]): Reroute never crashed on it.
 func giveBack(d Delivery) {
-	if r, ok := d.(Releaser); ok && r.Release() == nil {
-		return
-	}
-	_ = d.Reject(true)
+	_ = d.Release()
 }

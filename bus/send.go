@@ -347,9 +347,9 @@ func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
 		return err
 	}
 	publish := b.tr.Publish
-	if et, ok := b.tr.(EntryTransport); ok && env.ServiceID == APIPortal {
+	if env.ServiceID == APIPortal {
 		publish = func(ctx context.Context, queue string, data []byte) error {
-			return et.PublishVia(ctx, b.APIEntry(), queue, data)
+			return b.tr.PublishVia(ctx, b.APIEntry(), queue, data)
 		}
 	}
 	if err := publish(ctx, b.QueueName(env.ServiceID), data); err != nil {

@@ -283,9 +283,7 @@ func (c *consumer) Cancel() error {
 	return nil
 }
 
-var _ bus.Aborter = (*consumer)(nil)
-
-// Abort implements [bus.Aborter]: the consumer's channel closes at once,
+// Abort implements [bus.Consumer]: the consumer's channel closes at once,
 // and the broker requeues every delivery it held unsettled as it removes
 // the consumer; a later Ack or Reject of one of them does nothing. It
 // waits until no handle call is running.
@@ -304,8 +302,8 @@ type delivery struct {
 }
 
 var (
-	_ bus.DeliveryChecker = (*delivery)(nil)
-	_ bus.Releaser        = (*delivery)(nil)
+	_ bus.Consumer = (*consumer)(nil)
+	_ bus.Delivery = (*delivery)(nil)
 )
 
 func (d *delivery) Body() []byte      { return d.d.Body }
@@ -339,7 +337,7 @@ func (d *delivery) Ack() error {
 	return err
 }
 
-// Release implements [bus.Releaser]: the message is published again to
+// Release implements [bus.Delivery]: the message is published again to
 // its queue with its delivery and attempt counts unchanged, and the original
 // acknowledged, so the giveback does not count towards MaxDeliveries;
 // the copy waits at the tail of the queue. If that publish fails, the

@@ -292,7 +292,7 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("consuming a 24 MiB body with a 1 MiB limit allocated %.1f MiB", float64(alloc)/(1<<20))
 	assert.Less(t, alloc, uint64(8<<20), "the node read the long body whole")
-	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+	assert.Equal(t, bus.TransportConnected, tr.State())
 }
 
 // slowConn reads at most 16 KiB every 8 ms: about 2 MB/s from the broker.
@@ -340,5 +340,5 @@ func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 		t.Fatal("the body never arrived")
 	}
 	assert.Zero(t, tr.ConnectionsLost(), "the probe, queued behind the body, cost the connection")
-	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+	assert.Equal(t, bus.TransportConnected, tr.State())
 }

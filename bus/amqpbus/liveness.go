@@ -80,7 +80,7 @@ func (t *Transport) probeWaiter() <-chan struct{} {
 	return t.probeWake
 }
 
-// Check implements [bus.DeliveryChecker]: the delivery is still held if
+// Check implements [bus.Delivery]: the delivery is still held if
 // its connection is up and, when the process may have been paused since,
 // the broker answered a round trip sent after the pause (the broker gives
 // unacknowledged deliveries away only when their connection closes, and
