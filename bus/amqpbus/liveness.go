@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -80,16 +82,18 @@ func (t *Transport) probeWaiter() <-chan struct{} {
 	return t.probeWake
 }
 
-// Check implements [bus.Delivery]: the delivery is still held if
-// its connection is up and, when the process may have been paused since,
-// the broker answered a round trip sent after the pause (the broker gives
-// unacknowledged deliveries away only when their connection closes, and
-// TCP delivers that answer after everything the broker sent before it).
+// Check implements [bus.Delivery]: the delivery is still held if its
+// channel is open (an aborted consumer's is not) and, when the process
+// may have been paused since, the broker answered a round trip sent
+// after the pause.
 func (d *delivery) Check(ctx context.Context) error {
 	t, s := d.c.t, d.s
 	for {
 		if s.isLost() {
 			return fmt.Errorf("amqpbus: delivery from %s: its connection closed, so the broker requeued it: %w", d.c.queue, message.ErrUnavailable)
+		}
+		if d.d.Acknowledger.(*amqp.Channel).IsClosed() {
+			return fmt.Errorf("amqpbus: delivery from %s: its channel closed, so the broker requeued it: %w", d.c.queue, message.ErrUnavailable)
 		}
 		if s.proved.Load() >= t.mustProveAfter() {
 			return nil
