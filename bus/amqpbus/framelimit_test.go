@@ -306,9 +306,7 @@ func (c slowConn) Read(p []byte) (int, error) {
 // TestProbeQueuedBehindALongBodyKeepsTheLink: the liveness probe's
 // answer waits behind a body the broker is still sending (here 3 MiB at
 // about 2 MB/s, with a probe timeout of 200 ms); bytes arriving prove the
-// link alive, so the transport keeps its connection. Before, it dropped
-// it as dead, failing every call in flight on it (TestHostileInput under
-// load: all nodes at once, on 50 MB messages).
+// link alive, so the transport keeps its connection.
 func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	tr, err := Dial(t.Context(), Config{URL: url, ConnectionName: "cloudbus-test-slow", ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond,

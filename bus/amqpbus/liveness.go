@@ -11,11 +11,9 @@ import (
 )
 
 // pauseThreshold is the gap between two ticks of the watchdog that
-// counts as a pause of the process (SIGSTOP, a frozen VM, a starved
-// machine): after one, deliveries read before the pause, or read from the
-// socket's buffer right after it, run only once the broker answered a
-// round trip sent after the pause. It is well below what the broker
-// needs to give a silent client's deliveries away (two heartbeats).
+// counts as a pause of the process: after one, deliveries read before
+// the pause, or read from the socket's buffer right after it, pass Check
+// only once the broker answered a round trip sent after the pause.
 const pauseThreshold = 500 * time.Millisecond
 
 // watchdogTick is the watchdog's period.

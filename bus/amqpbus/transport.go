@@ -135,9 +135,6 @@ func (t *Transport) setState(s bus.TransportState) {
 
 // supervise waits for the session to end and reconnects, with capped
 // exponential backoff and jitter, for as long as the transport lives.
-// amqp091's experimental Config.Recovery retries 5 times 5 s apart by
-// default and cannot fail our calls in flight or recreate the exclusive
-// reply and event queues our way; this loop does both.
 func (t *Transport) supervise(s *session) {
 	defer t.wg.Done()
 	for {
