@@ -110,9 +110,7 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 		closing:   make(chan struct{}),
 	}
 	go b.dispatchEvents()
-	if w, ok := cfg.Transport.(StateWatcher); ok {
-		b.unwatch = w.WatchState(b.onTransportState)
-	}
+	b.unwatch = cfg.Transport.WatchState(b.onTransportState)
 	if err := b.start(ctx); err != nil {
 		_ = b.Close()
 		return nil, err
@@ -182,23 +180,12 @@ func (b *CloudBus) onTransportState(s TransportState) {
 	}
 }
 
-// TransportState returns the state of the transport's connection:
-// TransportConnected for transports that do not report one.
-func (b *CloudBus) TransportState() TransportState {
-	if w, ok := b.tr.(StateWatcher); ok {
-		return w.TransportState()
-	}
-	return TransportConnected
-}
-
 // DeadLetterQueue returns the name of the queue poison messages go to.
 func (b *CloudBus) DeadLetterQueue() string { return b.cfg.DeadLetterQueue }
 
 // Node returns this bus's node UUID.
 func (b *CloudBus) Node() string { return b.node }
 
-// Prefix returns the queue name prefix.
-func (b *CloudBus) Prefix() string { return b.cfg.Prefix }
 
 // registry returns the payload registry the bus encodes and decodes with.
 func (b *CloudBus) registry() *message.Registry { return b.reg }
@@ -264,10 +251,10 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 		undo()
 		return fmt.Errorf("bus: register %s: declare queue %s: %w", id, s.queue, err)
 	}
-	if et, ok := b.tr.(EntryTransport); ok && id == APIPortal {
+	if id == APIPortal {
 		// Clients publish API messages through the entry, which reaches
-		// this queue and nothing else (see EntryTransport).
-		if err := et.DeclareEntry(ctx, b.apiEntry(), s.queue); err != nil {
+		// this queue and nothing else (see Transport.DeclareEntry).
+		if err := b.tr.DeclareEntry(ctx, b.apiEntry(), s.queue); err != nil {
 			undo()
 			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.apiEntry(), err)
 		}
@@ -352,7 +339,7 @@ type Stats struct {
 	// (ErrRelease, or a reply that could not be published).
 	Released uint64
 	// Lost counts deliveries neither run nor settled because the
-	// transport no longer held them (see DeliveryChecker): the broker
+	// transport no longer held them (see Delivery.Check): the broker
 	// handed them to another consumer.
 	Lost uint64
 	// Failed counts one-way messages ended by an error that says the
@@ -407,9 +394,9 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 // Close stops every consumer, fails pending calls with message.ErrClosed,
 // cancels the ctx of running handlers and waits for them to return,
 // returns messages that had not started to their queues and deletes the
-// bus's reply and event queues. A transport that can abort its consumers
-// ([Aborter]) takes back every message not yet settled at once, those of
-// running handlers included: such a message runs again elsewhere, since
+// bus's reply and event queues. Its consumers abort ([Consumer.Abort]):
+// the transport takes back every message not yet settled at once, those
+// of running handlers included: such a message runs again elsewhere, since
 // its handler was canceled. It does not close the transport, which
 // the caller owns. Close is idempotent.
 func (b *CloudBus) Close() error {
@@ -474,9 +461,9 @@ func (b *CloudBus) drainHandlers(ctx context.Context) error {
 }
 
 // stopConsumers cancels the service consumers and, with all, the reply
-// and event consumers too; each consumer is stopped once. With abort, a
-// consumer that can ([Aborter]) stops at once and gives back what it
-// holds unsettled, instead of waiting for the handlers to settle it.
+// and event consumers too; each consumer is stopped once. With abort,
+// each consumer stops at once and gives back what it holds unsettled
+// ([Consumer.Abort]), instead of waiting for the handlers to settle it.
 func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Lock()
 	var cs []Consumer
@@ -493,8 +480,8 @@ func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Unlock()
 	for _, c := range cs {
 		stop := c.Cancel
-		if a, ok := c.(Aborter); ok && abort {
-			stop = a.Abort
+		if abort {
+			stop = c.Abort
 		}
 		if err := stop(); err != nil && !isGone(err) {
 			b.log.Warn("stop consumer", "err", err)

@@ -71,7 +71,7 @@
 //     caller may still listen (within a second of the deadline); a late
 //     one-way message goes to the dead-letter queue.
 //   - Just before a handler starts, the transport confirms that it still
-//     holds the delivery ([DeliveryChecker]): after a pause of the
+//     holds the delivery ([Delivery.Check]): after a pause of the
 //     process, a delivery it read before runs only once the broker
 //     answered a round trip sent after the pause, since the broker hands
 //     the deliveries of a silent client to another consumer. A delivery
@@ -90,7 +90,7 @@
 //     was published (or, for a one-way message, once it ended by rule 1
 //     of "One-way messages"). A reply that cannot be published (the broker is
 //     unreachable, the reply queue's caller aside) does not end the
-//     message: it is given back to its queue ([Releaser]), not counted
+//     message: it is given back to its queue ([Delivery.Release]), not counted
 //     towards Config.MaxDeliveries, and runs again (Stats.Released). A
 //     message taken by a node that crashes before it was acknowledged is
 //     redelivered by the transport to the queue's next consumer. So
@@ -174,8 +174,8 @@
 // returns messages that had not started to their queues, and deletes the
 // reply and event queues. Neither closes the transport: its creator does.
 // Close gives back one-way messages waiting for their next attempt first,
-// then stops its consumers at once where the transport can ([Aborter]:
-// bus/amqpbus closes the channel), so that every message it held goes
+// then stops its consumers at once ([Consumer.Abort]: bus/amqpbus closes
+// the channel), so that every message it held goes
 // back to its queue in the same step as the consumer leaves it: a
 // survivor that deletes an evicted node's queue once it looks idle never
 // deletes it while this node still holds messages of it.

@@ -66,6 +66,6 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// apiEntry returns the name of the entry api.portal sits behind on an
-// [EntryTransport]: "<prefix>.api".
+// apiEntry returns the name of the entry api.portal sits behind
+// ([Transport.DeclareEntry]): "<prefix>.api".
 func (b *CloudBus) apiEntry() string { return b.cfg.Prefix + ".api" }

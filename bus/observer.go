@@ -60,7 +60,7 @@ const (
 	// OpReject: a delivery was refused before any handler ran: undecodable,
 	// unknown type, busy, its sender's deadline had passed (Err matches
 	// message.ErrTimeout), or the transport no longer held it (a
-	// DeliveryChecker said so). Err says why.
+	// Delivery.Check said so). Err says why.
 	OpReject
 	// OpRelease: a delivery was given back to its queue unanswered: its
 	// handler returned ErrRelease, or its reply could not be published.

@@ -100,7 +100,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 // handle runs the handler for one message, replies and acknowledges. Just
 // before the handler starts it checks again that the deadline has not
 // passed and that the transport still holds the delivery (see
-// [DeliveryChecker]): a process paused after reading the message, or cut
+// [Delivery.Check]): a process paused after reading the message, or cut
 // off from the broker, never runs what the broker may have handed to
 // another consumer, nor anything whose caller has given up.
 func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived time.Time, dl deadline) {
@@ -110,19 +110,17 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 	}
 	ctx, cancel := dl.context(b.base)
 	defer cancel()
-	if c, ok := d.(DeliveryChecker); ok {
-		if err := c.Check(ctx); err != nil {
-			// Neither run nor settle it: the broker requeues it, or did.
-			b.lost.Add(1)
-			b.log.Debug("not running a delivery the transport no longer holds", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
-			b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID,
-				Headers: env.Headers, Start: time.Now(), Deadline: dl.at, Err: err})
-			return
-		}
-		if dl.late(time.Now()) {
-			b.refuseLate(s.id, env, d, arrived, dl)
-			return
-		}
+	if err := d.Check(ctx); err != nil {
+		// Neither run nor settle it: the broker requeues it, or did.
+		b.lost.Add(1)
+		b.log.Debug("not running a delivery the transport no longer holds", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
+		b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID,
+			Headers: env.Headers, Start: time.Now(), Deadline: dl.at, Err: err})
+		return
+	}
+	if dl.late(time.Now()) {
+		b.refuseLate(s.id, env, d, arrived, dl)
+		return
 	}
 
 	payload, err := b.reg.Decode(env.Type, env.Body)
@@ -166,17 +164,11 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 }
 
 // release gives d back to its queue, unanswered, without counting it as
-// a failed delivery ([Releaser]); a transport that cannot release
-// rejects it for redelivery instead.
+// a failed delivery ([Delivery.Release]).
 func (b *CloudBus) release(serviceID string, env *message.Envelope, d Delivery, why error) {
 	b.released.Add(1)
 	b.log.Debug("message given back to its queue", "service", serviceID, "type", env.Type, "id", env.ID, "why", why)
-	if r, ok := d.(Releaser); ok {
-		if err := r.Release(); err == nil {
-			return
-		}
-	}
-	_ = d.Reject(true)
+	_ = d.Release()
 }
 
 // refuseLate refuses a message whose deadline passed before it could

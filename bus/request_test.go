@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, 
 	t.Helper()
 	replies := make(chan *message.Envelope, 1)
 	id := message.NewUUID()
-	q := b.Prefix() + ".reply.raw" + id[:8]
+	q := strings.TrimSuffix(busx.Of(b).QueueName(bus.APIPortal), ".message.api.portal") + ".reply.raw" + id[:8]
 	tr := net.Transport("raw-" + id[:8])
 	t.Cleanup(func() { _ = tr.Close() })
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))

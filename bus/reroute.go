@@ -181,14 +181,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 		if keep {
 			return snapshot(), nil
 		}
-		d, ok := b.tr.(IdleDeleter)
-		if !ok {
-			if err := b.tr.DeleteQueue(ctx, queue); err != nil {
-				return snapshot(), fmt.Errorf("bus: reroute %s: delete: %w", queue, err)
-			}
-			return snapshot(), nil
-		}
-		switch err := d.DeleteQueueIfIdle(ctx, queue); {
+		switch err := b.tr.DeleteQueueIfIdle(ctx, queue); {
 		case err == nil:
 			return snapshot(), nil
 		case errors.Is(err, message.ErrBusy):
@@ -200,11 +193,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 }
 
 // giveBack returns d to its queue without counting it as a failed
-// delivery where the transport can ([Releaser]): Reroute never crashed
-// on it.
+// delivery ([Delivery.Release]): Reroute never crashed on it.
 func giveBack(d Delivery) {
-	if r, ok := d.(Releaser); ok && r.Release() == nil {
-		return
-	}
-	_ = d.Reject(true)
+	_ = d.Release()
 }

@@ -310,9 +310,9 @@ func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
 		return err
 	}
 	publish := b.tr.Publish
-	if et, ok := b.tr.(EntryTransport); ok && env.ServiceID == APIPortal {
+	if env.ServiceID == APIPortal {
 		publish = func(ctx context.Context, queue string, data []byte) error {
-			return et.PublishVia(ctx, b.apiEntry(), queue, data)
+			return b.tr.PublishVia(ctx, b.apiEntry(), queue, data)
 		}
 	}
 	if err := publish(ctx, b.queueName(env.ServiceID), data); err != nil {

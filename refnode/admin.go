@@ -177,7 +177,7 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 			Epoch:           n.Epoch(),
 			State:           n.State().String(),
 			Fenced:          n.Fenced(),
-			Transport:       transportState(tr),
+			Transport:       tr.State().String(),
 			ConnectionsLost: lost,
 			Bus: busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies,
 				Failed: bs.Failed, Retried: bs.Retried, DeadLettered: bs.DeadLettered},
@@ -201,13 +201,4 @@ func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters,
 		_ = enc.Encode(st)
 	})
 	return mux
-}
-
-// transportState is the transport's connection state, if it reports one
-// (bus.StateWatcher).
-func transportState(tr bus.Transport) string {
-	if w, ok := tr.(bus.StateWatcher); ok {
-		return w.TransportState().String()
-	}
-	return "unreported"
 }

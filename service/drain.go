@@ -72,16 +72,6 @@ func (n *Node) forgetQueues(ctx context.Context, node string, queues []string) {
 	}
 }
 
-// deleteIfIdle deletes q if it is empty and unused, on a transport that
-// can tell; on one that cannot, it leaves q (the broker expires it).
-func deleteIfIdle(ctx context.Context, tr bus.Transport, q string) error {
-	d, ok := tr.(bus.IdleDeleter)
-	if !ok {
-		return fmt.Errorf("service: delete %s: the transport cannot delete a queue only when it is empty: %w", q, message.ErrBusy)
-	}
-	return d.DeleteQueueIfIdle(ctx, q)
-}
-
 // emptyOwnQueues moves what is left in this leaving node's queues (sent
 // after its drain markers) to the resources' owners and deletes the
 // queues; it returns how many messages it moved and how many queues it

@@ -211,12 +211,11 @@ func (n *Node) Err() error {
 func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
 
 // TransportState returns the state of the node's broker connection
-// (connected, reconnecting, closed): bus.TransportConnected for
-// transports that never lose one, and bus.TransportClosed when the node
+// (connected, reconnecting, closed); bus.TransportClosed when the node
 // does not run.
 func (n *Node) TransportState() bus.TransportState {
-	if b := n.Bus(); b != nil && n.State() != StateStopped {
-		return b.TransportState()
+	if n.Bus() != nil && n.State() != StateStopped {
+		return n.cfg.Transport.State()
 	}
 	return bus.TransportClosed
 }

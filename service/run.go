@@ -62,14 +62,12 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		close(n.done)
 	}()
 
-	if w, ok := n.cfg.Transport.(bus.StateWatcher); ok {
-		stop := w.WatchState(func(s bus.TransportState) {
-			if m := n.monitor.Load(); m != nil {
-				m.SetBusUp(s == bus.TransportConnected)
-			}
-		})
-		defer stop()
-	}
+	stop := n.cfg.Transport.WatchState(func(s bus.TransportState) {
+		if m := n.monitor.Load(); m != nil {
+			m.SetBusUp(s == bus.TransportConnected)
+		}
+	})
+	defer stop()
 
 	rejoins := 0
 	for life := 1; ; life++ {
@@ -319,13 +317,9 @@ func (n *Node) leave() {
 		"took", time.Since(start).Round(time.Millisecond))
 }
 
-// transportUp reports whether the node's transport is connected (true
-// for a transport that does not report its state).
+// transportUp reports whether the node's transport is connected.
 func (n *Node) transportUp() bool {
-	if w, ok := n.cfg.Transport.(bus.StateWatcher); ok {
-		return w.TransportState() == bus.TransportConnected
-	}
-	return true
+	return n.cfg.Transport.State() == bus.TransportConnected
 }
 
 // freshPeers returns the other ring members, but those whose heartbeat
@@ -370,7 +364,7 @@ func (n *Node) stopServing(deleteIdle bool) {
 	defer cancel()
 	var gone []string
 	for _, q := range n.ownQueues(b) {
-		if err := deleteIfIdle(ctx, n.cfg.Transport, q); err != nil {
+		if err := n.cfg.Transport.DeleteQueueIfIdle(ctx, q); err != nil {
 			n.log.Debug("queue kept", "queue", q, "err", err)
 			continue
 		}

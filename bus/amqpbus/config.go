@@ -38,31 +38,26 @@ type Config struct {
 	// DialTimeout bounds connecting and the AMQP handshake. Default 10 s.
 	DialTimeout time.Duration
 
-	// Heartbeat is the AMQP heartbeat interval, in whole seconds (the
-	// protocol's unit; amqp091-go would silently take the broker's 60 s
-	// for anything below a second). The broker closes the connection of a
-	// client silent for about two of them (RabbitMQ: 1.9 to 2.7 s at 1 s),
-	// which gives a paused node's unacknowledged deliveries to its peers.
+	// Heartbeat is the AMQP heartbeat interval, in whole seconds. The
+	// broker closes the connection of a client silent for about two of
+	// them and gives its unacknowledged deliveries to other consumers.
 	// Default 1 s, the minimum.
 	Heartbeat time.Duration
 
 	// ProbeInterval is how often the transport checks that the broker
 	// answers, with a round trip on a channel of its own: a link that
-	// silently drops everything (a blackhole, a half-open connection) is
-	// noticed within ProbeInterval + ProbeTimeout, sooner than the AMQP
-	// heartbeat (three intervals) and within a node's lease. Default
-	// 250 ms.
+	// silently drops everything is noticed within ProbeInterval +
+	// ProbeTimeout. Default 250 ms.
 	ProbeInterval time.Duration
 
-	// ProbeTimeout is how long a probe may wait for the broker's answer
-	// before the connection is declared dead, closed and reconnected.
-	// Default 1 s.
+	// ProbeTimeout is how long a probe may wait for the broker's answer,
+	// while no other byte arrives either, before the connection is
+	// declared dead, closed and reconnected. Default 1 s.
 	ProbeTimeout time.Duration
 
 	// ReconnectMax caps the backoff between reconnection attempts after
 	// the connection dropped; attempts start 50 ms apart, double, and
-	// carry ±20 % jitter. Default 2 s, so that a node is back within about
-	// two seconds of the broker being reachable again.
+	// carry ±20 % jitter. Default 2 s.
 	ReconnectMax time.Duration
 
 	// Publishers is the number of channels publishing in parallel, each in
@@ -77,18 +72,15 @@ type Config struct {
 	// QueueExpires is the x-expires of durable queues: a queue nobody
 	// consumed or declared for this long is deleted by the broker, with its
 	// messages. It must stay well above the eviction threshold plus the
-	// time a survivor needs to drain a dead node's queues, because
-	// RabbitMQ does not dead-letter the messages of an expiring queue.
-	// Default 30 min (the default eviction threshold is 3 s). Every node
-	// of a cluster must use the same value: the broker refuses to
-	// redeclare a queue with other arguments.
+	// time a survivor needs to drain a dead node's queues; at least a
+	// minute. Default 30 min. Every node of a cluster must use the same
+	// value: the broker refuses to redeclare a queue with other arguments.
 	QueueExpires time.Duration
 
 	// MaxMessageSize bounds a published message; a larger one fails with
 	// message.ErrTooLarge before anything is sent. A received body longer
-	// than this is cut to MaxMessageSize+1 bytes as it arrives (see "Long
-	// messages from others" in the package documentation). Default
-	// message.DefaultMaxSize (4 MiB), well below RabbitMQ's own limit.
+	// than this is cut to MaxMessageSize+1 bytes as it arrives. Default
+	// message.DefaultMaxSize (4 MiB).
 	MaxMessageSize int
 
 	// Logger receives the transport's logs; nil discards them.

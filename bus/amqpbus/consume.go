@@ -16,10 +16,7 @@ import (
 )
 
 // headerDeliveries counts the deliveries of a message that came back
-// unacknowledged. RabbitMQ's x-delivery-limit exists only on quorum
-// queues; on classic queues the transport counts itself: a redelivered
-// message is republished with the count incremented (and the original
-// acknowledged), or dead-lettered once the count passes the limit.
+// unacknowledged, on a queue with QueueOptions.MaxDeliveries.
 const headerDeliveries = "x-cloudbus-deliveries"
 
 var consumerTags atomic.Uint64
@@ -54,9 +51,7 @@ type consumer struct {
 }
 
 // Consume implements [bus.Transport]: a channel per consumer with
-// basic.qos prefetch, manual acknowledgements, deliveries handed to handle
-// one at a time. A queue that does not exist fails with
-// message.ErrNoRoute.
+// basic.qos prefetch and manual acknowledgements.
 func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeOptions, handle func(bus.Delivery)) (bus.Consumer, error) {
 	op := "consume " + queue
 	if handle == nil {
@@ -163,9 +158,8 @@ func (c *consumer) run(f feed) {
 
 // recount republishes a message that came back unacknowledged with its
 // delivery count incremented, or moves it to the dead-letter queue once
-// the count passes the limit; then acknowledges the original. The copy
-// goes to the tail of the queue, so a poison message does not hold up
-// the others.
+// the count passes the limit; then acknowledges the original. If that
+// publish fails, the message is given back to the broker as it came.
 func (c *consumer) recount(d amqp.Delivery) {
 	n := deliveries(d.Headers) + 1
 	headers := amqp.Table{headerDeliveries: int64(n)}
@@ -208,7 +202,7 @@ func deliveries(h amqp.Table) int {
 // stop cancels delivery; the channel stays open for acknowledgements of
 // what was handed over, and closes when the last is settled (or with the
 // connection). basic.cancel and channel.close are never in flight at once
-// on one channel: amqp091 can deadlock on that.
+// on one channel.
 func (c *consumer) stop() {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -234,11 +228,7 @@ func (c *consumer) stop() {
 
 // abort stops the consumer at once: its channel closes without a
 // basic.cancel, so the broker takes back every delivery it holds
-// unsettled in the same step as it removes the consumer. After a
-// basic.cancel the queue counts as unused while the channel still holds
-// unacknowledged deliveries, and RabbitMQ's delete-if-empty ignores those:
-// a survivor draining an evicted node's queue could delete it in that
-// window, and the deliveries the node gave back after it were lost.
+// unsettled in the same step as it removes the consumer.
 func (c *consumer) abort() {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -274,21 +264,16 @@ func (c *consumer) settled(ch *amqp.Channel) {
 	}
 }
 
-// Cancel implements [bus.Consumer]: no more deliveries; those handed over
-// may still be acknowledged. It waits until no handle call is running, so
-// it must not be called from this consumer's handle function.
+// Cancel implements [bus.Consumer] with basic.cancel; the channel closes
+// once the deliveries handed over are settled.
 func (c *consumer) Cancel() error {
 	c.stop()
 	<-c.done
 	return nil
 }
 
-var _ bus.Aborter = (*consumer)(nil)
-
-// Abort implements [bus.Aborter]: the consumer's channel closes at once,
-// and the broker requeues every delivery it held unsettled as it removes
-// the consumer; a later Ack or Reject of one of them does nothing. It
-// waits until no handle call is running.
+// Abort implements [bus.Consumer] by closing the consumer's channel; a
+// later settlement of one of its deliveries fails harmlessly.
 func (c *consumer) Abort() error {
 	c.abort()
 	<-c.done
@@ -304,8 +289,8 @@ type delivery struct {
 }
 
 var (
-	_ bus.DeliveryChecker = (*delivery)(nil)
-	_ bus.Releaser        = (*delivery)(nil)
+	_ bus.Consumer = (*consumer)(nil)
+	_ bus.Delivery = (*delivery)(nil)
 )
 
 func (d *delivery) Body() []byte      { return d.d.Body }
@@ -339,11 +324,10 @@ func (d *delivery) Ack() error {
 	return err
 }
 
-// Release implements [bus.Releaser]: the message is published again to
-// its queue with its delivery and attempt counts unchanged, and the original
-// acknowledged, so the giveback does not count towards MaxDeliveries;
-// the copy waits at the tail of the queue. If that publish fails, the
-// delivery is rejected for redelivery instead (which may count).
+// Release implements [bus.Delivery]: the message is published again to
+// its queue with its delivery and attempt counts unchanged, and the
+// original acknowledged; the copy waits at the tail of the queue. If that
+// publish fails, the delivery is rejected for redelivery instead.
 func (d *delivery) Release() error {
 	return d.republish(d.c.queue, "release", nil)
 }
@@ -357,8 +341,7 @@ func (d *delivery) Retry(attempts int) error {
 // DeadLetter implements [bus.Delivery]: the message is published to the
 // queue dead with bus.HeaderDeadReason and bus.HeaderDeadQueue, then the
 // original is acknowledged. If that publish fails, the delivery is
-// rejected for redelivery instead (nothing is lost; it may count towards
-// MaxDeliveries) and the error says so.
+// rejected for redelivery instead and the error says so.
 func (d *delivery) DeadLetter(dead, reason string) error {
 	return d.republish(dead, "dead-letter", amqp.Table{bus.HeaderDeadReason: reason, bus.HeaderDeadQueue: d.c.queue})
 }

@@ -40,5 +40,5 @@ func TestRefusedPublishesDoNotBreakTheTransport(t *testing.T) {
 	// Once the entry exists, publishing through it works too.
 	require.NoError(t, tr.DeclareEntry(ctx, prefix+".api", queue))
 	require.NoError(t, tr.PublishVia(ctx, prefix+".api", queue, []byte("{}")))
-	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+	assert.Equal(t, bus.TransportConnected, tr.State())
 }

@@ -20,20 +20,12 @@ const (
 )
 
 // limitConn cuts every message body the broker delivers to at most
-// limit+1 bytes before amqp091 reads it.
-//
-// amqp091 assembles a whole body in memory before handing it over, and the
-// broker accepts bodies up to its broker-wide max_message_size (128 MiB by
-// default in RabbitMQ 3.x, 16 MiB in 4.x). A node would hold prefetch x
-// that for a queue full of hostile messages. limitConn sits between the
-// socket (or the TLS session) and amqp091's frame reader: it rewrites a
-// content header announcing a body longer than limit to announce limit+1
-// bytes, passes that many body bytes, and discards the rest of the body
-// frames as they arrive, so a node holds at most prefetch x (limit+1)
-// bytes of bodies, whatever the broker lets through. The consumer sees a
-// body of limit+1 bytes, which the bus refuses as too large (answering it
-// if its reply address lies in the part kept). Everything else passes
-// byte for byte, read straight into amqp091's buffer.
+// limit+1 bytes before amqp091 reads it. It sits between the socket (or
+// the TLS session) and amqp091's frame reader: it rewrites a content
+// header announcing a body longer than limit to announce limit+1 bytes,
+// passes that many body bytes, and discards the rest of the body frames
+// as they arrive. Everything else passes byte for byte, read straight
+// into amqp091's buffer.
 //
 // limitConn is read by amqp091's one reader goroutine; it is not safe for
 // concurrent Reads. Write, Close and deadlines are the connection's.
@@ -49,9 +41,7 @@ type limitConn struct {
 	after   []byte // bytes to hand out after pass and drop: a frame end
 
 	// now, if set, reads a monotonic clock; lastRead is its reading at
-	// the last read that returned bytes. The liveness probe uses it: a
-	// broker whose bytes keep arriving (a long body streaming, with the
-	// probe's answer queued behind it) is not a dead one.
+	// the last read that returned bytes, for the liveness probe.
 	now      func() int64
 	lastRead atomic.Int64
 

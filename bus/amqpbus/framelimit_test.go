@@ -292,7 +292,7 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("consuming a 24 MiB body with a 1 MiB limit allocated %.1f MiB", float64(alloc)/(1<<20))
 	assert.Less(t, alloc, uint64(8<<20), "the node read the long body whole")
-	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+	assert.Equal(t, bus.TransportConnected, tr.State())
 }
 
 // slowConn reads at most 16 KiB every 8 ms: about 2 MB/s from the broker.
@@ -306,9 +306,7 @@ func (c slowConn) Read(p []byte) (int, error) {
 // TestProbeQueuedBehindALongBodyKeepsTheLink: the liveness probe's
 // answer waits behind a body the broker is still sending (here 3 MiB at
 // about 2 MB/s, with a probe timeout of 200 ms); bytes arriving prove the
-// link alive, so the transport keeps its connection. Before, it dropped
-// it as dead, failing every call in flight on it (TestHostileInput under
-// load: all nodes at once, on 50 MB messages).
+// link alive, so the transport keeps its connection.
 func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	tr, err := Dial(t.Context(), Config{URL: url, ConnectionName: "cloudbus-test-slow", ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 200 * time.Millisecond,
@@ -340,5 +338,5 @@ func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 		t.Fatal("the body never arrived")
 	}
 	assert.Zero(t, tr.ConnectionsLost(), "the probe, queued behind the body, cost the connection")
-	assert.Equal(t, bus.TransportConnected, tr.TransportState())
+	assert.Equal(t, bus.TransportConnected, tr.State())
 }

@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // pauseThreshold is the gap between two ticks of the watchdog that
-// counts as a pause of the process (SIGSTOP, a frozen VM, a starved
-// machine): after one, deliveries read before the pause, or read from the
-// socket's buffer right after it, run only once the broker answered a
-// round trip sent after the pause. It is well below what the broker
-// needs to give a silent client's deliveries away (two heartbeats).
+// counts as a pause of the process: after one, deliveries read before
+// the pause, or read from the socket's buffer right after it, pass Check
+// only once the broker answered a round trip sent after the pause.
 const pauseThreshold = 500 * time.Millisecond
 
 // watchdogTick is the watchdog's period.
@@ -80,16 +80,18 @@ func (t *Transport) probeWaiter() <-chan struct{} {
 	return t.probeWake
 }
 
-// Check implements [bus.DeliveryChecker]: the delivery is still held if
-// its connection is up and, when the process may have been paused since,
-// the broker answered a round trip sent after the pause (the broker gives
-// unacknowledged deliveries away only when their connection closes, and
-// TCP delivers that answer after everything the broker sent before it).
+// Check implements [bus.Delivery]: the delivery is still held if its
+// channel is open (an aborted consumer's is not) and, when the process
+// may have been paused since, the broker answered a round trip sent
+// after the pause.
 func (d *delivery) Check(ctx context.Context) error {
 	t, s := d.c.t, d.s
 	for {
 		if s.isLost() {
 			return fmt.Errorf("amqpbus: delivery from %s: its connection closed, so the broker requeued it: %w", d.c.queue, message.ErrUnavailable)
+		}
+		if d.d.Acknowledger.(*amqp.Channel).IsClosed() {
+			return fmt.Errorf("amqpbus: delivery from %s: its channel closed, so the broker requeued it: %w", d.c.queue, message.ErrUnavailable)
 		}
 		if s.proved.Load() >= t.mustProveAfter() {
 			return nil

@@ -100,7 +100,7 @@ func TestPausedDeliveryRunsOnlyIfStillHeld(t *testing.T) {
 	d := recvDelivery(t, got)
 	tr.SimulatePause()
 	start := time.Now()
-	require.NoError(t, d.(bus.DeliveryChecker).Check(t.Context()), "the broker answers: the delivery is still ours")
+	require.NoError(t, d.Check(t.Context()), "the broker answers: the delivery is still ours")
 	t.Logf("after a pause, a healthy link proved the delivery held in %s", time.Since(start).Round(time.Microsecond))
 	require.NoError(t, d.Ack())
 
@@ -111,7 +111,7 @@ func TestPausedDeliveryRunsOnlyIfStillHeld(t *testing.T) {
 	tr.SimulatePause()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	err = d.(bus.DeliveryChecker).Check(ctx)
+	err = d.Check(ctx)
 	require.Error(t, err, "no answer from the broker: the delivery may be someone else's")
 	assert.ErrorIs(t, err, message.ErrUnavailable)
 	p.Heal()

@@ -83,7 +83,7 @@ func waitConnected(t *testing.T, trs []*amqpbus.Transport, within time.Duration)
 	for {
 		ok := true
 		for _, tr := range trs {
-			if tr.TransportState() != bus.TransportConnected {
+			if tr.State() != bus.TransportConnected {
 				ok = false
 			}
 		}

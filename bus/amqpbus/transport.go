@@ -20,7 +20,8 @@ import (
 
 // Transport is a [bus.Transport] on RabbitMQ (AMQP 0-9-1). Create it with
 // [Dial]; it is safe for concurrent use. When its connection drops it
-// reconnects by itself for as long as it lives (see [bus.StateWatcher]).
+// reconnects by itself for as long as it lives, reporting it through
+// [Transport.State] and [Transport.WatchState].
 type Transport struct {
 	cfg    Config
 	log    *slog.Logger
@@ -38,6 +39,7 @@ type Transport struct {
 	blocked   chan struct{}               // non-nil while the broker blocks us
 	watchers  map[int]func(bus.TransportState)
 	nextWatch int
+	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -54,11 +56,7 @@ type Transport struct {
 	lostConns atomic.Uint64 // connections lost since Dial
 }
 
-var (
-	_ bus.Transport    = (*Transport)(nil)
-	_ bus.StateWatcher = (*Transport)(nil)
-	_ bus.IdleDeleter  = (*Transport)(nil)
-)
+var _ bus.Transport = (*Transport)(nil)
 
 // Dial connects to the broker and returns a connected transport. On
 // failure it leaves nothing open; its error names the broker by masked
@@ -92,14 +90,15 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// TransportState implements [bus.StateWatcher].
-func (t *Transport) TransportState() bus.TransportState {
+// State implements [bus.Transport].
+func (t *Transport) State() bus.TransportState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.state
 }
 
-// WatchState implements [bus.StateWatcher].
+// WatchState implements [bus.Transport]: f runs on the transport's
+// supervisor goroutine, or on the one that calls Close.
 func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	t.mu.Lock()
 	id := t.nextWatch
@@ -107,6 +106,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	t.watchers[id] = f
 	t.mu.Unlock()
 	return func() {
+		t.notifyMu.Lock()
+		defer t.notifyMu.Unlock()
 		t.mu.Lock()
 		delete(t.watchers, id)
 		t.mu.Unlock()
@@ -114,6 +115,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 }
 
 func (t *Transport) setState(s bus.TransportState) {
+	t.notifyMu.Lock()
+	defer t.notifyMu.Unlock()
 	t.mu.Lock()
 	if t.state == s || t.state == bus.TransportClosed {
 		t.mu.Unlock()
@@ -132,9 +135,6 @@ func (t *Transport) setState(s bus.TransportState) {
 
 // supervise waits for the session to end and reconnects, with capped
 // exponential backoff and jitter, for as long as the transport lives.
-// amqp091's experimental Config.Recovery retries 5 times 5 s apart by
-// default and cannot fail our calls in flight or recreate the exclusive
-// reply and event queues our way; this loop does both.
 func (t *Transport) supervise(s *session) {
 	defer t.wg.Done()
 	for {
@@ -222,9 +222,7 @@ func (t *Transport) redeclare(ctx context.Context, s *session) error {
 	return nil
 }
 
-var _ bus.EntryTransport = (*Transport)(nil)
-
-// DeclareEntry implements [bus.EntryTransport]: a durable direct exchange
+// DeclareEntry implements [bus.Transport]: a durable direct exchange
 // named entry, with queue bound under its own name. The transport binds
 // it again after reconnecting.
 func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
@@ -257,7 +255,7 @@ func entryOn(ch *amqp.Channel, entry, queue string) error {
 	return ch.QueueBind(queue, queue, entry, false, nil)
 }
 
-// PublishVia implements [bus.EntryTransport]: a mandatory, persistent,
+// PublishVia implements [bus.Transport]: a mandatory, persistent,
 // confirmed publish to the entry with the queue's name as routing key; a
 // queue not bound to it comes back as a return and fails with
 // message.ErrNoRoute. An entry that does not exist makes the broker close
@@ -371,10 +369,10 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// DeleteQueueIfIdle implements [bus.IdleDeleter] with queue.delete
+// DeleteQueueIfIdle implements [bus.Transport] with queue.delete
 // if-unused and if-empty: the broker refuses (406) a queue with a consumer
-// or a message, which is reported as message.ErrBusy; a missing queue is
-// not an error.
+// or a ready message, which is reported as message.ErrBusy; deliveries
+// held on the channel of a cancelled consumer do not count.
 func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	op := "delete idle queue " + name
 	s, err := t.current(op)

@@ -85,7 +85,8 @@ func testLateBehindOthers(t *testing.T, c *cluster) {
 }
 
 // failReplies is a transport whose first n publishes to reply queues
-// fail as if the broker were unreachable.
+// fail as if the broker were unreachable; everything else is the wrapped
+// transport's.
 type failReplies struct {
 	bus.Transport
 	n atomic.Int32

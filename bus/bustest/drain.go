@@ -16,7 +16,7 @@ import (
 // Cutter is implemented by an [Env] that can cut a node off from the
 // broker and heal it (a network cut, not a crash): the node's
 // transports fail their operations meanwhile and report it through
-// bus.StateWatcher. Scenarios that need it run when Features.CanCut is
+// bus.Transport.WatchState. Scenarios that need it run when Features.CanCut is
 // set.
 type Cutter interface {
 	// Cut cuts every transport of node off from the broker.
@@ -71,30 +71,26 @@ func testRerouteKilledQueue(t *testing.T, c *cluster) {
 	assert.ErrorIs(t, err, message.ErrNoRoute, "the dead node's queue is deleted once empty")
 }
 
-// testIdleDelete: a transport that deletes only idle queues keeps one
-// that holds a message or has a consumer.
+// testIdleDelete: DeleteQueueIfIdle keeps a queue that holds a message
+// or has a consumer.
 func testIdleDelete(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
-	d, ok := tr.(bus.IdleDeleter)
-	if !ok {
-		t.Skip("bustest: the transport is not a bus.IdleDeleter")
-	}
 	ctx := t.Context()
 	q := c.prefix + ".message.idle.q"
 	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueDurable}))
 	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
 	require.NoError(t, tr.Publish(ctx, q, []byte("x")))
-	require.ErrorIs(t, d.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "a queue with a message stays")
+	require.ErrorIs(t, tr.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "a queue with a message stays")
 	got := make(chan bus.Delivery, 1)
 	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 1}, func(dl bus.Delivery) { got <- dl })
 	require.NoError(t, err)
 	dl := recv(t, got, 10*time.Second, "the message")
 	require.NoError(t, dl.Ack())
-	require.ErrorIs(t, d.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "a queue with a consumer stays")
+	require.ErrorIs(t, tr.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "a queue with a consumer stays")
 	require.NoError(t, cons.Cancel())
-	require.NoError(t, d.DeleteQueueIfIdle(ctx, q), "an idle queue is deleted")
+	require.NoError(t, tr.DeleteQueueIfIdle(ctx, q), "an idle queue is deleted")
 	require.ErrorIs(t, tr.Publish(ctx, q, []byte("y")), message.ErrNoRoute)
-	require.NoError(t, d.DeleteQueueIfIdle(ctx, q), "a missing queue is not an error")
+	require.NoError(t, tr.DeleteQueueIfIdle(ctx, q), "a missing queue is not an error")
 }
 
 // testCutReported: a transport cut off from the broker reports it as
@@ -125,10 +121,8 @@ func testCutReported(t *testing.T, c *cluster) {
 // latest 16; more are dropped) until the test ends.
 func watchStates(t *testing.T, tr bus.Transport) <-chan bus.TransportState {
 	t.Helper()
-	w, ok := tr.(bus.StateWatcher)
-	require.True(t, ok, "a transport that can be cut must report its state (bus.StateWatcher)")
 	states := make(chan bus.TransportState, 16)
-	stop := w.WatchState(func(s bus.TransportState) {
+	stop := tr.WatchState(func(s bus.TransportState) {
 		select {
 		case states <- s:
 		default:

@@ -136,7 +136,7 @@ func (n *Network) Drop(node string, on bool) {
 // declarations fail with message.ErrUnavailable and its consumers receive
 // nothing; messages for it wait. Partition(node, false) heals.
 //
-// The node's transports report the cut through [bus.StateWatcher]
+// The node's transports report the cut through [Transport.State]
 // (reconnecting while on, connected after), as a RabbitMQ transport
 // reports a lost connection.
 func (n *Network) Partition(node string, on bool) {

@@ -26,6 +26,7 @@ type Transport struct {
 
 	wg sync.WaitGroup // consumer goroutines
 
+	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 	watchMu   sync.Mutex // guards watchers, nextWatch, lastState; never held with net.mu
 	watchers  map[int]func(bus.TransportState)
 	nextWatch int
@@ -33,16 +34,14 @@ type Transport struct {
 }
 
 var (
-	_ bus.Transport       = (*Transport)(nil)
-	_ bus.StateWatcher    = (*Transport)(nil)
-	_ bus.IdleDeleter     = (*Transport)(nil)
-	_ bus.DeliveryChecker = (*delivery)(nil)
-	_ bus.Releaser        = (*delivery)(nil)
+	_ bus.Transport = (*Transport)(nil)
+	_ bus.Consumer  = (*consumer)(nil)
+	_ bus.Delivery  = (*delivery)(nil)
 )
 
-// TransportState implements [bus.StateWatcher]: closed after Close or a
-// kill, reconnecting while the node is partitioned, else connected.
-func (t *Transport) TransportState() bus.TransportState {
+// State implements [bus.Transport]: closed after Close or a kill,
+// reconnecting while the node is partitioned, else connected.
+func (t *Transport) State() bus.TransportState {
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -59,10 +58,11 @@ func (t *Transport) stateLocked() bus.TransportState {
 	return bus.TransportConnected
 }
 
-// WatchState implements [bus.StateWatcher]: f is called with every
-// later change (a partition, its healing, Close or a kill), in order.
+// WatchState implements [bus.Transport]: f is called with every later
+// change (a partition, its healing, Close or a kill), in order, on the
+// goroutine that caused it.
 func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
-	st := t.TransportState()
+	st := t.State()
 	t.watchMu.Lock()
 	if t.watchers == nil {
 		t.watchers = make(map[int]func(bus.TransportState))
@@ -73,6 +73,8 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	t.watchers[id] = f
 	t.watchMu.Unlock()
 	return func() {
+		t.notifyMu.Lock()
+		defer t.notifyMu.Unlock()
 		t.watchMu.Lock()
 		delete(t.watchers, id)
 		t.watchMu.Unlock()
@@ -82,7 +84,9 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 // notify tells the watchers the current state if it changed. Called
 // without net.mu held.
 func (t *Transport) notify() {
-	st := t.TransportState()
+	t.notifyMu.Lock()
+	defer t.notifyMu.Unlock()
+	st := t.State()
 	t.watchMu.Lock()
 	if st == t.lastState || t.watchers == nil {
 		t.watchMu.Unlock()
@@ -99,7 +103,8 @@ func (t *Transport) notify() {
 	}
 }
 
-// DeleteQueueIfIdle implements [bus.IdleDeleter].
+// DeleteQueueIfIdle implements [bus.Transport]; a delivery not yet
+// settled counts, whether or not its consumer was cancelled.
 func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -224,9 +229,7 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	return nil
 }
 
-var _ bus.EntryTransport = (*Transport)(nil)
-
-// DeclareEntry implements [bus.EntryTransport]: the entry forwards to the
+// DeclareEntry implements [bus.Transport]: the entry forwards to the
 // queues bound to it, by name. The queue must exist.
 func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
 	if err := ctx.Err(); err != nil {
@@ -251,16 +254,20 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 	return nil
 }
 
-// PublishVia implements [bus.EntryTransport].
+// PublishVia implements [bus.Transport].
 func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	n := t.net
 	n.mu.Lock()
+	err := t.checkLocked("publish to " + queue + " via entry " + entry)
 	bound := n.entries[entry][queue]
 	n.mu.Unlock()
+	if err != nil {
+		return notSent(err)
+	}
 	if !bound {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		return fmt.Errorf("membus: publish to %s via entry %s: no such binding: %w", queue, entry, message.ErrNoRoute)
 	}
 	return t.Publish(ctx, queue, data)
@@ -431,14 +438,31 @@ func (c *consumer) stopLocked() {
 	}
 }
 
-// Cancel implements [bus.Consumer]: delivery stops; deliveries already
-// handed over may still be acknowledged until the transport closes. It
-// waits until no handle call of c is running, so it must not be called
-// from c's own handle function.
+// Cancel implements [bus.Consumer]: deliveries already handed over may
+// still be settled until the transport closes.
 func (c *consumer) Cancel() error {
 	n := c.t.net
 	n.mu.Lock()
 	c.stopLocked()
+	n.mu.Unlock()
+	<-c.done
+	return nil
+}
+
+// Abort implements [bus.Consumer]: under the network's lock, c leaves
+// its queue and every delivery it holds unsettled goes back to the queue,
+// marked redelivered if it was handed over.
+func (c *consumer) Abort() error {
+	n := c.t.net
+	n.mu.Lock()
+	if !c.stopped {
+		c.stopLocked()
+		for d := range c.t.outstanding {
+			if d.c == c {
+				d.settleLocked(true, true)
+			}
+		}
+	}
 	n.mu.Unlock()
 	<-c.done
 	return nil
@@ -474,7 +498,7 @@ func (d *delivery) Reject(requeue bool) error {
 	return nil
 }
 
-// Check implements [bus.DeliveryChecker]: the delivery is still held
+// Check implements [bus.Delivery]: the delivery is still held
 // unless its transport was killed or closed (which gave it back to its
 // queue) or it was settled already.
 func (d *delivery) Check(ctx context.Context) error {
@@ -492,7 +516,7 @@ func (d *delivery) Check(ctx context.Context) error {
 	return nil
 }
 
-// Release implements [bus.Releaser]: the message goes back to its queue
+// Release implements [bus.Delivery]: the message goes back to its queue
 // without counting as a failed delivery.
 func (d *delivery) Release() error {
 	d.net.mu.Lock()

@@ -1,0 +1,131 @@
+package bustest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// declareQueue declares a durable queue of the scenario, deleted when the
+// test ends.
+func declareQueue(t *testing.T, c *cluster, tr bus.Transport, name string, opts bus.QueueOptions) string {
+	t.Helper()
+	q := c.prefix + "." + name
+	opts.Kind = bus.QueueDurable
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, opts))
+	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
+	return q
+}
+
+// testStateReported: a connected transport reports TransportConnected,
+// and TransportClosed once closed, to State and to a watcher; a stopped
+// watcher is not called again.
+func testStateReported(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	require.Equal(t, bus.TransportConnected, tr.State(), "a fresh transport is connected")
+	states := watchStates(t, tr)
+	var mu sync.Mutex
+	stopped := false
+	stop := tr.WatchState(func(bus.TransportState) {
+		mu.Lock()
+		defer mu.Unlock()
+		assert.False(t, stopped, "bustest: a watcher was called after its stop returned")
+	})
+	stop()
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	stop() // idempotent
+	require.NoError(t, tr.Close())
+	awaitState(t, states, bus.TransportClosed)
+	assert.Equal(t, bus.TransportClosed, tr.State(), "a closed transport says so")
+	assert.Error(t, tr.Publish(t.Context(), c.prefix+".any", []byte("x")), "a closed transport publishes nothing")
+}
+
+// testDeliveryCheck: Check holds for a delivery its consumer still holds,
+// and fails once the consumer aborted (the broker took it back).
+func testDeliveryCheck(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	q := declareQueue(t, c, tr, "check.q", bus.QueueOptions{})
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("x")))
+	got := make(chan bus.Delivery, 1)
+	cons, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { got <- d })
+	require.NoError(t, err)
+	d := recv(t, got, 10*time.Second, "the message")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, d.Check(ctx), "a delivery its consumer holds checks")
+	require.NoError(t, cons.Abort())
+	assert.Error(t, d.Check(ctx), "an aborted consumer's delivery went back to the queue: Check must fail")
+}
+
+// testRelease: a released delivery comes back, keeping its attempt count,
+// and releases do not count towards MaxDeliveries.
+func testRelease(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	dead := declareQueue(t, c, tr, "release.dead", bus.QueueOptions{})
+	q := declareQueue(t, c, tr, "release.q", bus.QueueOptions{MaxDeliveries: 1, DeadLetter: dead})
+	attempts := make(chan string, 8)
+	runs := 0 // handle calls of one consumer do not overlap
+	_, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+		attempts <- d.Header(bus.HeaderAttempts)
+		runs++
+		switch runs {
+		case 1:
+			_ = d.Retry(2)
+		case 2, 3:
+			_ = d.Release()
+		default:
+			_ = d.Ack()
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("job")))
+	var seen []string
+	for range 4 {
+		seen = append(seen, recv(t, attempts, 10*time.Second, "delivery of the released message"))
+	}
+	assert.Equal(t, []string{"", "2", "2", "2"}, seen, "a release keeps the attempt count and does not count towards MaxDeliveries (1)")
+	eventually(t, 10*time.Second, "nothing went to the dead-letter queue", func() bool {
+		return tr.DeleteQueueIfIdle(t.Context(), dead) == nil
+	})
+}
+
+// testAbort: an aborted consumer's unsettled deliveries are back in the
+// queue by the time Abort returns, so the queue cannot be deleted as idle
+// in between, and settling them later has no effect.
+func testAbort(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	q := declareQueue(t, c, tr, "abort.q", bus.QueueOptions{})
+	ctx := t.Context()
+	require.NoError(t, tr.Publish(ctx, q, []byte("1")))
+	require.NoError(t, tr.Publish(ctx, q, []byte("2")))
+	held := make(chan bus.Delivery, 2)
+	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 2}, func(d bus.Delivery) { held <- d })
+	require.NoError(t, err)
+	first := recv(t, held, 10*time.Second, "the first message")
+	recv(t, held, 10*time.Second, "the second message")
+
+	janitor := c.env.Transport(t, message.NewUUID())
+	require.NoError(t, cons.Abort())
+	require.ErrorIs(t, janitor.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "bustest: the queue looked idle right after Abort: the deliveries it held would be lost")
+	_ = first.Ack() // no effect: the delivery went back
+
+	again := make(chan bus.Delivery, 2)
+	_, err = janitor.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 2}, func(d bus.Delivery) { again <- d; _ = d.Ack() })
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for range 2 {
+		d := recv(t, again, 10*time.Second, "aborted delivery back in the queue")
+		assert.True(t, d.Redelivered(), "an aborted delivery comes back redelivered")
+		seen[string(d.Body())] = true
+	}
+	assert.Equal(t, map[string]bool{"1": true, "2": true}, seen, "both held deliveries came back, the one acknowledged after the abort too")
+}
