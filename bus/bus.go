@@ -186,7 +186,6 @@ func (b *CloudBus) DeadLetterQueue() string { return b.cfg.DeadLetterQueue }
 // Node returns this bus's node UUID.
 func (b *CloudBus) Node() string { return b.node }
 
-
 // registry returns the payload registry the bus encodes and decodes with.
 func (b *CloudBus) registry() *message.Registry { return b.reg }
 
