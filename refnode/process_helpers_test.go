@@ -58,7 +58,8 @@ func childEnv(extra ...string) []string {
 
 // startChild starts refnode serve with args and extra environment,
 // output to files in dir. Its process is waited for in a goroutine that
-// ends when it exits.
+// ends when it exits. At the end of the test it is killed (SIGKILL) and,
+// if the test failed, what it printed is logged.
 func startChild(t *testing.T, dir, label string, args, env []string) *child {
 	t.Helper()
 	c := &child{label: label, exited: make(chan struct{}),
@@ -79,20 +80,14 @@ func startChild(t *testing.T, dir, label string, args, env []string) *child {
 		c.ended = time.Since(c.started)
 		close(c.exited)
 	}()
-	return c
-}
-
-// killAll kills each node (SIGKILL) and, if the test failed, logs what
-// it printed: the first part of a test's cleanup.
-func killAll(t *testing.T, nodes []*child) {
-	t.Helper()
-	for _, c := range nodes {
+	t.Cleanup(func() {
 		_ = c.signal(syscall.SIGKILL, 10*time.Second)
 		if t.Failed() {
 			out, errOut := c.output()
 			t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
 		}
-	}
+	})
+	return c
 }
 
 // wireClient speaks the wire protocol by hand, as a client in another
