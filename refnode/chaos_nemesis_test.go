@@ -316,16 +316,15 @@ func (w chaosWindow) contains(at time.Time) bool {
 
 // nemesis runs faults on a cluster. Only the test's goroutine uses it.
 type nemesis struct {
-	fc    *faultCluster
-	flags []string // refnode serve flags of every new process; -test-hooks among them
-	vms   []string // the VMs the clients call, by index
+	fc  *faultCluster // its processes run with -test-hooks
+	vms []string      // the VMs the clients call, by index
 }
 
-// startNode starts a new process in slot n and waits until it is
-// healthy.
+// startNode starts a new process in slot n, with the slot's flags, and
+// waits until it is healthy.
 func (m *nemesis) startNode(t *testing.T, ctx context.Context, n *faultNode) {
 	t.Helper()
-	startWithFlags(t, n, m.flags...)
+	n.start(t)
 	sctx, cancel := context.WithTimeout(ctx, chaosStartBound)
 	defer cancel()
 	require.NoError(t, n.Proc().awaitHealthy(sctx), "node %s", n.Label())
@@ -460,11 +459,7 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 // caller holds the pause for hold and resumes the node.
 func (m *nemesis) stallPause(t *testing.T, ctx context.Context, vm int, hold time.Duration) (int, *chaosStall) {
 	t.Helper()
-	var ids []string
-	for _, c := range m.fc.Running() {
-		ids = append(ids, c.id)
-	}
-	owner := mustOwner(t, ringOver(t, ids), m.vms[vm])
+	owner := mustOwner(t, ringOver(t, idsOf(m.fc.Running())), m.vms[vm])
 	slot := slices.IndexFunc(m.fc.Nodes(), func(n *faultNode) bool { return n.ID() == owner })
 	require.GreaterOrEqual(t, slot, 0, "the owner %s of vm %d runs", owner, vm)
 	n := m.fc.Node(slot)

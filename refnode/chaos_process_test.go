@@ -160,14 +160,6 @@ const (
 // it keeps the clients' records, and the nodes' logs and op logs if it
 // failed.
 func TestChaos(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; run it without -race: go test -count=1 -run TestChaos ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the chaos test runs processes for about two minutes; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -176,21 +168,12 @@ func TestChaos(t *testing.T) {
 	if duration <= 0 {
 		duration = chaosShort
 	}
+	ctx, broker := startProcessTest(t, processTest{Runs: "the chaos test runs processes for about two minutes", FullSpeed: true, Timeout: 8*time.Minute + duration})
 	t.Logf("seed %d (-chaos.seed=%d repeats the schedule of faults and the clients' choices)", seed, seed)
 	testStart := time.Now()
-	budget := 8*time.Minute + duration
-	ctx, cancel := context.WithTimeout(t.Context(), budget)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "chaos"})
-	m := &nemesis{fc: fc, flags: []string{"-test-pprof", "-test-hooks", "-vm-sweep", chaosVMSweep.String()}}
-	for _, n := range fc.Nodes() {
-		startWithFlags(t, n, m.flags...)
-	}
-	for _, n := range fc.Nodes() {
-		require.NoError(t, n.Proc().awaitHealthy(ctx), "node %s", n.Label())
-	}
-	require.NoError(t, poll(ctx, fc.Agreed), "the rings agree")
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "chaos", Flags: []string{"-test-pprof", "-test-hooks", "-vm-sweep", chaosVMSweep.String()}})
+	fc.Start(t, ctx)
+	m := &nemesis{fc: fc}
 	audit := newChaosAudit(fc.tables.db, fc.tables.base)
 	t.Cleanup(func() { // before the cluster's cleanup drops the tables
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -200,10 +183,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, audit.install(ctx))
 
 	admin := fc.Client(t, ctx)
-	var ids []string
-	for _, c := range fc.Running() {
-		ids = append(ids, c.id)
-	}
+	ids := idsOf(fc.Running())
 	images := idsOwnedBy(t, ringOver(t, ids), ids, chaosPerNode)
 	imageIndex := map[string]int{}
 	for k, img := range images {

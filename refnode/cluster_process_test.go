@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,7 +17,6 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -42,59 +38,29 @@ const (
 // SIGKILL has its hosts and VMs served by the other two within a bound,
 // and that SIGTERM makes the survivors leave in order and exit 0.
 func TestClusterOfProcesses(t *testing.T) {
-	broker := testenv.AMQPURL(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Timeout: 55 * time.Second})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 55*time.Second)
-	defer cancel()
-
-	dir := t.TempDir()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	prefix := "refnode-test-" + hex.EncodeToString(b)
-	db := "sqlite:" + filepath.Join(dir, "cluster.db")
-	args := []string{"-db", db, "-prefix", prefix, "-listen", "127.0.0.1:0",
-		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
+	pc := newProcCluster(t, ctx, broker, onSQLite, "cluster")
+	prefix := pc.prefix
 
 	// Start three nodes: the first takes the broker from REFNODE_BUS, the
 	// others from -bus.
 	var nodes []*child
 	for i, label := range []string{"A", "B", "C"} {
-		a, env := slices.Clone(args), []string{"REFNODE_BUS=" + broker}
+		args, env := sqliteArgs(pc.db), []string{"REFNODE_BUS=" + broker}
 		if i > 0 {
-			a, env = append(a, "-bus", broker), nil
+			args, env = append(args, "-bus", broker), nil
 		}
-		nodes = append(nodes, startChild(t, dir, label, a, env))
+		nodes = append(nodes, pc.serve(t, label, args, env))
 	}
-	var queues []string // every queue the nodes may have declared, for the cleanup
-	t.Cleanup(func() {
-		killAll(t, nodes)
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if _, err := deleteQueues(cctx, broker, prefix, queues); err != nil {
-			t.Errorf("clean the broker of %s.*: %v", prefix, err)
-		}
-	})
+	// Every process computes the same owner: same members, same fingerprint.
+	ids, r := awaitAgreed(t, ctx, nodes)
+	byID := map[string]*child{}
 	for _, c := range nodes {
-		require.NoError(t, c.awaitHealthy(ctx))
-		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
+		byID[c.id] = c
 		t.Logf("node %s %s healthy %s after its start, admin %s", c.label, c.id, c.ready.Round(time.Millisecond), c.admin)
 	}
-	ids := make([]string, len(nodes))
-	byID := map[string]*child{}
-	for i, c := range nodes {
-		ids[i] = c.id
-		byID[c.id] = c
-		for _, svc := range []string{"host", "image", "vmInstance", "cloudbus-membership"} {
-			queues = append(queues, prefix+".message."+svc+"."+c.id)
-		}
-	}
-	queues = append(queues, prefix+".message.api.portal", prefix+".dead")
-	t.Logf("cluster of 3 processes healthy %s after the test began", time.Since(testStart).Round(time.Millisecond))
-
-	// Every process computes the same owner: same members, same fingerprint.
-	r := ringOver(t, ids)
-	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
+	t.Logf("cluster of 3 processes healthy, rings agreeing, %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
 	checkQueues(t, ctx, broker, prefix, ids)
 
@@ -231,7 +197,7 @@ func TestClusterOfProcesses(t *testing.T) {
 			}
 		}
 	}
-	deleted, err := deleteQueues(ctx, broker, prefix, queues)
+	deleted, err := deleteQueues(ctx, broker, prefix, pc.queues())
 	require.NoError(t, err)
 	if left, ok, err := queuesWithPrefix(ctx, broker, prefix); ok {
 		require.NoError(t, err)

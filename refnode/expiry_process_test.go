@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -30,30 +28,14 @@ import (
 // reply, the one without runs once a node starts (what the receiver's
 // rule cannot prevent).
 func TestExpiredRequestsNeverRun(t *testing.T) {
-	broker := testenv.AMQPURL(t)
-	require.NoError(t, buildErr, "build refnode")
-	if testing.Short() {
-		t.Skip("starts refnode processes; run it without -short")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	prefix := "refnode-test-expiry-" + randomHex(4)
-	dir := t.TempDir()
-	var nodes []*child
-	serve := func(label string) *child {
-		args := []string{"-db", "sqlite:" + filepath.Join(dir, label+".db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
-			"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
-		c := startChild(t, dir, label, args, []string{"REFNODE_BUS=" + broker})
-		nodes = append(nodes, c)
+	ctx, broker := startProcessTest(t, processTest{Timeout: 90 * time.Second})
+	pc := newProcCluster(t, ctx, broker, onSQLite, "expiry")
+	prefix := pc.prefix
+	serve := func(label string) *child { // each node on a database of its own
+		c := pc.serve(t, label, sqliteArgs("sqlite:"+filepath.Join(pc.dir, label+".db")), []string{"REFNODE_BUS=" + broker})
 		require.NoError(t, c.awaitHealthy(ctx))
 		return c
 	}
-	t.Cleanup(func() {
-		killAll(t, nodes)
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cleanBroker(t, cctx, broker, prefix)
-	})
 
 	// A node declares api.portal and leaves: the queue stays, with no
 	// consumer.

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -49,23 +45,13 @@ const (
 // takeover under 5 s) and reports whether the targets (median ≤ 5 s,
 // SIGTERM ≤ 1 s) were met.
 func TestFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the failover measurement runs processes for about a minute; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the failover measurement runs processes for about a minute", Timeout: 150 * time.Second})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
-	defer cancel()
-
-	fc := newFailoverCluster(t, ctx, broker, dsn)
+	fc := &failoverCluster{procCluster: newProcCluster(t, ctx, broker, onPostgres, "fo")}
 	for range 3 {
 		fc.launch(t)
 	}
-	for _, c := range fc.live {
-		require.NoError(t, c.awaitHealthy(ctx))
-	}
-	require.NoError(t, poll(ctx, fc.agreed), "the three rings agree")
+	awaitAgreed(t, ctx, fc.live)
 	t.Logf("3 nodes serving and agreeing %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
 	cl := newClient(t, ctx, broker, fc.prefix)
@@ -95,101 +81,26 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// failoverEnv returns the broker URL and the PostgreSQL URL of the
-// measurement. If either is unset it skips, naming the variable, or
-// fails under CI=true.
-func failoverEnv(t *testing.T) (broker, dsn string) {
-	t.Helper()
-	broker, dsn = testenv.AMQPURL(t), testenv.PostgresDSN(t)
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		t.Fatalf("%s must be a postgres:// URL: the test passes it to refnode serve -db", testenv.PostgresVar)
-	}
-	return broker, dsn
-}
-
-// failoverCluster is the measurement's refnode serve processes on one
-// broker, database and prefix. Only the test's goroutine uses it.
+// failoverCluster is the measurement's refnode serve processes on a
+// procCluster on PostgreSQL, each started with the same flags. Only the
+// test's goroutine uses it.
 type failoverCluster struct {
-	dir, broker, prefix string
-	args                []string // common to every node
-	pg                  *dbTables
-
-	all  []*child // every node started
-	live []*child // those not killed, in start order
-}
-
-// newFailoverCluster prepares a cluster with a new prefix and registers
-// the cleanup: kill every node, delete the prefix's queues and drop its
-// tables, then check that neither is left.
-func newFailoverCluster(t *testing.T, ctx context.Context, broker, dsn string) *failoverCluster {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	fc := &failoverCluster{dir: t.TempDir(), broker: broker, prefix: "refnode-test-fo-" + hex.EncodeToString(b)}
-	fc.args = []string{"-bus", broker, "-db", dsn, "-prefix", fc.prefix, "-listen", "127.0.0.1:0"}
-	pg, err := openTables(ctx, dsn, tableBase(fc.prefix))
-	require.NoError(t, err)
-	fc.pg = pg
-	t.Cleanup(func() { fc.cleanup(t) })
-	return fc
-}
-
-func (fc *failoverCluster) cleanup(t *testing.T) {
-	queues := []string{fc.prefix + ".message.api.portal", fc.prefix + ".dead"}
-	for _, c := range fc.all {
-		_ = c.signal(syscall.SIGKILL, 10*time.Second)
-		if t.Failed() {
-			out, errOut := c.output()
-			t.Logf("node %s stdout:\n%s\nnode %s stderr (last 3000 bytes):\n%s", c.label, out, c.label, tail(errOut, 3000))
-		}
-		for _, svc := range []string{api.HostService, api.ImageService, api.VMService, "cloudbus-membership"} {
-			queues = append(queues, fc.prefix+".message."+svc+"."+c.id)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := deleteQueues(ctx, fc.broker, fc.prefix, queues); err != nil {
-		t.Errorf("delete the queues %s.*: %v", fc.prefix, err)
-	}
-	if left, ok, err := queuesWithPrefix(ctx, fc.broker, fc.prefix); ok {
-		assert.NoError(t, err, "rabbitmqctl list_queues")
-		assert.Empty(t, left, "no queue %s.* is left on the broker", fc.prefix)
-	}
-	if err := fc.pg.dropAll(ctx); err != nil {
-		t.Errorf("drop the tables %s_*: %v", fc.pg.base, err)
-	}
-	if left, err := fc.pg.list(ctx); assert.NoError(t, err, "list the tables %s_*", fc.pg.base) {
-		assert.Empty(t, left, "no table %s_* is left in PostgreSQL", fc.pg.base)
-	}
-	assert.NoError(t, fc.pg.close())
+	*procCluster
+	live []*child // the nodes not killed, in start order
 }
 
 // launch starts a node labelled A, B, C, … in start order; the caller
 // waits for it with awaitHealthy.
 func (fc *failoverCluster) launch(t *testing.T) *child {
 	t.Helper()
-	c := startChild(t, fc.dir, string(rune('A'+len(fc.all))), fc.args, nil)
-	fc.all = append(fc.all, c)
+	c := fc.serve(t, string(rune('A'+len(fc.all))), []string{"-bus", fc.broker, "-db", fc.db}, nil)
 	fc.live = append(fc.live, c)
 	return c
 }
 
-func (fc *failoverCluster) ids() []string {
-	var ids []string
-	for _, c := range fc.live {
-		ids = append(ids, c.id)
-	}
-	return ids
-}
-
 // agreed checks that every live node serves and has a ring of exactly the
 // live nodes.
-func (fc *failoverCluster) agreed() error {
-	r, err := ringOf(fc.ids())
-	if err != nil {
-		return err
-	}
-	return agree(fc.live, fc.ids(), r.Fingerprint())
-}
+func (fc *failoverCluster) agreed() error { return agreeOn(fc.live) }
 
 // remove takes c out of the live nodes.
 func (fc *failoverCluster) remove(c *child) {
@@ -200,7 +111,7 @@ func (fc *failoverCluster) remove(c *child) {
 // here independently of the nodes' copies.
 func (fc *failoverCluster) owners(t *testing.T) func(vm string) string {
 	t.Helper()
-	r := ringOver(t, fc.ids())
+	r := ringOver(t, idsOf(fc.live))
 	return func(vm string) string {
 		o, err := r.Locate(vm)
 		if err != nil {
@@ -263,7 +174,7 @@ func (fc *failoverCluster) killRound(t *testing.T, ctx context.Context, l *load,
 	k.between = l.mark(killed, victim.id, owned)
 	require.NoError(t, victim.signal(syscall.SIGKILL, 10*time.Second))
 	fc.remove(victim)
-	age, err := fc.pg.beatAge(ctx, victim.id)
+	age, err := fc.tables.beatAge(ctx, victim.id)
 	require.NoError(t, err, "read the heartbeat of the killed node %s", victim.label)
 	k.lastBeat = age - time.Since(killed)
 

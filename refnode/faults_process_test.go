@@ -97,19 +97,9 @@ var faultCases = []faultCase{
 // until every VM answered), and, for any broken promise, the calls and
 // the executions that broke it.
 func TestDeliveryUnderFaults(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestDeliveryUnderFaults ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the fault test runs processes for about three minutes; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the fault test runs processes for about three minutes", FullSpeed: true, Timeout: 8 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "faults"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "faults"})
 	fc.Start(t, ctx)
 	t.Logf("3 nodes serving and agreeing %s after the test began: %s", since(testStart), fc.describe())
 	cl := fc.Client(t, ctx)

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -77,23 +73,12 @@ const (
 // new owner's first write of the VM took (it may wait for X's open
 // transaction), X's rejoin, and the replies' times.
 func TestFencingUnderFaults(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestFencingUnderFaults ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the fencing test runs processes for about half a minute; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the fencing test runs processes for about half a minute", FullSpeed: true, Timeout: 3 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "fencing"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "fencing"})
 	x := fc.Node(0)
-	startWithFlags(t, x, "-test-stall-vm-write", fnStall.String())
-	require.NoError(t, x.Proc().awaitHealthy(ctx), "node %s", x.Label())
-	fc.Start(t, ctx) // the other slots, then every ring agrees
+	x.Flags = append(x.Flags, "-test-stall-vm-write", fnStall.String())
+	fc.Start(t, ctx)
 	t.Logf("3 nodes serving and agreeing %s after the test began: %s; node X is %s, stalling its first VM write for %s",
 		since(testStart), fc.describe(), x.Label(), fnStall)
 	cl := fc.Client(t, ctx)
@@ -117,28 +102,6 @@ type fencingRun struct {
 	image string // the VMs' image
 }
 
-// startWithFlags starts a new process in slot n as the harness does
-// (faultNode.start), with extra refnode serve flags; the caller waits
-// until it is healthy.
-func startWithFlags(t *testing.T, n *faultNode, flags ...string) {
-	t.Helper()
-	fc := n.fc
-	label := n.label + strconv.Itoa(len(n.runs)+1)
-	opLog := filepath.Join(fc.dir, label+".ops.jsonl")
-	args := []string{"-bus", n.busURL, "-db", n.dbURL, "-prefix", fc.prefix, "-listen", "127.0.0.1:0",
-		"-log-level", fc.opts.LogLevel, "-op-log", opLog, "-clock-skew", n.Skew.String()}
-	if fc.opts.Heartbeat > 0 {
-		args = append(args, "-heartbeat", fc.opts.Heartbeat.String())
-	}
-	if fc.opts.EvictAfter > 0 {
-		args = append(args, "-evict-after", fc.opts.EvictAfter.String())
-	}
-	n.proc = startChild(t, fc.dir, label, append(args, flags...), nil)
-	n.runs = append(n.runs, n.proc)
-	n.opLogs = append(n.opLogs, opLog)
-	n.paused = false
-}
-
 // pause is the first scenario: node X paused inside its fenced write past
 // its eviction, then resumed.
 func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
@@ -151,11 +114,7 @@ func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
 
 	// A VM that X owns: its UUID picked on the ring of the running nodes,
 	// and checked by the node GetVm's reply names.
-	var ids []string
-	for _, c := range fc.Running() {
-		ids = append(ids, c.id)
-	}
-	r := ringOver(t, ids)
+	r := ringOver(t, idsOf(fc.Running()))
 	vm := message.NewUUID()
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()
@@ -483,13 +442,6 @@ func (f *fencingRun) token(t *testing.T, ctx context.Context, resource string) (
 	}
 	require.NoError(t, err, "read the fence token of %s", resource)
 	return r, true
-}
-
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // duplicate is the second scenario: one CreateVm envelope delivered

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -222,9 +220,7 @@ func pollEvery(ctx context.Context, d time.Duration, cond func() error) error {
 func TestJanitor(t *testing.T) {
 	broker := testenv.AMQPURL(t)
 	j := newJanitor(t, broker)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	queue := "refnode-test-janitor-" + hex.EncodeToString(b)
+	queue := "refnode-test-janitor-" + randomHex(4)
 	ch, err := j.conn.Channel()
 	require.NoError(t, err)
 	defer ch.Close()

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
 // dbTables reaches the tables of one refnode cluster in PostgreSQL or
@@ -101,20 +99,6 @@ func (d *dbTables) beatAge(ctx context.Context, node string) (time.Duration, err
 }
 
 func (d *dbTables) close() error { return d.pool.Close() }
-
-// mariadbEnv returns the broker URL and the MySQL/MariaDB database as a
-// mysql:// URL (refnode serve -db takes one, and a test proxy can stand
-// for its host:port). If either variable is unset it skips, naming it,
-// or fails under CI=true.
-func mariadbEnv(t *testing.T) (broker, dbURL string) {
-	t.Helper()
-	broker, dsn := testenv.AMQPURL(t), testenv.MySQLDSN(t)
-	u, err := mysqlURL(dsn)
-	if err != nil {
-		t.Fatalf("%s: %v", testenv.MySQLVar, err)
-	}
-	return broker, u
-}
 
 // mysqlURL writes a go-sql-driver/mysql DSN on TCP (or a mysql:// URL,
 // returned as is) as a mysql:// URL.

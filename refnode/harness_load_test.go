@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -87,9 +85,7 @@ func startDriver(cl *service.Client, vms []string, opts driverOptions) *driver {
 	if opts.OperateEvery == 0 {
 		opts.OperateEvery = 5
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	d := &driver{cl: cl, vms: vms, opts: opts, run: hex.EncodeToString(b), stopc: make(chan struct{}),
+	d := &driver{cl: cl, vms: vms, opts: opts, run: randomHex(3), stopc: make(chan struct{}),
 		busy: map[string]bool{}, state: map[string]cloud.VMState{}}
 	d.wg.Go(d.pace)
 	return d

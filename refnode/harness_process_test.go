@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -23,13 +22,8 @@ import (
 // link heals; and the op logs of every process, the killed one's
 // included, can be read.
 func TestFaultHarness(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts refnode processes; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 2, Name: "harness",
+	ctx, broker := startProcessTest(t, processTest{Timeout: 90 * time.Second})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 2, Name: "harness",
 		Heartbeat: 250 * time.Millisecond, EvictAfter: time.Second, Skew: []time.Duration{0, 250 * time.Millisecond}})
 	fc.Start(t, ctx)
 	a, b := fc.Node(0), fc.Node(1)

@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,21 +15,23 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
 
 // The fault harness: N `refnode serve` processes on RabbitMQ and
-// PostgreSQL (failoverEnv) or MariaDB (mariadbEnv: the database as a
-// mysql:// URL), each reaching the broker and the database through its own
-// test-owned TCP proxy (one per node per link), so that a test can cut
-// (reset), blackhole (stall) and heal each link of each node, pause,
-// kill, terminate and restart nodes, and skew their clocks. Every node
-// writes an op log (refnode serve -op-log) that collectOps reads, and a
-// load driver (harness_load_test.go) records every call a client made.
+// PostgreSQL or MariaDB (faultOptions.DB), a procCluster
+// (process_preamble_test.go) each of whose nodes reaches the broker and
+// the database through its own test-owned TCP proxy (one per node per
+// link), so that a test can cut (reset), blackhole (stall) and heal each
+// link of each node, pause, kill, terminate and restart nodes, and skew
+// their clocks. Every node writes an op log (refnode serve -op-log) that
+// collectOps reads, and a load driver (harness_load_test.go) records
+// every call a client made.
 //
-//	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "faults"})
+//	ctx, broker := startProcessTest(t, processTest{FullSpeed: true, Timeout: 3 * time.Minute})
+//	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "faults"})
+//	fc.Node(0).Flags = append(fc.Node(0).Flags, "-vm-sweep", "2s") // slot A's processes only
 //	fc.Start(t, ctx)                  // every node healthy, the rings agree
 //	cl := fc.Client(t, ctx)           // on its own, unfaulted connection
 //	d := startDriver(cl, vms, driverOptions{}) // 40 calls/s, 5 s deadline, x-op on each
@@ -52,13 +53,18 @@ import (
 // proxies are safe for concurrent use.
 
 // faultOptions configure a faultCluster; the zero value is three nodes
-// with refnode's default timing.
+// on PostgreSQL with refnode's default timing.
 type faultOptions struct {
 	// Nodes is the number of node slots. Default 3.
 	Nodes int
 	// Name goes into the prefix, refnode-test-<name>-<random>. Default
 	// "harness".
 	Name string
+	// DB is the database: onPostgres (the default) or onMariaDB.
+	DB procDB
+	// Flags are more refnode serve flags for every process; each slot
+	// starts with a copy in faultNode.Flags.
+	Flags []string
 	// Heartbeat and EvictAfter are passed to -heartbeat and -evict-after
 	// if set; default: refnode's (heartbeat.DefaultConfig).
 	Heartbeat, EvictAfter time.Duration
@@ -68,13 +74,12 @@ type faultOptions struct {
 	LogLevel string
 }
 
-// faultCluster is the harness: node slots with their proxies, sharing a
-// broker, a database and a prefix.
+// faultCluster is the harness: node slots with their proxies, sharing
+// the procCluster's broker, database and prefix.
 type faultCluster struct {
-	dir, broker, dsn, prefix string
-	opts                     faultOptions
-	tables                   *dbTables // the cluster's tables in the database
-	nodes                    []*faultNode
+	*procCluster
+	opts  faultOptions
+	nodes []*faultNode
 }
 
 // faultNode is one node slot: its two proxies, its clock skew, and the
@@ -88,20 +93,22 @@ type faultNode struct {
 	Bus, DB       *proxy.Proxy
 	busURL, dbURL string
 	// Skew is the -clock-skew the next process of the slot starts with.
-	Skew   time.Duration
+	Skew time.Duration
+	// Flags are the more refnode serve flags the next process of the
+	// slot starts with; from faultOptions.Flags.
+	Flags  []string
 	proc   *child   // the current process, nil before the first start
 	runs   []*child // every process of the slot, oldest first
 	opLogs []string // their op logs
 	paused bool
 }
 
-// newFaultCluster prepares a cluster with a new prefix, and registers
-// its cleanup: kill every process, close the proxies, delete the
-// prefix's queues and drop its tables, then check that neither is left.
-// No node runs until Start.
-func newFaultCluster(t *testing.T, ctx context.Context, broker, dsn string, opts faultOptions) *faultCluster {
+// newFaultCluster prepares a cluster on a new procCluster, with the
+// proxies of every slot, closed at the end of the test after the
+// processes are killed and before the broker and the database are
+// cleaned. No node runs until Start.
+func newFaultCluster(t *testing.T, ctx context.Context, broker string, opts faultOptions) *faultCluster {
 	t.Helper()
-	require.NoError(t, buildErr, "build refnode")
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
 	}
@@ -111,29 +118,28 @@ func newFaultCluster(t *testing.T, ctx context.Context, broker, dsn string, opts
 	if opts.LogLevel == "" {
 		opts.LogLevel = "info"
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	fc := &faultCluster{dir: t.TempDir(), broker: broker, dsn: dsn, opts: opts,
-		prefix: "refnode-test-" + opts.Name + "-" + hex.EncodeToString(b)}
-	tables, err := openTables(ctx, dsn, tableBase(fc.prefix))
-	require.NoError(t, err)
-	fc.tables = tables
+	fc := &faultCluster{procCluster: newProcCluster(t, ctx, broker, opts.DB, opts.Name), opts: opts}
+	t.Cleanup(func() {
+		for _, n := range fc.nodes {
+			for _, p := range []*proxy.Proxy{n.Bus, n.DB} {
+				if p != nil {
+					p.Close()
+				}
+			}
+		}
+	})
 	for i := range opts.Nodes {
-		n := &faultNode{fc: fc, index: i, label: string(rune('A' + i))}
+		n := &faultNode{fc: fc, index: i, label: string(rune('A' + i)), Flags: slices.Clone(opts.Flags)}
 		if i < len(opts.Skew) {
 			n.Skew = opts.Skew[i]
 		}
 		var err error
 		if n.Bus, n.busURL, err = listenProxy(broker); err == nil {
-			n.DB, n.dbURL, err = listenProxy(dsn)
+			n.DB, n.dbURL, err = listenProxy(fc.db)
 		}
 		fc.nodes = append(fc.nodes, n) // before the check: the cleanup closes what was opened
-		if err != nil {
-			fc.cleanup(t)
-			require.NoError(t, err, "proxies of node %s", n.label)
-		}
+		require.NoError(t, err, "proxies of node %s", n.label)
 	}
-	t.Cleanup(func() { fc.cleanup(t) })
 	return fc
 }
 
@@ -211,18 +217,7 @@ func (fc *faultCluster) Running() []*child {
 
 // Agreed checks that every running node serves, connected, with a ring
 // of exactly the running nodes.
-func (fc *faultCluster) Agreed() error {
-	procs := fc.Running()
-	ids := make([]string, len(procs))
-	for i, c := range procs {
-		ids[i] = c.id
-	}
-	r, err := ringOf(ids)
-	if err != nil {
-		return err
-	}
-	return agree(procs, ids, r.Fingerprint())
-}
+func (fc *faultCluster) Agreed() error { return agreeOn(fc.Running()) }
 
 // Labels maps the UUID of every process ever started to its label (A1,
 // B2: slot and run).
@@ -254,21 +249,21 @@ func (fc *faultCluster) Client(t *testing.T, ctx context.Context) *service.Clien
 	return newClient(t, ctx, fc.broker, fc.prefix)
 }
 
-// start starts a new process in the slot, with the slot's skew.
+// start starts a new process in the slot, with the slot's skew and
+// flags; the caller waits until it is healthy.
 func (n *faultNode) start(t *testing.T) {
 	t.Helper()
 	fc := n.fc
 	label := n.label + strconv.Itoa(len(n.runs)+1)
 	opLog := filepath.Join(fc.dir, label+".ops.jsonl")
-	args := []string{"-bus", n.busURL, "-db", n.dbURL, "-prefix", fc.prefix, "-listen", "127.0.0.1:0",
-		"-log-level", fc.opts.LogLevel, "-op-log", opLog, "-clock-skew", n.Skew.String()}
+	args := []string{"-bus", n.busURL, "-db", n.dbURL, "-log-level", fc.opts.LogLevel, "-op-log", opLog, "-clock-skew", n.Skew.String()}
 	if fc.opts.Heartbeat > 0 {
 		args = append(args, "-heartbeat", fc.opts.Heartbeat.String())
 	}
 	if fc.opts.EvictAfter > 0 {
 		args = append(args, "-evict-after", fc.opts.EvictAfter.String())
 	}
-	n.proc = startChild(t, fc.dir, label, args, nil)
+	n.proc = fc.serve(t, label, append(args, n.Flags...), nil)
 	n.runs = append(n.runs, n.proc)
 	n.opLogs = append(n.opLogs, opLog)
 	n.paused = false
@@ -354,53 +349,13 @@ func (n *faultNode) Terminate(t *testing.T, timeout time.Duration) {
 }
 
 // Restart terminates the slot's process if it runs, then starts a new
-// one with the slot's Skew and waits until it is healthy; the caller
+// one with the slot's Skew and Flags and waits until it is healthy; the caller
 // waits for the rings (faultCluster.Agreed) if it needs them.
 func (n *faultNode) Restart(t *testing.T, ctx context.Context) {
 	t.Helper()
 	n.Terminate(t, 20*time.Second)
 	n.start(t)
 	require.NoError(t, n.proc.awaitHealthy(ctx), "node %s", n.proc.label)
-}
-
-// cleanup kills every process, closes the proxies, deletes the prefix's
-// queues and drops its tables, and checks that none is left. On failure
-// it logs every process's output.
-func (fc *faultCluster) cleanup(t *testing.T) {
-	queues := []string{fc.prefix + ".message.api.portal", fc.prefix + ".dead"}
-	for _, n := range fc.nodes {
-		for _, c := range n.runs {
-			_ = c.signal(syscall.SIGKILL, 10*time.Second)
-			if t.Failed() {
-				out, errOut := c.output()
-				t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
-			}
-			for _, svc := range []string{api.HostService, api.ImageService, api.VMService, "cloudbus-membership"} {
-				queues = append(queues, fc.prefix+".message."+svc+"."+c.id)
-			}
-		}
-		for _, p := range []*proxy.Proxy{n.Bus, n.DB} {
-			if p != nil {
-				p.Close()
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := deleteQueues(ctx, fc.broker, fc.prefix, queues); err != nil {
-		t.Errorf("delete the queues %s.*: %v", fc.prefix, err)
-	}
-	if left, ok, err := queuesWithPrefix(ctx, fc.broker, fc.prefix); ok {
-		assert.NoError(t, err, "rabbitmqctl list_queues")
-		assert.Empty(t, left, "no queue %s.* is left on the broker", fc.prefix)
-	}
-	if err := fc.tables.dropAll(ctx); err != nil {
-		t.Errorf("drop the tables %s_*: %v", fc.tables.base, err)
-	}
-	if left, err := fc.tables.list(ctx); assert.NoError(t, err, "list the tables %s_*", fc.tables.base) {
-		assert.Empty(t, left, "no table %s_* is left in the database", fc.tables.base)
-	}
-	assert.NoError(t, fc.tables.close())
 }
 
 // describe is "A1 <uuid>, B1 <uuid>, …": the running nodes, for logs.

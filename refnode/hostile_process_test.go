@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -72,18 +71,12 @@ type hostileMsg struct {
 // memory stays within prefetch x the size limit above its baseline and
 // comes back to baseline + 20 MiB within 30 s.
 func TestHostileInput(t *testing.T) {
-	broker := testenv.AMQPURL(t)
-	require.NoError(t, buildErr, "build refnode")
-	if testing.Short() {
-		t.Skip("starts refnode processes; run it without -short")
-	}
+	ctx, broker := startProcessTest(t, processTest{Timeout: 170 * time.Second})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
-	defer cancel()
-
 	tag := randomHex(4)
-	prefix := "refnode-test-hostile-" + tag
-	nodes, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
+	pc := newProcCluster(t, ctx, broker, onSQLite, "hostile")
+	prefix := pc.prefix
+	nodes, ids, r := pc.startSQLite(t, ctx, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
 	cl := newClient(t, ctx, broker, prefix)
 
 	// What the valid calls and the hostile copies are about.

@@ -46,25 +46,13 @@ const (
 // committed exactly once, or the message in the dead-letter queue with
 // a reason; none lost, none applied twice.
 func TestOneWayWritesSurviveADatabaseCut(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestOneWayWritesSurviveADatabaseCut ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the one-way test runs processes for about 30 s; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
+	ctx, broker := startProcessTest(t, processTest{Runs: "the one-way test runs processes for about 30 s", FullSpeed: true, Timeout: 4 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "oneway"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "oneway"})
 	fc.Start(t, ctx)
 	x := fc.Node(0)
 	xid := x.ID()
-	var ids []string
-	for _, c := range fc.Running() {
-		ids = append(ids, c.id)
-	}
+	ids := idsOf(fc.Running())
 	r := ringOver(t, ids)
 	cl := fc.Client(t, ctx)
 	images := make([]string, 0, owImages)

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,10 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
-	"github.com/cloudbus-go/cloudbus/ring"
 )
 
 // TestBrokerPermissions runs a cluster under the least-privilege broker
@@ -32,25 +28,20 @@ import (
 // default exchange, a broadcast, reading api.portal and binding a queue
 // to the broadcast exchange.
 func TestBrokerPermissions(t *testing.T) {
-	broker := testenv.AMQPURL(t)
-	require.NoError(t, buildErr, "build refnode")
-	if testing.Short() {
-		t.Skip("starts refnode processes; run it without -short")
-	}
+	ctx, broker := startProcessTest(t, processTest{Timeout: 45 * time.Second})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
-	defer cancel()
+	pc := newProcCluster(t, ctx, broker, onSQLite, "perm")
 
 	// The users, with the README's permissions for this test's prefix.
 	tag := randomHex(4)
-	prefix := "refnode-test-perm-" + tag
+	prefix := pc.prefix
 	p := regexp.QuoteMeta(prefix) // '.' would need escaping; '-' does not
 	clientUser, nodeUser := "cloudbus-test-client-"+tag, "cloudbus-test-node-"+tag
 	clientURL := brokerUser(t, ctx, broker, clientUser, `^`+p+`\.reply\..*`, `^`+p+`\.api$`, `^`+p+`\.reply\..*`)
 	nodeURL := brokerUser(t, ctx, broker, nodeUser, `^`+p+`\..*`, `^(`+p+`\..*|amq\.default)$`, `^`+p+`\..*`)
 
 	// Two nodes as the node user (by REFNODE_BUS: no password in argv).
-	nodes, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B"}, []string{"REFNODE_BUS=" + nodeURL})
+	nodes, ids, r := pc.startSQLite(t, ctx, []string{"A", "B"}, []string{"REFNODE_BUS=" + nodeURL})
 	t.Logf("2 nodes as broker user %s healthy, rings agreeing, %s after the test began", nodeUser, time.Since(testStart).Round(time.Millisecond))
 
 	// refnode ctl as the client user: an image added, then read back.
@@ -210,78 +201,4 @@ func onChannel(ctx context.Context, conn *amqp.Connection, do func(*amqp.Channel
 	}
 	defer ch.Close() // already closed after a refusal
 	return do(ch)
-}
-
-// cleanBroker deletes the queues of prefix, then checks that no exchange
-// of prefix is left (its entry and broadcast exchanges are auto-delete:
-// they go with their last binding) and deletes any that is.
-func cleanBroker(t *testing.T, ctx context.Context, broker, prefix string) {
-	t.Helper()
-	if _, err := deleteQueues(ctx, broker, prefix, nil); err != nil {
-		t.Errorf("clean the broker of %s.*: %v", prefix, err)
-	}
-	var left []string
-	err := poll(ctx, func() error {
-		out, ok, err := rabbitmqctl(ctx, broker, "list_exchanges", "name")
-		if !ok || err != nil {
-			return err
-		}
-		left = left[:0]
-		for _, name := range strings.Fields(out) {
-			if strings.HasPrefix(name, prefix+".") {
-				left = append(left, name)
-			}
-		}
-		if len(left) > 0 {
-			return fmt.Errorf("exchanges left: %v", left)
-		}
-		return nil
-	})
-	if err == nil {
-		return
-	}
-	t.Errorf("the auto-delete exchanges of %s outlived their queues: %v", prefix, err)
-	conn, derr := amqp.Dial(broker)
-	if derr != nil {
-		t.Errorf("delete exchanges %v: %v", left, derr)
-		return
-	}
-	defer conn.Close()
-	for _, x := range left {
-		if derr := onChannel(ctx, conn, func(ch *amqp.Channel) error { return ch.ExchangeDelete(x, false, false) }); derr != nil {
-			t.Errorf("delete exchange %s: %v", x, derr)
-		}
-	}
-}
-
-// sqliteCluster starts one `refnode serve` per label on one SQLite file in
-// a temporary directory, under prefix, with env (the broker URL by
-// REFNODE_BUS), waits until each is healthy and every ring agrees, and
-// returns the nodes, their UUIDs and the ring. At the end of the test it
-// kills them, prints their output if the test failed, and deletes the
-// prefix's queues through broker.
-func sqliteCluster(t *testing.T, ctx context.Context, broker, prefix string, labels, env []string) ([]*child, []string, ring.Ring) {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{"-db", "sqlite:" + filepath.Join(dir, "cluster.db"), "-prefix", prefix, "-listen", "127.0.0.1:0",
-		"-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-ping-interval", "1s"}
-	var nodes []*child
-	for _, label := range labels {
-		nodes = append(nodes, startChild(t, dir, label, args, env))
-	}
-	t.Cleanup(func() {
-		killAll(t, nodes)
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cleanBroker(t, cctx, broker, prefix)
-	})
-	ids := make([]string, len(nodes))
-	for i, c := range nodes {
-		require.NoError(t, c.awaitHealthy(ctx))
-		require.NotEmpty(t, c.id, "node %s printed its UUID", c.label)
-		ids[i] = c.id
-	}
-	r := ringOver(t, ids)
-	require.NoError(t, poll(ctx, func() error { return agree(nodes, ids, r.Fingerprint()) }), "the rings converge")
-	return nodes, ids, r
 }

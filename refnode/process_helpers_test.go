@@ -21,57 +21,10 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
-
-// The refnode binary the process tests run, built once by TestMain when
-// those tests will run (CLOUDBUS_AMQP_URL set, or CI=true: see
-// testenv.WillRun).
-var (
-	refnodeBin string
-	buildErr   error
-)
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m})
-}
-
-// buildFirst builds the refnode binary before the tests run and removes
-// it after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	if testenv.WillRun(testenv.AMQPVar) {
-		dir, err := os.MkdirTemp("", "refnode-bin-")
-		if err != nil {
-			buildErr = err
-		} else {
-			defer os.RemoveAll(dir)
-			refnodeBin = filepath.Join(dir, "refnode")
-			buildErr = build(refnodeBin)
-		}
-	}
-	return b.m.Run()
-}
-
-// build runs go build -o bin . in this package's directory.
-func build(bin string) error {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("find the go command to build refnode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build -o %s .: %w\n%s", bin, err, out)
-	}
-	return nil
-}
 
 // httpClient talks to the children's admin servers; no keep-alive, so
 // no connection outlives a request (goleak).
@@ -105,7 +58,8 @@ func childEnv(extra ...string) []string {
 
 // startChild starts refnode serve with args and extra environment,
 // output to files in dir. Its process is waited for in a goroutine that
-// ends when it exits.
+// ends when it exits. At the end of the test it is killed (SIGKILL) and,
+// if the test failed, what it printed is logged.
 func startChild(t *testing.T, dir, label string, args, env []string) *child {
 	t.Helper()
 	c := &child{label: label, exited: make(chan struct{}),
@@ -126,20 +80,14 @@ func startChild(t *testing.T, dir, label string, args, env []string) *child {
 		c.ended = time.Since(c.started)
 		close(c.exited)
 	}()
-	return c
-}
-
-// killAll kills each node (SIGKILL) and, if the test failed, logs what
-// it printed: the first part of a test's cleanup.
-func killAll(t *testing.T, nodes []*child) {
-	t.Helper()
-	for _, c := range nodes {
+	t.Cleanup(func() {
 		_ = c.signal(syscall.SIGKILL, 10*time.Second)
 		if t.Failed() {
 			out, errOut := c.output()
 			t.Logf("node %s stdout:\n%s\nnode %s stderr (last 4000 bytes):\n%s", c.label, out, c.label, tail(errOut, 4000))
 		}
-	}
+	})
+	return c
 }
 
 // wireClient speaks the wire protocol by hand, as a client in another

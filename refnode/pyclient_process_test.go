@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
@@ -71,18 +70,12 @@ type pyHandled struct {
 // created and started is running when the Go client reads it back, and
 // its GetVm of an unknown VM failed with not_found, retry class never.
 func TestPythonClient(t *testing.T) {
-	broker := testenv.AMQPURL(t)
-	require.NoError(t, buildErr, "build refnode")
-	if testing.Short() {
-		t.Skip("starts refnode processes and a Python client; run it without -short")
-	}
+	ctx, broker := startProcessTest(t, processTest{Runs: "starts refnode processes and a Python client", Timeout: 45 * time.Second})
 	requirePika(t)
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
-	defer cancel()
-
-	prefix := "refnode-test-py-" + randomHex(4)
-	_, ids, r := sqliteCluster(t, ctx, broker, prefix, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
+	pc := newProcCluster(t, ctx, broker, onSQLite, "py")
+	prefix := pc.prefix
+	_, ids, r := pc.startSQLite(t, ctx, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
 	t.Logf("3 nodes healthy, rings agreeing, %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
 	// The client, as the README runs it; the broker URL by its variable.

@@ -78,43 +78,18 @@ const (
 // It prints the figures: when the stall, the pause, the eviction, the
 // calls, the resume, the journal entry, the rejoin and the drop happened.
 func TestRepairFencedAndOrdered(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestRepairFencedAndOrdered ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the repair test runs processes for about two minutes; run it without -short")
-	}
-	t.Run("PostgreSQL", func(t *testing.T) {
-		broker, dsn := failoverEnv(t)
-		repairScenario(t, broker, dsn, "repair-pg")
-	})
-	t.Run("MariaDB", func(t *testing.T) {
-		broker, dsn := mariadbEnv(t)
-		repairScenario(t, broker, dsn, "repair-maria")
-	})
+	t.Run("PostgreSQL", func(t *testing.T) { repairScenario(t, onPostgres, "repair-pg") })
+	t.Run("MariaDB", func(t *testing.T) { repairScenario(t, onMariaDB, "repair-maria") })
 }
 
-// repairScenario runs the scenario of TestRepairFencedAndOrdered on the
-// database dsn names.
-func repairScenario(t *testing.T, broker, dsn, name string) {
-	require.NoError(t, buildErr, "build refnode")
+// repairScenario runs the scenario of TestRepairFencedAndOrdered on db.
+func repairScenario(t *testing.T, db procDB, name string) {
+	ctx, broker := startProcessTest(t, processTest{Runs: "the repair test runs processes for about two minutes", FullSpeed: true, Timeout: 3 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: name})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: name, DB: db, Flags: []string{"-vm-sweep", rpSweep.String()}})
 	x := fc.Node(0)
-	for _, n := range fc.Nodes() {
-		flags := []string{"-vm-sweep", rpSweep.String()}
-		if n == x {
-			flags = append(flags, "-test-stall-vm-final-write", rpStall.String())
-		}
-		startWithFlags(t, n, flags...)
-	}
-	for _, n := range fc.Nodes() {
-		require.NoError(t, n.Proc().awaitHealthy(ctx), "node %s", n.Label())
-	}
-	fc.Start(t, ctx) // every slot runs: waits until every ring agrees
+	x.Flags = append(x.Flags, "-test-stall-vm-final-write", rpStall.String())
+	fc.Start(t, ctx)
 	xid := x.ID()
 	before, err := x.Proc().status()
 	require.NoError(t, err)
@@ -130,11 +105,7 @@ func repairScenario(t *testing.T, broker, dsn, name string) {
 
 	// A VM that X owns: its UUID picked on the ring of the running nodes,
 	// and checked by the node GetVm's reply names.
-	var ids []string
-	for _, c := range fc.Running() {
-		ids = append(ids, c.id)
-	}
-	r := ringOver(t, ids)
+	r := ringOver(t, idsOf(fc.Running()))
 	vm := message.NewUUID()
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()

@@ -73,19 +73,9 @@ func (p slowPhase) name() string {
 // their latency by the owning node, the beats' durations, the pools'
 // use and the evictions.
 func TestSlowDatabaseEvictsNobody(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestSlowDatabaseEvictsNobody ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the slow-database test runs processes for about 80 s; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the slow-database test runs processes for about 80 s", FullSpeed: true, Timeout: 4 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "slowdb"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "slowdb"})
 	fc.Start(t, ctx)
 	cl := fc.Client(t, ctx)
 	vms := createVMs(t, ctx, cl, sdVMs)

@@ -72,31 +72,12 @@ const (
 // It prints the figures: when the cut and the heal came relative to the
 // stall, how long the cut lasted, and the repair's time after the heal.
 func TestStuckStateRepaired(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestStuckStateRepaired ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the stuck-state test runs processes for about 10 s; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the stuck-state test runs processes for about 10 s", FullSpeed: true, Timeout: 2 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "stuck"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "stuck", Flags: []string{"-vm-sweep", stSweep.String()}})
 	x := fc.Node(0)
-	for _, n := range fc.Nodes() {
-		flags := []string{"-vm-sweep", stSweep.String()}
-		if n == x {
-			flags = append(flags, "-test-stall-vm-final-write", stStall.String())
-		}
-		startWithFlags(t, n, flags...)
-	}
-	for _, n := range fc.Nodes() {
-		require.NoError(t, n.Proc().awaitHealthy(ctx), "node %s", n.Label())
-	}
-	fc.Start(t, ctx) // every slot runs: waits until every ring agrees
+	x.Flags = append(x.Flags, "-test-stall-vm-final-write", stStall.String())
+	fc.Start(t, ctx)
 	xid := x.ID()
 	before, err := x.Proc().status()
 	require.NoError(t, err)
@@ -112,11 +93,7 @@ func TestStuckStateRepaired(t *testing.T) {
 
 	// A VM that X owns: its UUID picked on the ring of the running nodes,
 	// and checked by the node GetVm's reply names.
-	var ids []string
-	for _, c := range fc.Running() {
-		ids = append(ids, c.id)
-	}
-	r := ringOver(t, ids)
+	r := ringOver(t, idsOf(fc.Running()))
 	vm := message.NewUUID()
 	for mustOwner(t, r, vm) != xid {
 		vm = message.NewUUID()

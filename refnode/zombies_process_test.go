@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -69,26 +67,14 @@ var zqTakeoverBound = heartbeat.DefaultConfig().EvictAfter + time.Second
 // a reply or a typed error by then. It prints one table, and appends it
 // to the file CLOUDBUS_FAULTS_REPORT names.
 func TestQueuesAndZombiesUnderFaults(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipped under -race: its timing assumes full speed; CI runs it without -race: go test -count=1 -run TestQueuesAndZombiesUnderFaults ./refnode")
-	}
-	if testing.Short() {
-		t.Skip("the test runs processes for about two minutes; run it without -short")
-	}
-	broker, dsn := failoverEnv(t)
-	require.NoError(t, buildErr, "build refnode")
+	ctx, broker := startProcessTest(t, processTest{Runs: "the test runs processes for about two minutes", FullSpeed: true, Timeout: 6 * time.Minute})
 	testStart := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
-	defer cancel()
-
-	fc := newFaultCluster(t, ctx, broker, dsn, faultOptions{Nodes: 3, Name: "zombies"})
+	fc := newFaultCluster(t, ctx, broker, faultOptions{Nodes: 3, Name: "zombies"})
 	fc.Start(t, ctx)
 	t.Logf("3 nodes serving and agreeing %s after the test began: %s", since(testStart), fc.describe())
 	cl := fc.Client(t, ctx)
 	vms := createVMs(t, ctx, cl, fdVMs)
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	z := &zqRun{fc: fc, cl: cl, jan: newJanitor(t, broker), vms: vms, tag: hex.EncodeToString(b)}
+	z := &zqRun{fc: fc, cl: cl, jan: newJanitor(t, broker), vms: vms, tag: randomHex(3)}
 	z.d = startDriver(cl, vms, driverOptions{Rate: fdRate, Timeout: fdTimeout})
 	t.Cleanup(z.d.stop) // before the client closes (cleanups run last-in first-out)
 
@@ -178,11 +164,7 @@ func (z *zqRun) begin(t *testing.T, ctx context.Context, name string) *zqScenari
 // owners returns the owner of each VM on the ring of the running nodes.
 func (z *zqRun) owners(t *testing.T) func(vm string) string {
 	t.Helper()
-	var ids []string
-	for _, c := range z.fc.Running() {
-		ids = append(ids, c.id)
-	}
-	r := ringOver(t, ids)
+	r := ringOver(t, idsOf(z.fc.Running()))
 	return func(vm string) string { return mustOwner(t, r, vm) }
 }
 
