@@ -154,20 +154,20 @@ func TestBusyWhenResourceQueueFull(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 { // one runs, three wait
 		go func() {
-			_, err := b.Call(t.Context(), b.LocalID("svc"), Greet{Name: "x"}, bus.WithResource(res), bus.WithTimeout(10*time.Second))
+			_, err := bus.Call[any](t.Context(), b, b.LocalID("svc"), Greet{Name: "x"}, bus.WithResource(res), bus.WithTimeout(10*time.Second))
 			errs <- err
 		}()
 	}
 	<-started
 	require.Eventually(t, func() bool { return b.Stats().Queued == 3 }, 5*time.Second, time.Millisecond)
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "y"}, bus.WithResource(res), bus.WithTimeout(5*time.Second))
+	_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "y"}, bus.WithResource(res), bus.WithTimeout(5*time.Second))
 	assert.ErrorIs(t, err, message.ErrBusy)
 	assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
 
 	// Another resource is not affected, and the node stays healthy.
 	other := make(chan error, 1)
 	go func() {
-		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "z"}, bus.WithResource(message.NewUUID()), bus.WithTimeout(5*time.Second))
+		_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "z"}, bus.WithResource(message.NewUUID()), bus.WithTimeout(5*time.Second))
 		other <- err
 	}()
 	<-started
@@ -189,7 +189,7 @@ func TestAbandonCallsFailsAtOnce(t *testing.T) {
 	})))
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{}, bus.WithTimeout(time.Minute))
+		_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{}, bus.WithTimeout(time.Minute))
 		errc <- err
 	}()
 	<-started
@@ -241,7 +241,7 @@ func TestObserverSeesEverything(t *testing.T) {
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) { return Greeting{}, nil })
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{})
+	_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{})
 	require.NoError(t, err)
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{}))
 	require.NoError(t, a.Broadcast(t.Context(), HostAdded{}))

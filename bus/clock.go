@@ -19,16 +19,16 @@ type Clock interface {
 	ClusterTime() (now time.Time, bound time.Duration, ok bool)
 }
 
-// ClockFunc adapts a function to [Clock].
-type ClockFunc func() (now time.Time, bound time.Duration, ok bool)
+// clockFunc adapts a function to [Clock].
+type clockFunc func() (now time.Time, bound time.Duration, ok bool)
 
 // ClusterTime calls f.
-func (f ClockFunc) ClusterTime() (time.Time, time.Duration, bool) { return f() }
+func (f clockFunc) ClusterTime() (time.Time, time.Duration, bool) { return f() }
 
 // LocalClock returns a [Clock] reading this machine's clock as the
 // cluster time, with no error: right for buses in one process (tests,
 // demos on the in-memory bus) or on one machine. Processes on several
 // machines use a measured clock instead (service.Node does).
 func LocalClock() Clock {
-	return ClockFunc(func() (time.Time, time.Duration, bool) { return time.Now(), 0, true })
+	return clockFunc(func() (time.Time, time.Duration, bool) { return time.Now(), 0, true })
 }

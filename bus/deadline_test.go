@@ -64,7 +64,7 @@ func TestHandlerNeverStartsPastItsDeadline(t *testing.T) {
 		})
 		require.NoError(t, b.Register(t.Context(), "svc", mux))
 
-		_, err := a.Call(t.Context(), b.LocalID("svc"), slowBody{N: 1}, bus.WithTimeout(decodeTime/2))
+		_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), slowBody{N: 1}, bus.WithTimeout(decodeTime/2))
 		require.ErrorIs(t, err, message.ErrTimeout, "the caller learns the truth by its deadline")
 		synctest.Wait()
 		ob := <-obs.ops

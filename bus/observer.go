@@ -23,19 +23,6 @@ type ObserverFunc func(Observation)
 // Observe calls f(o).
 func (f ObserverFunc) Observe(o Observation) { f(o) }
 
-// Observers is an [Observer] that hands every observation to each of its
-// observers in turn (nil ones skipped): metrics and an audit log, say.
-type Observers []Observer
-
-// Observe calls Observe on each observer, in order.
-func (obs Observers) Observe(o Observation) {
-	for _, x := range obs {
-		if x != nil {
-			x.Observe(o)
-		}
-	}
-}
-
 // Op names what an [Observation] records.
 type Op uint8
 

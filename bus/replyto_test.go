@@ -143,7 +143,7 @@ func TestReplyNeverTooLarge(t *testing.T) {
 	// echoed, does not fit even without a body.
 	for h := limit - 100; h > limit-2000; h -= 10 {
 		start := time.Now()
-		_, err := a.Call(t.Context(), bus.ServiceID("svc", b.Node()), Greet{Name: "x"}, bus.WithHeader("big", strings.Repeat("h", h)), bus.WithTimeout(5*time.Second))
+		_, err := bus.Call[any](t.Context(), a, bus.ServiceID("svc", b.Node()), Greet{Name: "x"}, bus.WithHeader("big", strings.Repeat("h", h)), bus.WithTimeout(5*time.Second))
 		if message.CodeOf(err) == message.CodeTooLarge {
 			continue // the request itself does not fit: a smaller header
 		}

@@ -164,11 +164,3 @@ func TestBadReply(t *testing.T) {
 	assert.Equal(t, message.RetryRan, e.Code.Retry())
 }
 
-func TestObserversChain(t *testing.T) {
-	var got []string
-	rec := func(name string) bus.Observer {
-		return bus.ObserverFunc(func(o bus.Observation) { got = append(got, name+":"+o.Op.String()) })
-	}
-	bus.Observers{rec("metrics"), nil, rec("audit")}.Observe(bus.Observation{Op: bus.OpRelease})
-	assert.Equal(t, []string{"metrics:release", "audit:release"}, got, "each observer in order, nil skipped")
-}

@@ -51,23 +51,8 @@ func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Opt
 	return err
 }
 
-// Call sends msg to the service id target and waits for the reply,
-// returning the reply's decoded payload (a pointer to a registered type,
-// or nil for a reply without body). A reply carrying an error returns it:
-// match it with errors.Is against the message sentinels.
-//
-// Call never hangs: it is bounded by ctx's deadline, by WithTimeout, or
-// by Config.DefaultTimeout when neither is given, and fails with an error
-// matching message.ErrTimeout (and context.DeadlineExceeded). A canceled
-// ctx fails with message.ErrCanceled, a closed bus with
-// message.ErrClosed; in every case the pending entry is removed at once
-// and a reply arriving later is dropped and counted (Stats.LateReplies).
-//
-// The reply is matched by a correlation id fresh for every call, so
-// calls sharing a message id ([WithID]) each get their own reply. Call
-// never retries: [WithRetry] only travels with the message, as a header
-// for the api.portal of a service.Node.
-func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Option) (any, error) {
+// callAny is Call with the reply decoded as its registered type.
+func (b *CloudBus) callAny(ctx context.Context, target string, msg any, opts ...Option) (any, error) {
 	start := time.Now()
 	typ, reply, err := b.call(ctx, target, msg, opts)
 	var v any
@@ -84,14 +69,23 @@ func (b *CloudBus) Call(ctx context.Context, target string, msg any, opts ...Opt
 	return v, err
 }
 
-// Call is the typed form of [CloudBus.Call]: it decodes the reply as
-// Resp, which may be a registered type T or *T. A reply of another type
-// fails with message.ErrBadReply (the handler ran: its outcome is known,
-// only its reply could not be read as Resp); a reply without body returns
-// the zero Resp.
+// Call sends msg to the service id target ("<service>.<node>" or
+// api.portal) and waits for the reply, decoded as Resp (a registered type
+// T or *T; any for the reply's registered type; the zero Resp for a reply
+// without body). A reply of another type fails with message.ErrBadReply:
+// the handler ran, only its reply could not be read as Resp. A reply
+// carrying an error returns it; match it with errors.Is against the
+// message sentinels.
+//
+// Call never hangs: ctx's deadline, [WithTimeout] or
+// Config.DefaultTimeout bounds it, and it then fails with an error
+// matching message.ErrTimeout. A canceled ctx fails with
+// message.ErrCanceled, a closed bus with message.ErrClosed. Each call
+// matches its reply by a correlation id of its own, so calls sharing a
+// message id ([WithID]) each get their own reply. Call never retries.
 func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, opts ...Option) (Resp, error) {
 	var zero Resp
-	v, err := b.Call(ctx, target, msg, opts...)
+	v, err := b.callAny(ctx, target, msg, opts...)
 	if err != nil || v == nil {
 		return zero, err
 	}

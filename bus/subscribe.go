@@ -9,8 +9,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Event is a broadcast delivered to a subscriber.
-type Event struct {
+// subEvent is a broadcast delivered to a subscriber.
+type subEvent struct {
 	// Envelope holds the event's headers and source; read-only.
 	Envelope *message.Envelope
 	// Payload is the decoded body: a pointer to a value of the registered
@@ -21,7 +21,7 @@ type Event struct {
 type subscription struct {
 	id  uint64
 	typ string
-	fn  func(context.Context, *Event)
+	fn  func(context.Context, *subEvent)
 }
 
 type eventJob struct {
@@ -31,14 +31,9 @@ type eventJob struct {
 
 var subscriptionIDs atomic.Uint64
 
-// Subscribe calls fn for every broadcast event of the registered type
-// eventType that this bus receives. Subscribers run one at a time, in
-// arrival order, on the bus's event dispatcher, off the receive path:
-// a slow subscriber delays other events, never service messages. fn must
-// not block forever; its ctx is canceled when the bus closes; a panic is
-// recovered and logged. The returned function unsubscribes; it is
-// idempotent.
-func (b *CloudBus) Subscribe(eventType string, fn func(ctx context.Context, ev *Event)) (unsubscribe func(), err error) {
+// subscribe calls fn for every broadcast event of the registered type
+// eventType.
+func (b *CloudBus) subscribe(eventType string, fn func(ctx context.Context, ev *subEvent)) (unsubscribe func(), err error) {
 	if !b.reg.Known(eventType) {
 		return nil, fmt.Errorf("bus: subscribe %q: %w", eventType, message.ErrUnknownMessage.WithDetails("register the event type first"))
 	}
@@ -62,14 +57,18 @@ func (b *CloudBus) Subscribe(eventType string, fn func(ctx context.Context, ev *
 	}, nil
 }
 
-// Subscribe is the typed form of [CloudBus.Subscribe]: fn receives the
-// payload of events of the registered type E.
+// Subscribe calls fn for every broadcast event of the registered type E
+// that b receives. Subscribers run one at a time, in arrival order, on the
+// bus's event dispatcher, off the receive path: a slow subscriber delays
+// other events, never service messages. fn must not block forever; its
+// ctx is canceled when the bus closes; a panic is recovered and logged.
+// The returned function unsubscribes; it is idempotent.
 func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscribe func(), err error) {
 	name, err := message.NameFor[E](b.reg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: subscribe: %w", err)
 	}
-	return b.Subscribe(name, func(ctx context.Context, ev *Event) {
+	return b.subscribe(name, func(ctx context.Context, ev *subEvent) {
 		if p, ok := ev.Payload.(*E); ok && p != nil {
 			fn(ctx, *p)
 		}
@@ -106,7 +105,7 @@ func (b *CloudBus) dispatchEvents() {
 			b.mu.Lock()
 			subs := append([]*subscription(nil), b.subs[j.env.Type]...)
 			b.mu.Unlock()
-			ev := &Event{Envelope: j.env, Payload: j.payload}
+			ev := &subEvent{Envelope: j.env, Payload: j.payload}
 			for _, s := range subs {
 				b.runSubscriber(s, ev)
 			}
@@ -117,7 +116,7 @@ func (b *CloudBus) dispatchEvents() {
 	}
 }
 
-func (b *CloudBus) runSubscriber(s *subscription, ev *Event) {
+func (b *CloudBus) runSubscriber(s *subscription, ev *subEvent) {
 	defer func() {
 		if r := recover(); r != nil {
 			b.log.Error("event subscriber panicked", "type", s.typ, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

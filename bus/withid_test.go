@@ -52,7 +52,7 @@ func TestWithIDSetsTheMessageID(t *testing.T) {
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	id := message.NewUUID()
 
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "call"}, bus.WithID(strings.ToUpper(dashed(id))))
+	_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "call"}, bus.WithID(strings.ToUpper(dashed(id))))
 	require.NoError(t, err)
 	s := next(t, got)
 	assert.Equal(t, id, s.id, "the handler sees the id given with WithID, normalized")
@@ -61,7 +61,7 @@ func TestWithIDSetsTheMessageID(t *testing.T) {
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "send"}, bus.WithID(id)))
 	assert.Equal(t, id, next(t, got).id, "Send keeps the id too")
 
-	_, err = a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "fresh"})
+	_, err = bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "fresh"})
 	require.NoError(t, err)
 	s = next(t, got)
 	assert.True(t, message.IsCanonicalUUID(s.id), "without WithID: a fresh canonical UUID, got %q", s.id)
@@ -73,7 +73,7 @@ func TestWithIDMalformedFailsBeforeSending(t *testing.T) {
 	h, got := recordingHandler()
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	for _, bad := range []string{"", "not-a-uuid", message.NewUUID() + "0"} {
-		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "bad"}, bus.WithID(bad))
+		_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "bad"}, bus.WithID(bad))
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "Call with WithID(%q)", bad)
 		err = a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "bad"}, bus.WithID(bad))
 		assert.ErrorIs(t, err, message.ErrInvalidUUID, "Send with WithID(%q)", bad)
@@ -178,7 +178,7 @@ func TestRetryIgnoresTheLateReplyOfAnEarlierAttempt(t *testing.T) {
 	id := message.NewUUID()
 	// Long enough for the handler to start on a loaded machine (a message
 	// that arrives after its deadline is refused, never run).
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "first"}, bus.WithID(id), bus.WithTimeout(500*time.Millisecond))
+	_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "first"}, bus.WithID(id), bus.WithTimeout(500*time.Millisecond))
 	require.ErrorIs(t, err, message.ErrTimeout)
 	select {
 	case <-inFirst:
@@ -216,14 +216,14 @@ func TestWithRetryAtTheBusLevel(t *testing.T) {
 	h, got := recordingHandler()
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 
-	_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "r"}, bus.WithRetry(2))
+	_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "r"}, bus.WithRetry(2))
 	require.NoError(t, err)
 	assert.Equal(t, "2", next(t, got).retry, "WithRetry travels as the header %s", bus.HeaderRetry)
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "s"}, bus.WithRetry(1), bus.WithHeader(bus.HeaderRetry, "9")))
 	assert.Equal(t, "1", next(t, got).retry, "the option wins over a header of the same name")
 
 	for _, bad := range []int{0, -3} {
-		_, err := a.Call(t.Context(), b.LocalID("svc"), Greet{Name: "bad"}, bus.WithRetry(bad))
+		_, err := bus.Call[any](t.Context(), a, b.LocalID("svc"), Greet{Name: "bad"}, bus.WithRetry(bad))
 		assert.ErrorIs(t, err, message.ErrBadRequest, "Call with WithRetry(%d)", bad)
 		assert.ErrorIs(t, a.Send(t.Context(), b.LocalID("svc"), Greet{Name: "bad"}, bus.WithRetry(bad)), message.ErrBadRequest)
 	}
@@ -234,7 +234,7 @@ func TestWithRetryAtTheBusLevel(t *testing.T) {
 		calls++ // one at a time: the test calls sequentially
 		return nil, message.ErrNotOwner
 	})))
-	_, err = a.Call(t.Context(), b.LocalID("refuses"), Greet{}, bus.WithRetry(3))
+	_, err = bus.Call[any](t.Context(), a, b.LocalID("refuses"), Greet{}, bus.WithRetry(3))
 	assert.ErrorIs(t, err, message.ErrNotOwner)
 	assert.Equal(t, 1, calls, "bus.Call never retries, even with WithRetry")
 

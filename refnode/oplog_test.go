@@ -112,18 +112,6 @@ func TestOpLogConcurrent(t *testing.T) {
 	}
 }
 
-// TestObservers: every observer sees every observation, in order.
-func TestObservers(t *testing.T) {
-	var seen []string
-	obs := bus.Observers{
-		bus.ObserverFunc(func(o bus.Observation) { seen = append(seen, "a:"+o.ID) }),
-		bus.ObserverFunc(func(o bus.Observation) { seen = append(seen, "b:"+o.ID) }),
-	}
-	obs.Observe(bus.Observation{ID: "1"})
-	obs.Observe(bus.Observation{ID: "2"})
-	assert.Equal(t, []string{"a:1", "b:1", "a:2", "b:2"}, seen)
-}
-
 // BenchmarkOpLog measures what the op log adds to each observation,
 // buffered (refnode's choice, written out every 50 ms) and unbuffered
 // (one write system call per line).

@@ -216,7 +216,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 			return fmt.Errorf("open the op log: %w; check -op-log", err)
 		}
 		closers = append(closers, closer{"op log", ol.Close}) // closed after the node stopped observing
-		obs = bus.Observers{counts, ol}
+		obs = bus.ObserverFunc(func(x bus.Observation) { counts.Observe(x); ol.Observe(x) })
 	}
 	if o.clockSkew != 0 {
 		skew := o.clockSkew

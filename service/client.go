@@ -86,7 +86,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		DefaultTimeout: cfg.DefaultTimeout,
 		Logger:         cfg.Logger,
 		Observer:       cfg.Observer,
-		Clock:          bus.ClockFunc(cc.sync.Now),
+		Clock:          clockFunc(cc.sync.Now),
 	})
 	if err != nil {
 		return nil, err

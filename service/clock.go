@@ -77,3 +77,8 @@ func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Durat
 		_ = c.sample(ctx, timeout)
 	}
 }
+
+// clockFunc adapts a function to bus.Clock.
+type clockFunc func() (now time.Time, bound time.Duration, ok bool)
+
+func (f clockFunc) ClusterTime() (time.Time, time.Duration, bool) { return f() }

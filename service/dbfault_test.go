@@ -93,7 +93,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	}
 	probe := func(n *service.Node) error {
 		res := owned[n.UUID()]
-		_, err := n.Bus().Call(ctx, n.Bus().LocalID("recorder"), Touch{Resource: res}, bus.WithResource(res), bus.WithTimeout(time.Second))
+		_, err := bus.Call[any](ctx, n.Bus(), n.Bus().LocalID("recorder"), Touch{Resource: res}, bus.WithResource(res), bus.WithTimeout(time.Second))
 		return err
 	}
 	for _, n := range nodes {

@@ -264,7 +264,7 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (s
 			continue
 		}
 		wg.Go(func() {
-			_, err := b.Call(ctx, bus.ServiceID(membershipService, p), wire.LeaveNotice{Node: n.id, Epoch: epoch})
+			_, err := bus.Call[any](ctx, b, bus.ServiceID(membershipService, p), wire.LeaveNotice{Node: n.id, Epoch: epoch})
 			if err != nil {
 				n.log.Warn("leave: peer did not confirm", "peer", p, "err", err)
 				mu.Lock()

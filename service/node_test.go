@@ -436,7 +436,7 @@ func TestEvictedNodeRejoins(t *testing.T) {
 				break
 			}
 		}
-		_, err := victim.Bus().Call(t.Context(), victim.Bus().LocalID("recorder"), Touch{Resource: res}, bus.WithResource(res))
+		_, err := bus.Call[any](t.Context(), victim.Bus(), victim.Bus().LocalID("recorder"), Touch{Resource: res}, bus.WithResource(res))
 		assert.ErrorIs(t, err, message.ErrNotOwner, "a fenced node refuses resource messages")
 
 		c.WaitGone(t, victim.UUID(), time.Second)

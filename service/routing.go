@@ -295,7 +295,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	var resp any
 	err := n.dispatch(ctx, service, r.Payload, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
 		var err error
-		resp, err = b.Call(ctx, target, r.Payload, o...)
+		resp, err = bus.Call[any](ctx, b, target, r.Payload, o...)
 		return err
 	})
 	var e *message.Error

@@ -183,7 +183,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	bc.Registry = n.cfg.Registry
 	bc.Logger = n.cfg.Logger
 	if bc.Clock == nil {
-		bc.Clock = bus.ClockFunc(n.ClusterTime)
+		bc.Clock = clockFunc(n.ClusterTime)
 	}
 	b, err := bus.Open(ctx, bc)
 	if err != nil {

@@ -35,7 +35,7 @@ func testLateInQueue(t *testing.T, c *cluster) {
 
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
-	_, err := a.Call(ctx, id, Echo{Seq: 1}, bus.WithTimeout(timeout))
+	_, err := bus.Call[any](ctx, a.CloudBus, id, Echo{Seq: 1}, bus.WithTimeout(timeout))
 	require.ErrorIs(t, err, message.ErrTimeout, "the caller learns the truth by its deadline")
 	assert.Less(t, time.Since(start), timeout+2*time.Second)
 	require.NoError(t, a.Send(ctx, id, Echo{Seq: 2}, bus.WithTimeout(timeout)), "a one-way message with a deadline")
@@ -63,11 +63,11 @@ func testLateBehindOthers(t *testing.T, c *cluster) {
 	id := b.LocalID("svc")
 	first := make(chan error, 1)
 	go func() {
-		_, err := a.Call(t.Context(), id, Echo{Seq: 1}, bus.WithTimeout(20*time.Second))
+		_, err := bus.Call[any](t.Context(), a.CloudBus, id, Echo{Seq: 1}, bus.WithTimeout(20*time.Second))
 		first <- err
 	}()
 	recv(t, bl.started, 10*time.Second, "the first handler to start")
-	_, err := a.Call(t.Context(), id, Echo{Seq: 2}, bus.WithTimeout(300*time.Millisecond))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, id, Echo{Seq: 2}, bus.WithTimeout(300*time.Millisecond))
 	require.ErrorIs(t, err, message.ErrTimeout)
 	eventually(t, 10*time.Second, "the second message to reach the receiver", func() bool {
 		st := b.Stats()

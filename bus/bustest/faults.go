@@ -42,7 +42,7 @@ func testDeadline(t *testing.T, c *cluster) {
 	require.NoError(t, b.Register(t.Context(), "svc", bl))
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(timeout))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(timeout))
 	took := time.Since(start)
 	assert.ErrorIs(t, err, message.ErrTimeout)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "a timeout also matches context.DeadlineExceeded")
@@ -54,7 +54,7 @@ func testDeadline(t *testing.T, c *cluster) {
 	// Without any deadline the configured default applies: never hang.
 	d := c.open("", bus.Config{DefaultTimeout: 200 * time.Millisecond})
 	start = time.Now()
-	_, err = d.Call(context.Background(), bus.ServiceID("svc", b.id), Echo{})
+	_, err = bus.Call[any](context.Background(), d.CloudBus, bus.ServiceID("svc", b.id), Echo{})
 	assert.ErrorIs(t, err, message.ErrTimeout)
 	assert.Less(t, time.Since(start), 3*time.Second)
 }
@@ -67,7 +67,7 @@ func testCancel(t *testing.T, c *cluster) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.Call(ctx, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(30*time.Second))
+		_, err := bus.Call[any](ctx, a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(30*time.Second))
 		errc <- err
 	}()
 	recv(t, bl.started, 5*time.Second, "handler start")
@@ -88,7 +88,7 @@ func testLateReply(t *testing.T, c *cluster) {
 		return Echoed{Seq: e.Seq}, nil
 	})
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{Seq: 1}, bus.WithTimeout(200*time.Millisecond))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{Seq: 1}, bus.WithTimeout(200*time.Millisecond))
 	require.ErrorIs(t, err, message.ErrTimeout)
 	close(release)
 	eventually(t, 5*time.Second, "the late reply must be counted", func() bool { return a.Stats().LateReplies == 1 })
@@ -107,7 +107,7 @@ func testCloseInFlight(t *testing.T, c *cluster) {
 	errc := make(chan error, n)
 	for i := range n {
 		go func() {
-			_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{Seq: i}, bus.WithTimeout(30*time.Second))
+			_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{Seq: i}, bus.WithTimeout(30*time.Second))
 			errc <- err
 		}()
 	}
@@ -123,7 +123,7 @@ func testCloseInFlight(t *testing.T, c *cluster) {
 	}
 	assert.Less(t, time.Since(start), 2*time.Second)
 	assert.Zero(t, a.Stats().Pending)
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{})
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{})
 	assert.ErrorIs(t, err, message.ErrClosed, "a closed bus refuses new calls")
 	assert.ErrorIs(t, a.Register(t.Context(), "other", bl), message.ErrClosed)
 }

@@ -117,7 +117,8 @@ func testSubscribeByType(t *testing.T, c *cluster) {
 	assert.Equal(t, Ping{Seq: 4}, recv(t, pings, 5*time.Second, "ping after unsubscribe"))
 	assert.Empty(t, pongs, "an unsubscribed handler must not run")
 
-	_, err = b.Subscribe("bustest.v1.NotRegistered", func(context.Context, *bus.Event) {})
+	type notRegistered struct{}
+	_, err = bus.Subscribe(b.CloudBus, func(context.Context, notRegistered) {})
 	assert.ErrorIs(t, err, message.ErrUnknownMessage, "subscribing to an unregistered type is refused")
 }
 
@@ -165,7 +166,7 @@ func testNoRoute(t *testing.T, c *cluster) {
 	start := time.Now()
 	err := a.Send(t.Context(), target, Echo{})
 	assert.ErrorIs(t, err, message.ErrNoRoute)
-	_, err = a.Call(t.Context(), target, Echo{}, bus.WithTimeout(30*time.Second))
+	_, err = bus.Call[any](t.Context(), a.CloudBus, target, Echo{}, bus.WithTimeout(30*time.Second))
 	assert.ErrorIs(t, err, message.ErrNoRoute)
 	assert.Less(t, time.Since(start), c.h.Features.NoRouteWithin, "no-route must be reported promptly (a send and a call), not as a timeout")
 	assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
@@ -203,11 +204,11 @@ func testUnknownType(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{Registry: senderRegistry()})
 	b := c.open("", bus.Config{})
 	require.NoError(t, b.Register(t.Context(), "svc", echoHandler(b)))
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Unlisted{X: 1}, bus.WithTimeout(10*time.Second))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Unlisted{X: 1}, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrUnknownMessage, "a type the receiver never registered")
-	_, err = a.Call(t.Context(), bus.ServiceID("svc", b.id), Ping{Seq: 1}, bus.WithTimeout(10*time.Second))
+	_, err = bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Ping{Seq: 1}, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrUnknownMessage, "a registered type the service has no handler for")
-	_, err = a.Call(t.Context(), bus.ServiceID("svc", b.id), struct{ Y int }{}, bus.WithTimeout(10*time.Second))
+	_, err = bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), struct{ Y int }{}, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrUnknownMessage, "an unregistered type is refused before sending")
 	_, err = bus.Call[Echoed](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(10*time.Second))
 	assert.NoError(t, err, "the service still works")
@@ -226,13 +227,13 @@ func testErrorCodes(t *testing.T, c *cluster) {
 	})
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
 	for _, code := range message.Codes() {
-		_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Fail{Code: code}, bus.WithTimeout(10*time.Second))
+		_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Fail{Code: code}, bus.WithTimeout(10*time.Second))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, message.NewError(code, ""), "code %s must survive the wire", code)
 		assert.Equal(t, code, message.CodeOf(err))
 		assert.Contains(t, err.Error(), "code "+string(code), "details survive the wire")
 	}
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(10*time.Second))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{}, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrInternal, "a plain error becomes internal")
 	assert.Contains(t, err.Error(), "a plain Go error")
 }
@@ -248,7 +249,7 @@ func testPanic(t *testing.T, c *cluster) {
 		return Echoed{Seq: e.Seq}, nil
 	})
 	require.NoError(t, b.Register(t.Context(), "svc", mux))
-	_, err := a.Call(t.Context(), bus.ServiceID("svc", b.id), Echo{Seq: 1}, bus.WithTimeout(10*time.Second))
+	_, err := bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{Seq: 1}, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrInternal)
 	assert.Contains(t, err.Error(), "boom")
 	r, err := bus.Call[Echoed](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Echo{Seq: 2}, bus.WithTimeout(10*time.Second))
@@ -267,12 +268,12 @@ func testOversize(t *testing.T, c *cluster) {
 	big := Blob{Data: string(make([]byte, 8192))}
 	err := a.Send(t.Context(), bus.ServiceID("svc", b.id), big)
 	assert.ErrorIs(t, err, message.ErrTooLarge)
-	_, err = a.Call(t.Context(), bus.ServiceID("svc", b.id), big, bus.WithTimeout(10*time.Second))
+	_, err = bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), big, bus.WithTimeout(10*time.Second))
 	assert.ErrorIs(t, err, message.ErrTooLarge)
 	err = a.Broadcast(t.Context(), Blob{Data: string(make([]byte, 8192))})
 	assert.ErrorIs(t, err, message.ErrTooLarge)
 	// A small message after them arrives first: nothing oversize was sent.
-	_, err = a.Call(t.Context(), bus.ServiceID("svc", b.id), Blob{Data: "small"}, bus.WithTimeout(10*time.Second))
+	_, err = bus.Call[any](t.Context(), a.CloudBus, bus.ServiceID("svc", b.id), Blob{Data: "small"}, bus.WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, int32(1), handled.Load(), "the oversize messages must never reach the handler")
 }

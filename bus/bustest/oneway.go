@@ -244,7 +244,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 	awaitState(t, states, bus.TransportReconnecting)
 
 	sendErr := a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1})
-	_, callErr := a.Call(t.Context(), b.LocalID("svc"), Echo{Seq: 2}, bus.WithTimeout(2*time.Second))
+	_, callErr := bus.Call[any](t.Context(), a.CloudBus, b.LocalID("svc"), Echo{Seq: 2}, bus.WithTimeout(2*time.Second))
 	for what, err := range map[string]error{"send": sendErr, "call": callErr} {
 		require.Error(t, err, "a %s while cut off fails", what)
 		assert.ErrorIs(t, err, message.ErrNotSent, "a %s refused before sending says nothing was sent: %v", what, err)
