@@ -163,4 +163,3 @@ func TestBadReply(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, message.RetryRan, e.Code.Retry())
 }
-
