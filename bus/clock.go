@@ -3,7 +3,7 @@ package bus
 import "time"
 
 // Clock tells the cluster time: the one clock that deadlines are written
-// in (message.Envelope.Deadline), so that a message that waited anywhere
+// in (wire.Envelope.Deadline), so that a message that waited anywhere
 // on its way (a broker queue, a prefetch buffer, the socket of a paused
 // process) is known to be late when it is read. A management node's
 // clock is its heartbeat monitor's estimate of the heartbeat store's

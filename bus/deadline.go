@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 )
 
 // deadline is a received message's deadline on this process's clock.
@@ -31,7 +31,7 @@ func (d deadline) context(parent context.Context) (context.Context, context.Canc
 // relative timeout, counted from arrival, bounds it too: it is what a
 // receiver without cluster time uses, and no clock error can make a
 // deadline later than it.
-func (b *CloudBus) deadlineOf(env *message.Envelope, arrived time.Time) deadline {
+func (b *CloudBus) deadlineOf(env *wire.Envelope, arrived time.Time) deadline {
 	var at time.Time
 	if env.Timeout > 0 {
 		at = arrived.Add(env.Timeout)
@@ -52,7 +52,7 @@ func (b *CloudBus) deadlineOf(env *message.Envelope, arrived time.Time) deadline
 // this bus knows the cluster time, the absolute deadline in cluster time,
 // less this clock's error bound so that no receiver can take it for
 // later than it is. It fails if the deadline has passed.
-func (b *CloudBus) stampDeadline(ctx context.Context, env *message.Envelope) error {
+func (b *CloudBus) stampDeadline(ctx context.Context, env *wire.Envelope) error {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return nil

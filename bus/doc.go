@@ -155,7 +155,7 @@
 //
 // The envelope carries the deadline twice: Timeout, the time left when
 // the message was sent, and Deadline, the same instant in cluster time
-// ([Clock]; see message.Envelope). With a clock, the sender writes
+// ([Clock]; see wire.Envelope). With a clock, the sender writes
 // Deadline = cluster now + time left - its clock's error bound, and the
 // receiver takes as the message's deadline, on its own clock, the
 // earlier of (arrival + Timeout) and (Deadline - cluster now - its

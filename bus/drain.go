@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -15,15 +16,15 @@ const headerDrain = "cloudbus-drain"
 // isMarker reports whether env is a drain marker: a one-way message of
 // the empty type with the drain header. A marker does nothing when
 // taken; it only tells its drainer that the messages before it were.
-func isMarker(env *message.Envelope) bool {
-	return env.Headers[headerDrain] != "" && env.Kind == message.KindSend && env.Type == message.TypeEmpty
+func isMarker(env *wire.Envelope) bool {
+	return env.Headers[headerDrain] != "" && env.Kind == wire.KindSend && env.Type == message.TypeEmpty
 }
 
 // markerUnbounded reports whether a marker has no deadline, or one
 // further than markerTTL: no bus sends such a marker (each lives at most
 // markerTTL), and giving one back to its queue until it expires would
 // keep it circling between the broker and the consumers for good.
-func markerUnbounded(env *message.Envelope) bool {
+func markerUnbounded(env *wire.Envelope) bool {
 	return env.Timeout <= 0 && env.Deadline <= 0 || env.Timeout > markerTTL
 }
 
@@ -65,7 +66,7 @@ func (b *CloudBus) markerExpired(id string, now time.Time) bool {
 
 // refuseReservedHeader returns an error if env carries the drain header
 // without being a marker: the header is the bus's own.
-func refuseReservedHeader(env *message.Envelope) error {
+func refuseReservedHeader(env *wire.Envelope) error {
 	if env.Headers[headerDrain] != "" && !isMarker(env) {
 		return message.ErrBadRequest.WithDetails("header " + headerDrain + " is reserved for the bus's drain markers")
 	}
@@ -116,8 +117,8 @@ func (b *CloudBus) drain(ctx context.Context) error {
 	errs := make([]error, len(own))
 	for i, s := range own {
 		wg.Go(func() {
-			env := &message.Envelope{
-				ID: message.NewUUID(), Kind: message.KindSend, Type: message.TypeEmpty,
+			env := &wire.Envelope{
+				ID: message.NewUUID(), Kind: wire.KindSend, Type: message.TypeEmpty,
 				ServiceID: s.id, Source: b.node, Headers: map[string]string{headerDrain: tokens[i]},
 				Timeout: markerTTL, // another bus that meets it gives it back until then
 			}
@@ -156,7 +157,7 @@ func (b *CloudBus) drainPending(tok string) bool {
 
 // takeDrainMarker reports whether env is this bus's drain marker, and if
 // so signals its waiter.
-func (b *CloudBus) takeDrainMarker(env *message.Envelope) bool {
+func (b *CloudBus) takeDrainMarker(env *wire.Envelope) bool {
 	tok := env.Headers[headerDrain]
 	if !isMarker(env) || env.Source != b.node {
 		return false

@@ -5,14 +5,15 @@ import (
 	"reflect"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 func init() {
 	busx.Set(busx.Hooks{
 		Engine:     func(b any) busx.Engine { return engine{b.(interface{ self() *CloudBus }).self()} },
-		Envelope:   func(r any) *message.Envelope { return r.(*Request).env },
-		NewRequest: func(env *message.Envelope) any { return &Request{env: env} },
+		Envelope:   func(r any) *wire.Envelope { return r.(*Request).env },
+		NewRequest: func(env *wire.Envelope) any { return &Request{env: env} },
 		Receiver:   func(r any) busx.Engine { return engine{r.(*Request).bus} },
 		MuxTypes: func(h any) []reflect.Type {
 			if m, ok := h.(interface{ muxSelf() *Mux }); ok {
@@ -34,7 +35,7 @@ func (e engine) Forward(ctx context.Context, req any, target string, headers map
 	return e.b.forward(ctx, req.(*Request), target, headers)
 }
 
-func (e engine) Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (busx.RerouteStats, error) {
+func (e engine) Reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (busx.RerouteStats, error) {
 	return e.b.reroute(ctx, queue, route, keep)
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -17,7 +18,7 @@ import (
 // the request as read-only and must not keep it after it returns.
 type Request struct {
 	// env holds the routing fields and headers; read-only.
-	env *message.Envelope
+	env *wire.Envelope
 	// Payload is the decoded body: a pointer to a value of the registered
 	// type named by Envelope.Type.
 	Payload any

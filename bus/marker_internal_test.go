@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -16,12 +17,12 @@ import (
 // bus has given it back for markerTTL. Before, a client's message with
 // the header and no deadline went round the queue every 50 ms for good.
 func TestForgedMarkersDoNotCircle(t *testing.T) {
-	marker := func(timeout time.Duration, deadline int64) *message.Envelope {
-		return &message.Envelope{ID: message.NewUUID(), Kind: message.KindSend, Type: message.TypeEmpty,
+	marker := func(timeout time.Duration, deadline int64) *wire.Envelope {
+		return &wire.Envelope{ID: message.NewUUID(), Kind: wire.KindSend, Type: message.TypeEmpty,
 			Headers: map[string]string{headerDrain: "t"}, Timeout: timeout, Deadline: deadline}
 	}
 	req := marker(time.Second, 0)
-	req.Kind = message.KindRequest
+	req.Kind = wire.KindRequest
 	assert.ErrorIs(t, refuseReservedHeader(req), message.ErrBadRequest, "a request with the header")
 	typed := marker(time.Second, 0)
 	typed.Type = "example.v1.Greet"

@@ -42,7 +42,7 @@ func WithResource(resourceUUID string) Option {
 	return func(o *busx.CallOptions) { o.Resource = resourceUUID }
 }
 
-// WithID makes id the message's id (message.Envelope.ID, what a handler
+// WithID makes id the message's id (wire.Envelope.ID, what a handler
 // reads with Request.ID) instead of a fresh random UUID. Default: a fresh
 // UUID for every message.
 //

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -20,7 +21,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 	// A large body's memory is free once it is settled: the release is
 	// armed when this returns, and again when its handling ends.
 	defer b.noteSize(size)
-	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
+	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	if err != nil {
 		b.rejected.Add(1)
 		b.warnRefused("dropping undecodable message", "service", s.id, "err", err)
@@ -30,7 +31,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		// of waiting for its deadline.
 		// The reply is published from the service's workers, which Close
 		// waits for: this callback must not block.
-		if replyTo, corr, ok := message.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.validReplyTo(replyTo) {
+		if replyTo, corr, ok := wire.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.validReplyTo(replyTo) {
 			_ = s.sched.submit("", &job{run: func() { b.replyRefusal(s.id, replyTo, corr, err) }, requeue: func() {}})
 		}
 		return
@@ -57,11 +58,11 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 		}
 		return
 	}
-	if env.Kind != message.KindSend && env.Kind != message.KindRequest {
+	if env.Kind != wire.KindSend && env.Kind != wire.KindRequest {
 		b.refuse(s.id, env, d, message.ErrBadRequest.WithDetails(fmt.Sprintf("a %s cannot be sent to a service queue", env.Kind)))
 		return
 	}
-	if env.Kind == message.KindRequest && !b.validReplyTo(env.ReplyTo) {
+	if env.Kind == wire.KindRequest && !b.validReplyTo(env.ReplyTo) {
 		// Replying would publish, with this node's rights, into whatever
 		// queue the sender named: never run it, never answer it.
 		b.rejected.Add(1)
@@ -103,7 +104,7 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 // [Delivery.Check]): a process paused after reading the message, or cut
 // off from the broker, never runs what the broker may have handed to
 // another consumer, nor anything whose caller has given up.
-func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived time.Time, dl deadline) {
+func (b *CloudBus) handle(s *service, env *wire.Envelope, d Delivery, arrived time.Time, dl deadline) {
 	if dl.late(time.Now()) {
 		b.refuseLate(s.id, env, d, arrived, dl)
 		return
@@ -149,7 +150,7 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 		return
 	}
 	b.observe(obs)
-	if env.Kind == message.KindRequest {
+	if env.Kind == wire.KindRequest {
 		if rerr := b.sendReply(s.id, env, resp, err); rerr != nil && !errors.Is(rerr, message.ErrNoRoute) {
 			// The caller may still be waiting; the handler ran but nobody
 			// can hear it: give the message back rather than drop it.
@@ -165,7 +166,7 @@ func (b *CloudBus) handle(s *service, env *message.Envelope, d Delivery, arrived
 
 // release gives d back to its queue, unanswered, without counting it as
 // a failed delivery ([Delivery.Release]).
-func (b *CloudBus) release(serviceID string, env *message.Envelope, d Delivery, why error) {
+func (b *CloudBus) release(serviceID string, env *wire.Envelope, d Delivery, why error) {
 	b.released.Add(1)
 	b.log.Debug("message given back to its queue", "service", serviceID, "type", env.Type, "id", env.ID, "why", why)
 	_ = d.Release()
@@ -176,7 +177,7 @@ func (b *CloudBus) release(serviceID string, env *message.Envelope, d Delivery, 
 // message.ErrTimeout). A request is answered only while its caller may
 // still be listening (within lateReplyGrace of the deadline): later, the
 // reply would only be dropped as late.
-func (b *CloudBus) refuseLate(serviceID string, env *message.Envelope, d Delivery, arrived time.Time, dl deadline) {
+func (b *CloudBus) refuseLate(serviceID string, env *wire.Envelope, d Delivery, arrived time.Time, dl deadline) {
 	now := time.Now()
 	late := now.Sub(dl.at)
 	b.late.Add(1)
@@ -187,7 +188,7 @@ func (b *CloudBus) refuseLate(serviceID string, env *message.Envelope, d Deliver
 	b.log.Debug("late message not run", "service", serviceID, "type", env.Type, "id", env.ID, "late", late)
 	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 		Headers: env.Headers, Start: now, Deadline: dl.at, Err: err})
-	if env.Kind == message.KindSend {
+	if env.Kind == wire.KindSend {
 		b.deadLetter(serviceID, env, d, Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 			Headers: env.Headers, Start: now, Deadline: dl.at, Err: err}, fmt.Sprintf(
 			"its deadline passed %s before it could start on node %s; it did not run", late.Round(time.Millisecond), b.node))
@@ -207,7 +208,7 @@ const lateReplyGrace = time.Second
 // checkResource refuses a payload that names a resource (message.Routed)
 // but arrived without one in its envelope, or with another one: such a
 // message was not routed to the resource's owner, so no node may run it.
-func checkResource(env *message.Envelope, payload any) error {
+func checkResource(env *wire.Envelope, payload any) error {
 	res, routed, err := message.ResourceOf(payload)
 	if !routed {
 		return nil
@@ -243,15 +244,15 @@ func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp an
 // refuse answers a message that no handler ran for, and acknowledges it;
 // a one-way message refused for a reason that may pass (busy) is tried
 // again instead (see failOneWay).
-func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, err error) {
+func (b *CloudBus) refuse(serviceID string, env *wire.Envelope, d Delivery, err error) {
 	b.rejected.Add(1)
 	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 		Headers: env.Headers, Start: time.Now(), Err: err})
-	if env.Kind == message.KindSend {
+	if env.Kind == wire.KindSend {
 		b.failOneWay(serviceID, env, d, b.deadlineOf(env, time.Now()), time.Time{}, err)
 		return
 	}
-	if env.Kind == message.KindRequest {
+	if env.Kind == wire.KindRequest {
 		_ = b.sendReply(serviceID, env, nil, err)
 	} else {
 		b.warnRefused("refused a message", "service", serviceID, "type", env.Type, "kind", env.Kind, "id", env.ID, "err", err)
@@ -261,7 +262,7 @@ func (b *CloudBus) refuse(serviceID string, env *message.Envelope, d Delivery, e
 
 // sendReply publishes the reply to a request: resp, or err with its code.
 // It returns the publish's error.
-func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, err error) error {
+func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err error) error {
 	reply := req.Reply()
 	reply.Source = b.node
 	if err == nil && !isNil(resp) {
@@ -275,13 +276,13 @@ func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, 
 	if err != nil {
 		reply.Error = message.AsError(err)
 	}
-	data, encErr := message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
+	data, encErr := wire.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 	if encErr != nil {
 		// Without the body and the echoed headers (which alone may
 		// bring a request near the limit), the error always fits.
 		reply.Type, reply.Body, reply.Headers = "", nil, nil
 		reply.Error = message.ErrInternal.WithDetails(fmt.Sprintf("reply to %s could not be sent", req.Type)).WithCause(encErr)
-		data, encErr = message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
+		data, encErr = wire.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 		if encErr != nil {
 			b.log.Error("cannot encode reply", "service", serviceID, "type", req.Type, "err", encErr)
 			return nil // nothing better can be sent; giving it back would fail the same way
@@ -302,9 +303,9 @@ func (b *CloudBus) sendReply(serviceID string, req *message.Envelope, resp any, 
 // onReply hands a reply to its pending call, or counts it as late.
 func (b *CloudBus) onReply(d Delivery) {
 	b.noteSize(len(d.Body()))
-	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
+	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
-	if err != nil || env.Kind != message.KindReply {
+	if err != nil || env.Kind != wire.KindReply {
 		b.rejected.Add(1)
 		b.warnRefused("dropping malformed reply", "err", err)
 		return
@@ -371,12 +372,12 @@ func truncate(s string, n int) string {
 // replyRefusal answers a request that could not be decoded with err, at
 // the reply address its raw bytes named.
 func (b *CloudBus) replyRefusal(serviceID, replyTo, correlationID string, err error) {
-	reply := &message.Envelope{ID: message.NewUUID(), Kind: message.KindReply, ServiceID: replyTo, CorrelationID: correlationID,
+	reply := &wire.Envelope{ID: message.NewUUID(), Kind: wire.KindReply, ServiceID: replyTo, CorrelationID: correlationID,
 		Source: b.node, Error: message.AsError(err)}
-	data, encErr := message.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
+	data, encErr := wire.EncodeEnvelope(reply, b.cfg.MaxMessageSize)
 	if encErr != nil {
 		reply.Error = message.ErrBadRequest.WithDetails("the request could not be decoded")
-		if data, encErr = message.EncodeEnvelope(reply, b.cfg.MaxMessageSize); encErr != nil {
+		if data, encErr = wire.EncodeEnvelope(reply, b.cfg.MaxMessageSize); encErr != nil {
 			return
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -40,9 +41,9 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 	body, err := json.Marshal(Greet{Name: "x"})
 	require.NoError(t, err)
 	send := func(replyTo string) {
-		env := &message.Envelope{ID: message.NewUUID(), Kind: message.KindRequest, Type: "example.v1.Greet",
+		env := &wire.Envelope{ID: message.NewUUID(), Kind: wire.KindRequest, Type: "example.v1.Greet",
 			ServiceID: bus.ServiceID("svc", b.Node()), ReplyTo: replyTo, CorrelationID: message.NewUUID(), Body: body, Timeout: 5 * time.Second}
-		data, err := message.EncodeEnvelope(env, 0)
+		data, err := wire.EncodeEnvelope(env, 0)
 		require.NoError(t, err)
 		require.NoError(t, raw.Publish(ctx, busx.Of(b).QueueName(env.ServiceID), data))
 	}
@@ -83,10 +84,10 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 	ctx := t.Context()
 	replyTo := "cloudbus.reply.raw-client"
 	require.NoError(t, raw.DeclareQueue(ctx, replyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
-	replies := make(chan *message.Envelope, 16)
+	replies := make(chan *wire.Envelope, 16)
 	_, err := raw.Consume(ctx, replyTo, bus.ConsumeOptions{Prefetch: 16}, func(d bus.Delivery) {
 		_ = d.Ack()
-		env, err := message.DecodeEnvelope(d.Body(), 0)
+		env, err := wire.DecodeEnvelope(d.Body(), 0)
 		if err == nil {
 			replies <- env
 		}

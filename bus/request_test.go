@@ -9,6 +9,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,7 +108,7 @@ func TestRoutedPayloadWithoutResourceIsRefused(t *testing.T) {
 	vm := message.NewUUID()
 	for name, envRes := range map[string]string{"no resource": "", "another resource": message.NewUUID()} {
 		t.Run(name, func(t *testing.T) {
-			reply := rawCall(t, net, b, b.LocalID("vm"), &message.Envelope{
+			reply := rawCall(t, net, b, b.LocalID("vm"), &wire.Envelope{
 				Type: "example.v1.StartVM", ResourceUUID: envRes, Body: []byte(`{"vm_uuid":"` + vm + `"}`),
 			})
 			require.NotNil(t, reply.Error, "the handler must not run")
@@ -119,16 +120,16 @@ func TestRoutedPayloadWithoutResourceIsRefused(t *testing.T) {
 
 // rawCall publishes env to target on b's network from a transport of its
 // own, bypassing every check of the sending bus, and returns the reply.
-func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, env *message.Envelope) *message.Envelope {
+func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, env *wire.Envelope) *wire.Envelope {
 	t.Helper()
-	replies := make(chan *message.Envelope, 1)
+	replies := make(chan *wire.Envelope, 1)
 	id := message.NewUUID()
 	q := strings.TrimSuffix(busx.Of(b).QueueName(bus.APIPortal), ".message.api.portal") + ".reply.raw" + id[:8]
 	tr := net.Transport("raw-" + id[:8])
 	t.Cleanup(func() { _ = tr.Close() })
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
 	c, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{}, func(d bus.Delivery) {
-		e, err := message.DecodeEnvelope(d.Body(), 0)
+		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {
 			replies <- e
@@ -139,8 +140,8 @@ func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, 
 		_ = c.Cancel()
 		_ = tr.DeleteQueue(context.Background(), q)
 	})
-	env.ID, env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = id, message.KindRequest, target, id, q, "raw"
-	data, err := message.EncodeEnvelope(env, 0)
+	env.ID, env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = id, wire.KindRequest, target, id, q, "raw"
+	data, err := wire.EncodeEnvelope(env, 0)
 	require.NoError(t, err)
 	require.NoError(t, tr.Publish(t.Context(), busx.Of(b).QueueName(target), data))
 	select {

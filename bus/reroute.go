@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -30,7 +31,7 @@ const (
 // tail comes back; then, unless keep, it deletes the queue once idle
 // (no message, no consumer), going round again for late arrivals (at
 // most rerouteRounds, then message.ErrBusy).
-func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (busx.RerouteStats, error) {
+func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (busx.RerouteStats, error) {
 	var (
 		mu    sync.Mutex
 		stats busx.RerouteStats
@@ -75,7 +76,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 				return
 			default:
 			}
-			env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
+			env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 			if err != nil {
 				count(func(s *busx.RerouteStats) { s.Dropped++ })
 				b.warnRefused("reroute: dropping an undecodable message", "queue", queue, "err", err)
@@ -102,7 +103,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 			}
 			if dl := b.deadlineOf(env, now); dl.late(now) {
 				count(func(s *busx.RerouteStats) { s.Late++ })
-				if env.Kind == message.KindSend { // kept, as every one-way message the bus could not run
+				if env.Kind == wire.KindSend { // kept, as every one-way message the bus could not run
 					b.deadLetter(queue, env, d, Observation{Type: env.Type, ServiceID: env.ServiceID, ID: env.ID, Resource: env.ResourceUUID,
 						Headers: env.Headers, Start: now, Deadline: dl.at, Err: message.ErrTimeout},
 						fmt.Sprintf("its deadline passed %s before it could be moved out of %s", now.Sub(dl.at).Round(time.Millisecond), queue))
@@ -122,7 +123,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 				end(fmt.Errorf("bus: reroute %s: %w", queue, err))
 				return
 			}
-			data, err := message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+			data, err := wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 			if err == nil {
 				pctx, cancel := context.WithTimeout(ctx, b.cfg.ReplyTimeout)
 				err = b.tr.Publish(pctx, b.queueName(env.ServiceID), data)
@@ -142,8 +143,8 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 			}
 			return snapshot(), fmt.Errorf("bus: reroute %s: consume: %w", queue, err)
 		}
-		marker := &message.Envelope{
-			ID: message.NewUUID(), Kind: message.KindSend, Type: message.TypeEmpty,
+		marker := &wire.Envelope{
+			ID: message.NewUUID(), Kind: wire.KindSend, Type: message.TypeEmpty,
 			ServiceID: "reroute", Source: b.node, Headers: map[string]string{headerDrain: token},
 			Timeout: markerTTL, // another drainer of the queue gives it back until then
 		}
@@ -152,7 +153,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *me
 				marker.Deadline = now.Add(markerTTL - bound).UnixNano()
 			}
 		}
-		data, err := message.EncodeEnvelope(marker, b.cfg.MaxMessageSize)
+		data, err := wire.EncodeEnvelope(marker, b.cfg.MaxMessageSize)
 		if err == nil {
 			err = b.tr.Publish(ctx, queue, data)
 		}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -46,7 +47,7 @@ func attemptsOf(d Delivery) int {
 // failOneWay settles a one-way message that failed with err: it ends, is
 // tried again after a pause, or goes to the dead-letter queue (see the
 // rules above). start is when its handler started (zero if none ran).
-func (b *CloudBus) failOneWay(serviceID string, env *message.Envelope, d Delivery, dl deadline, start time.Time, err error) {
+func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d Delivery, dl deadline, start time.Time, err error) {
 	obs := Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Err: err}
 	if start.IsZero() {
@@ -87,7 +88,7 @@ func (b *CloudBus) failOneWay(serviceID string, env *message.Envelope, d Deliver
 }
 
 // deadLetter moves a one-way message to the dead-letter queue with why.
-func (b *CloudBus) deadLetter(serviceID string, env *message.Envelope, d Delivery, obs Observation, why string) {
+func (b *CloudBus) deadLetter(serviceID string, env *wire.Envelope, d Delivery, obs Observation, why string) {
 	b.deadLettered.Add(1)
 	obs.Op = OpDeadLetter
 	b.observe(obs)

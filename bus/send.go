@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -20,11 +21,11 @@ type pendingCall struct {
 	node   string // target node, "" for a shared id such as api.portal
 	once   sync.Once
 	done   chan struct{}
-	reply  *message.Envelope
+	reply  *wire.Envelope
 	err    error
 }
 
-func (p *pendingCall) finish(reply *message.Envelope, err error) {
+func (p *pendingCall) finish(reply *wire.Envelope, err error) {
 	p.once.Do(func() {
 		p.reply, p.err = reply, err
 		close(p.done)
@@ -38,7 +39,7 @@ func (p *pendingCall) finish(reply *message.Envelope, err error) {
 // with message.ErrNoRoute.
 func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Option) error {
 	start := time.Now()
-	env, o, err := b.envelope(message.KindSend, target, msg, opts)
+	env, o, err := b.envelope(wire.KindSend, target, msg, opts)
 	if err == nil {
 		ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, false)
 		defer cancel()
@@ -103,8 +104,8 @@ func Call[Resp any](ctx context.Context, b *CloudBus, target string, msg any, op
 
 // call sends the request and waits for its reply; it returns the
 // request's type name (for errors and observations) with the outcome.
-func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Option) (string, *message.Envelope, error) {
-	env, o, err := b.envelope(message.KindRequest, target, msg, opts)
+func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Option) (string, *wire.Envelope, error) {
+	env, o, err := b.envelope(wire.KindRequest, target, msg, opts)
 	typ := typeOf(env)
 	if err != nil {
 		if env == nil { // closed or unencodable: name it if registered
@@ -161,10 +162,10 @@ func (b *CloudBus) forget(id string) {
 // it to its subscribers for the event's type.
 func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) error {
 	start := time.Now()
-	env, o, err := b.envelope(message.KindEvent, "", event, opts)
+	env, o, err := b.envelope(wire.KindEvent, "", event, opts)
 	if err == nil {
 		var data []byte
-		data, err = message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+		data, err = wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 		if err == nil {
 			ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, false)
 			defer cancel()
@@ -233,7 +234,7 @@ func (b *CloudBus) abandonCalls(node string, cause error) int {
 }
 
 // envelope builds the envelope of an outgoing message.
-func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Option) (*message.Envelope, busx.CallOptions, error) {
+func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Option) (*wire.Envelope, busx.CallOptions, error) {
 	o := busx.Apply(opts)
 	if b.isClosed() {
 		return nil, o, message.ErrClosed
@@ -242,7 +243,7 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 	if err != nil {
 		return nil, o, err
 	}
-	env := &message.Envelope{
+	env := &wire.Envelope{
 		Kind:      kind,
 		Type:      name,
 		ServiceID: target,
@@ -260,13 +261,13 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 	if err != nil {
 		return env, o, err
 	}
-	if retry > 0 && kind != message.KindEvent {
+	if retry > 0 && kind != wire.KindEvent {
 		if env.Headers == nil { // o.Headers is this call's own map
 			env.Headers = make(map[string]string, 1)
 		}
 		env.Headers[HeaderRetry] = strconv.Itoa(retry)
 	}
-	if kind == message.KindEvent {
+	if kind == wire.KindEvent {
 		if o.Resource != "" {
 			if env.ResourceUUID, err = message.NormalizeUUID(o.Resource); err != nil {
 				return env, o, err
@@ -275,7 +276,7 @@ func (b *CloudBus) envelope(kind message.Kind, target string, msg any, opts []Op
 	} else if env.ResourceUUID, err = busx.ResourceOf(msg, o); err != nil {
 		return env, o, err
 	}
-	if kind != message.KindEvent && target == "" {
+	if kind != wire.KindEvent && target == "" {
 		return env, o, message.ErrBadRequest.WithDetails("empty target service id")
 	}
 	return env, o, nil
@@ -295,11 +296,11 @@ func bound(ctx context.Context, o busx.CallOptions, def time.Duration, always bo
 }
 
 // publish stamps the deadline, encodes and publishes env.
-func (b *CloudBus) publish(ctx context.Context, env *message.Envelope) error {
+func (b *CloudBus) publish(ctx context.Context, env *wire.Envelope) error {
 	if err := b.stampDeadline(ctx, env); err != nil {
 		return err
 	}
-	data, err := message.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+	data, err := wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 	if err != nil {
 		return err
 	}
@@ -333,7 +334,7 @@ func ctxError(ctx context.Context) error {
 	return message.ErrCanceled.WithCause(ctx.Err())
 }
 
-func typeOf(env *message.Envelope) string {
+func typeOf(env *wire.Envelope) string {
 	if env == nil {
 		return ""
 	}

@@ -6,13 +6,14 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // subEvent is a broadcast delivered to a subscriber.
 type subEvent struct {
 	// Envelope holds the event's headers and source; read-only.
-	Envelope *message.Envelope
+	Envelope *wire.Envelope
 	// Payload is the decoded body: a pointer to a value of the registered
 	// type named by Envelope.Type.
 	Payload any
@@ -25,7 +26,7 @@ type subscription struct {
 }
 
 type eventJob struct {
-	env     *message.Envelope
+	env     *wire.Envelope
 	payload any
 }
 
@@ -78,9 +79,9 @@ func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscr
 // onEvent takes an event off this bus's event queue and queues it for the
 // dispatcher, waiting while the dispatcher's buffer is full.
 func (b *CloudBus) onEvent(d Delivery) {
-	env, err := message.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
+	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
-	if err != nil || env.Kind != message.KindEvent {
+	if err != nil || env.Kind != wire.KindEvent {
 		b.rejected.Add(1)
 		b.warnRefused("dropping malformed event", "err", err)
 		return

@@ -63,25 +63,6 @@ func ExampleError() {
 	// do not retry
 }
 
-func ExampleEncodeEnvelope() {
-	env := &message.Envelope{
-		ID:           "6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4",
-		Kind:         message.KindSend,
-		Type:         "refnode.v1.StartVm",
-		ServiceID:    "vmInstance.3694776ab31a45709259254a018913ca",
-		ResourceUUID: "932763162d054c04adaab6ab498c9139",
-		Body:         json.RawMessage(`{"vm_uuid":"932763162d054c04adaab6ab498c9139"}`),
-	}
-	data, err := message.EncodeEnvelope(env, 0)
-	fmt.Println(string(data), err)
-
-	_, err = message.EncodeEnvelope(env, 64)
-	fmt.Println(err)
-	// Output:
-	// {"protocol":1,"id":"6f1c3f0e6f2b4b0c9d35a0c1f1e2d3c4","kind":"send","type":"refnode.v1.StartVm","service_id":"vmInstance.3694776ab31a45709259254a018913ca","resource_uuid":"932763162d054c04adaab6ab498c9139","body":{"vm_uuid":"932763162d054c04adaab6ab498c9139"}} <nil>
-	// too_large: message too large: 260 bytes exceeds the limit of 64 bytes
-}
-
 // GetHost reads a host's record: it is about one existing host, so it is
 // [message.Routed], here through a method on the pointer receiver.
 type GetHost struct {

@@ -84,14 +84,12 @@ type Registry struct {
 	byType map[reflect.Type]string
 }
 
-// NewRegistry returns a registry holding the lifecycle events.
+// NewRegistry returns a registry holding [Empty].
 func NewRegistry() *Registry {
 	r := &Registry{
 		byName: make(map[string]reflect.Type),
 		byType: make(map[reflect.Type]string),
 	}
-	MustRegister[NodeJoined](r, TypeNodeJoined)
-	MustRegister[NodeLeft](r, TypeNodeLeft)
 	MustRegister[Empty](r, TypeEmpty)
 	return r
 }

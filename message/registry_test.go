@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,7 +38,7 @@ func TestRegisterRules(t *testing.T) {
 		assert.ErrorContains(t, message.Register[struct{ A int }](r, bad), "invalid type name", "name %q", bad)
 	}
 	assert.Panics(t, func() { message.MustRegister[stopVM](r, "test.v1.StartVm") })
-	assert.Equal(t, []string{message.TypeEmpty, message.TypeNodeJoined, message.TypeNodeLeft, "test.v1.StartVm", "test.v1.StopVm"}, r.Names())
+	assert.Equal(t, []string{message.TypeEmpty, "test.v1.StartVm", "test.v1.StopVm"}, r.Names())
 }
 
 func TestRegistryEncodeDecode(t *testing.T) {
@@ -97,12 +98,12 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 	for _, tt := range envTests {
 		t.Run("envelope/"+tt.name, func(t *testing.T) {
-			_, err := message.DecodeEnvelope([]byte(tt.data), tt.limit)
+			_, err := wire.DecodeEnvelope([]byte(tt.data), tt.limit)
 			require.Error(t, err)
 			assert.Equal(t, tt.code, message.CodeOf(err), "error: %v", err)
 		})
 	}
-	_, err := message.DecodeEnvelope([]byte(okEnv), 0)
+	_, err := wire.DecodeEnvelope([]byte(okEnv), 0)
 	require.NoError(t, err, "the base case must be valid")
 
 	payloadTests := []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -50,8 +51,8 @@ func TestExpiredRequestsNeverRun(t *testing.T) {
 		image, corr = message.NewUUID(), message.NewUUID()
 		body, err := json.Marshal(api.AddImage{UUID: image, Name: "expiry"})
 		require.NoError(t, err)
-		data, err := message.EncodeEnvelope(&message.Envelope{
-			Protocol: message.ProtocolVersion, ID: message.NewUUID(), Kind: message.KindRequest, Type: "refnode.v1.AddImage",
+		data, err := wire.EncodeEnvelope(&wire.Envelope{
+			Protocol: wire.ProtocolVersion, ID: message.NewUUID(), Kind: wire.KindRequest, Type: "refnode.v1.AddImage",
 			ServiceID: "api.portal", ResourceUUID: image, CorrelationID: corr, ReplyTo: replyQueue, Source: "expiry-test",
 			Timeout: timeout, Body: body,
 		}, 0)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -466,13 +467,13 @@ func (f *fencingRun) duplicate(t *testing.T, ctx context.Context) {
 	typ, body, err := reg.Encode(api.CreateVm{Name: name, ImageUUID: f.image})
 	require.NoError(t, err)
 	op := "dup-" + randomHex(3)
-	env := &message.Envelope{ID: message.NewUUID(), Kind: message.KindRequest, Type: typ, ServiceID: bus.APIPortal,
+	env := &wire.Envelope{ID: message.NewUUID(), Kind: wire.KindRequest, Type: typ, ServiceID: bus.APIPortal,
 		ReplyTo: replyQueue, CorrelationID: message.NewUUID(), Source: "refnode-fencing-test",
 		Timeout: fnEnvelopeTimeout, Headers: map[string]string{HeaderOp: op}, Body: body}
 	if now, bound, ok := f.cl.ClusterTime(); ok {
 		env.Deadline = now.Add(fnEnvelopeTimeout - bound).UnixNano()
 	}
-	data, err := message.EncodeEnvelope(env, 0)
+	data, err := wire.EncodeEnvelope(env, 0)
 	require.NoError(t, err)
 
 	start := time.Now()
@@ -500,7 +501,7 @@ func (f *fencingRun) duplicate(t *testing.T, ctx context.Context) {
 	k.Pause(t)
 	third := *env
 	third.ServiceID = bus.ServiceID(api.VMService, kid)
-	data3, err := message.EncodeEnvelope(&third, 0)
+	data3, err := wire.EncodeEnvelope(&third, 0)
 	require.NoError(t, err)
 	queue := fc.Prefix() + ".message." + third.ServiceID
 	require.NoError(t, tr.Publish(ctx, queue, data3), "publish the CreateVm to %s", queue)
@@ -577,11 +578,11 @@ func (rc *replyCollector) await(ctx context.Context, n int) ([][]byte, error) {
 // correlation id is corr.
 func decodeCreated(data []byte, corr string) (api.VmCreated, error) {
 	var c api.VmCreated
-	env, err := message.DecodeEnvelope(data, 0)
+	env, err := wire.DecodeEnvelope(data, 0)
 	switch {
 	case err != nil:
 		return c, err
-	case env.Kind != message.KindReply || env.CorrelationID != corr:
+	case env.Kind != wire.KindReply || env.CorrelationID != corr:
 		return c, fmt.Errorf("not the reply: kind %s, correlation id %s", env.Kind, env.CorrelationID)
 	case env.Error != nil:
 		return c, fmt.Errorf("the reply is an error: %w", env.Error)

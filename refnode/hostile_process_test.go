@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -497,7 +498,7 @@ func hostileMessages(prefix, replyQueue string, nodes, vms []string, image strin
 		})
 	}
 	add("forged NodeLeft event", "vmInstance", none, func(serviceID, corr string) []byte {
-		return []byte(obj(field{"id", js(message.NewUUID())}, field{"kind", js("event")}, field{"type", js(message.TypeNodeLeft)},
+		return []byte(obj(field{"id", js(message.NewUUID())}, field{"kind", js("event")}, field{"type", js(wire.TypeNodeLeft)},
 			field{"body", obj(field{"node", js(nodes[0])}, field{"epoch", "9223372036854775807"}, field{"reason", js("evicted")})}))
 	})
 	add("one-way with garbage", "vmInstance", none, func(serviceID, corr string) []byte {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -277,7 +278,7 @@ func newDeadLetters(t *testing.T, ctx context.Context, broker, prefix string) *d
 	t.Cleanup(func() { _ = tr.Close() })
 	dl := &deadLetters{reasons: map[string]string{}}
 	_, err = tr.Consume(ctx, prefix+".dead", bus.ConsumeOptions{Prefetch: 64}, func(d bus.Delivery) {
-		env, err := message.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
+		env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 		id := "undecodable"
 		if err == nil {
 			id = env.ID

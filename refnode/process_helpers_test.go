@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
-	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 )
 
 // httpClient talks to the children's admin servers; no keep-alive, so
@@ -119,7 +119,7 @@ func newWireClient(t *testing.T, broker, name, replyQueue string) *wireClient {
 	c := &wireClient{ch: ch, replyQueue: replyQueue, codes: map[string][]string{}}
 	go func() {
 		for d := range deliveries {
-			env, err := message.DecodeEnvelope(d.Body, 0)
+			env, err := wire.DecodeEnvelope(d.Body, 0)
 			if err != nil {
 				c.undecodable.Add(1)
 				continue

@@ -391,12 +391,12 @@ func TestWireDoc(t *testing.T) {
 	reg, apiTypes := wireRegistry(t)
 
 	t.Run("envelope", func(t *testing.T) {
-		checkFields(t, wireDocPath+", table wire:envelope", doc.table(t, "envelope", 2), jsonFields(reflect.TypeFor[message.Envelope](), ""), false)
+		checkFields(t, wireDocPath+", table wire:envelope", doc.table(t, "envelope", 2), jsonFields(reflect.TypeFor[wire.Envelope](), ""), false)
 	})
 
 	t.Run("kinds", func(t *testing.T) {
 		want := map[string]bool{}
-		for k := message.Kind(1); k != 0; k++ {
+		for k := wire.Kind(1); k != 0; k++ {
 			b, err := k.MarshalText()
 			if err != nil {
 				break
@@ -552,11 +552,11 @@ func TestWireDoc(t *testing.T) {
 		require.NotEmpty(t, doc.examples, "%s: add the worked example", wireDocPath)
 		for i, ex := range doc.examples {
 			where := fmt.Sprintf("%s:%d, example %s %s", wireDocPath, ex.line, ex.role, ex.name)
-			env, err := message.DecodeEnvelope(ex.data, 0)
+			env, err := wire.DecodeEnvelope(ex.data, 0)
 			if !expect(t, err == nil, "%s: not a valid envelope: %v", where, err) {
 				continue
 			}
-			wantKind := map[string]message.Kind{"request": message.KindRequest, "reply": message.KindReply, "event": message.KindEvent}[ex.role]
+			wantKind := map[string]wire.Kind{"request": wire.KindRequest, "reply": wire.KindReply, "event": wire.KindEvent}[ex.role]
 			expect(t, wantKind != 0 && env.Kind == wantKind, "%s: the role %s and the kind %s disagree", where, ex.role, env.Kind)
 			if env.Type != "" {
 				body := reflect.New(goType(t, reg, env.Type)).Interface()
@@ -573,7 +573,7 @@ func TestWireDoc(t *testing.T) {
 			if i+1 >= len(doc.examples) {
 				continue
 			}
-			reply, err := message.DecodeEnvelope(doc.examples[i+1].data, 0)
+			reply, err := wire.DecodeEnvelope(doc.examples[i+1].data, 0)
 			if err != nil || reply.Error != nil {
 				continue
 			}
@@ -597,7 +597,7 @@ func expect(t *testing.T, ok bool, format string, args ...any) bool {
 // "protocol" field, or 1 if it writes none (absent means 1).
 func protocolWritten(t *testing.T) int {
 	t.Helper()
-	b, err := message.EncodeEnvelope(&message.Envelope{ID: message.NewUUID(), Kind: message.KindEvent, Type: message.TypeEmpty}, 0)
+	b, err := wire.EncodeEnvelope(&wire.Envelope{ID: message.NewUUID(), Kind: wire.KindEvent, Type: message.TypeEmpty}, 0)
 	require.NoError(t, err)
 	var v struct {
 		Protocol *int `json:"protocol"`
@@ -614,19 +614,19 @@ func protocolWritten(t *testing.T) int {
 // share one limit.
 func envelopeIDLimit(t *testing.T) int {
 	t.Helper()
-	set := map[string]func(e *message.Envelope, s string){
-		"id":             func(e *message.Envelope, s string) { e.ID = s },
-		"service_id":     func(e *message.Envelope, s string) { e.ServiceID = s },
-		"correlation_id": func(e *message.Envelope, s string) { e.CorrelationID = s },
-		"reply_to":       func(e *message.Envelope, s string) { e.ReplyTo = s },
-		"source":         func(e *message.Envelope, s string) { e.Source = s },
+	set := map[string]func(e *wire.Envelope, s string){
+		"id":             func(e *wire.Envelope, s string) { e.ID = s },
+		"service_id":     func(e *wire.Envelope, s string) { e.ServiceID = s },
+		"correlation_id": func(e *wire.Envelope, s string) { e.CorrelationID = s },
+		"reply_to":       func(e *wire.Envelope, s string) { e.ReplyTo = s },
+		"source":         func(e *wire.Envelope, s string) { e.Source = s },
 	}
 	limit := -1
 	for _, field := range sortedKeys(set) {
 		ok := func(n int) bool {
-			e := &message.Envelope{ID: "i", Kind: message.KindRequest, Type: message.TypeEmpty, ServiceID: "s", CorrelationID: "c", ReplyTo: "r"}
+			e := &wire.Envelope{ID: "i", Kind: wire.KindRequest, Type: message.TypeEmpty, ServiceID: "s", CorrelationID: "c", ReplyTo: "r"}
 			set[field](e, strings.Repeat("a", n))
-			_, err := message.EncodeEnvelope(e, 0)
+			_, err := wire.EncodeEnvelope(e, 0)
 			return err == nil
 		}
 		n := largest(ok, 1<<16)
@@ -735,7 +735,7 @@ func TestWireDocExamples(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, requests, "%s: add example requests", wireDocPath)
-	first, err := message.DecodeEnvelope(requests[0].data, 0)
+	first, err := wire.DecodeEnvelope(requests[0].data, 0)
 	require.NoError(t, err)
 
 	ctx := t.Context()
@@ -753,7 +753,7 @@ func TestWireDocExamples(t *testing.T) {
 	deadlineRE := regexp.MustCompile(`"deadline_ns":\s*[0-9]+`)
 	call := func(where string, data []byte) map[string]any {
 		t.Helper()
-		req, err := message.DecodeEnvelope(data, 0)
+		req, err := wire.DecodeEnvelope(data, 0)
 		require.NoError(t, err, where)
 		require.Equal(t, first.ReplyTo, req.ReplyTo, "%s: give every example request the same reply_to", where)
 		now, bound, ok := node.ClusterTime()
@@ -791,7 +791,7 @@ func TestWireDocExamples(t *testing.T) {
 		for _, d := range compareJSON("reply", want, got) {
 			t.Errorf("%s: %s", where, d)
 		}
-		req, _ := message.DecodeEnvelope(ex.data, 0)
+		req, _ := wire.DecodeEnvelope(ex.data, 0)
 		covered[req.Type] = true
 		if r, ok := got["resource_uuid"].(string); ok && got["error"] == nil {
 			resources[apiTypes[req.Type]] = r
@@ -828,11 +828,11 @@ func TestWireDocExamples(t *testing.T) {
 		}
 		body, err := json.Marshal(map[string]string{field: res})
 		require.NoError(t, err)
-		env := &message.Envelope{
-			ID: message.NewUUID(), Kind: message.KindRequest, Type: name, ServiceID: bus.APIPortal, ResourceUUID: res,
+		env := &wire.Envelope{
+			ID: message.NewUUID(), Kind: wire.KindRequest, Type: name, ServiceID: bus.APIPortal, ResourceUUID: res,
 			CorrelationID: fmt.Sprintf("rest-%d", n), ReplyTo: first.ReplyTo, Timeout: 10 * time.Second, Body: body,
 		}
-		data, err := message.EncodeEnvelope(env, 0)
+		data, err := wire.EncodeEnvelope(env, 0)
 		require.NoError(t, err)
 		got := call(where, data)
 		if !expect(t, got["error"] == nil, "%s: %v", where, got["error"]) {

@@ -98,8 +98,8 @@ func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 // on the current owner of its resource, or for a message about no
 // resource to a member chosen by its id. A dead node's membership
 // messages are dropped; if node is a member again, draining stops.
-func (n *Node) rerouteTarget(node string) func(env *message.Envelope) error {
-	return func(env *message.Envelope) error {
+func (n *Node) rerouteTarget(node string) func(env *wire.Envelope) error {
+	return func(env *wire.Envelope) error {
 		svc, _, ok := bus.SplitServiceID(env.ServiceID)
 		if !ok || svc == membershipService {
 			return busx.ErrDrop

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -265,7 +266,7 @@ func TestNoMessageBeforeTheClusterTime(t *testing.T) {
 		defer cons.Cancel()
 		body, err := json.Marshal(Touch{Resource: res, Seq: 1})
 		require.NoError(t, err)
-		data, err := message.EncodeEnvelope(&message.Envelope{ID: message.NewUUID(), Kind: message.KindRequest, Type: "svctest.v1.Touch",
+		data, err := wire.EncodeEnvelope(&wire.Envelope{ID: message.NewUUID(), Kind: wire.KindRequest, Type: "svctest.v1.Touch",
 			ServiceID: bus.ServiceID("recorder", id), ResourceUUID: res, CorrelationID: message.NewUUID(), ReplyTo: replyTo,
 			Timeout: time.Hour, Deadline: time.Now().Add(-time.Minute).UnixNano(), Body: body}, 0)
 		require.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
-	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -40,10 +40,10 @@ func TestForgedLifecycleEvents(t *testing.T) {
 		slices.Sort(want)
 		ctx := t.Context()
 		forged := []any{
-			message.NodeLeft{Node: victim.UUID(), Epoch: math.MaxInt64, Reason: message.LeaveEvicted, By: c.Node(0).UUID()},
-			message.NodeLeft{Node: victim.UUID(), Epoch: victim.Epoch(), Reason: message.LeaveEvicted, By: c.Node(1).UUID()},
-			message.NodeLeft{Node: victim.UUID(), Epoch: victim.Epoch(), Reason: message.LeaveGoodbye},
-			message.NodeJoined{Node: gone.UUID(), Epoch: goneEpoch},
+			wire.NodeLeft{Node: victim.UUID(), Epoch: math.MaxInt64, Reason: wire.LeaveEvicted, By: c.Node(0).UUID()},
+			wire.NodeLeft{Node: victim.UUID(), Epoch: victim.Epoch(), Reason: wire.LeaveEvicted, By: c.Node(1).UUID()},
+			wire.NodeLeft{Node: victim.UUID(), Epoch: victim.Epoch(), Reason: wire.LeaveGoodbye},
+			wire.NodeJoined{Node: gone.UUID(), Epoch: goneEpoch},
 		}
 		for _, ev := range forged {
 			require.NoError(t, sender.Broadcast(ctx, ev))

@@ -29,7 +29,7 @@ func FuzzForwardHeaders(f *testing.F) {
 		f.Add(s.hops, s.id)
 	}
 	f.Fuzz(func(t *testing.T, hops, id string) {
-		r := busx.NewRequest(&message.Envelope{Headers: map[string]string{wire.HeaderHops: hops}}).(*bus.Request)
+		r := busx.NewRequest(&wire.Envelope{Headers: map[string]string{wire.HeaderHops: hops}}).(*bus.Request)
 		// Forward as the router does, each node raising the count by one,
 		// until the count says stop.
 		for n := 0; forwardHops(r) < maxForwardHops; n++ {

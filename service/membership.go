@@ -150,7 +150,7 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 		n.kickSweep()
 		if b := n.Bus(); b != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat.OpTimeout+time.Second)
-			err := b.Broadcast(ctx, message.NodeLeft{Node: r.Node, Epoch: r.Epoch, Reason: message.LeaveEvicted, By: n.id})
+			err := b.Broadcast(ctx, wire.NodeLeft{Node: r.Node, Epoch: r.Epoch, Reason: wire.LeaveEvicted, By: n.id})
 			cancel()
 			if err != nil {
 				n.log.Warn("broadcast NodeLeft failed; peers will drop the node from the membership store", "member", r.Node, "err", err)
@@ -299,7 +299,7 @@ func (n *Node) record(ctx context.Context, node string) (heartbeat.Record, bool,
 // that is not live changes nothing. If the store cannot be read, the
 // event is dropped: the heartbeat monitor adds the node from its next
 // read of the store.
-func (n *Node) onNodeJoined(ctx context.Context, ev message.NodeJoined) {
+func (n *Node) onNodeJoined(ctx context.Context, ev wire.NodeJoined) {
 	r, found, err := n.record(ctx, ev.Node)
 	switch {
 	case err != nil:
@@ -321,14 +321,14 @@ func (n *Node) onNodeJoined(ctx context.Context, ev message.NodeJoined) {
 // naming a far-future epoch cannot keep the node out for good. If the
 // store cannot be read, the event is dropped: the monitor's next read of
 // the store decides.
-func (n *Node) onNodeLeft(ctx context.Context, ev message.NodeLeft) {
+func (n *Node) onNodeLeft(ctx context.Context, ev wire.NodeLeft) {
 	r, found, err := n.record(ctx, ev.Node)
 	switch {
 	case err != nil:
 		n.log.Debug("NodeLeft not checked against the store; the next store read decides", "member", ev.Node, "epoch", ev.Epoch, "err", err)
 		return
 	case found:
-		if ev.Reason != message.LeaveGoodbye || r.Epoch != ev.Epoch {
+		if ev.Reason != wire.LeaveGoodbye || r.Epoch != ev.Epoch {
 			n.log.Warn("ignored a NodeLeft for a node whose record is live (forged or replayed)", "member", ev.Node, "epoch", ev.Epoch,
 				"reason", ev.Reason, "by", ev.By, "store_epoch", r.Epoch)
 		}
@@ -341,11 +341,11 @@ func (n *Node) onNodeLeft(ctx context.Context, ev message.NodeLeft) {
 		return // not in this ring, or a later life is
 	}
 	calls := abandonCalls
-	if ev.Reason == message.LeaveGoodbye {
+	if ev.Reason == wire.LeaveGoodbye {
 		calls = keepCalls // it drains and answers what it took
 	}
 	n.memberLeft(ev.Node, epoch, "broadcast: "+string(ev.Reason), calls)
-	if ev.Reason != message.LeaveGoodbye {
+	if ev.Reason != wire.LeaveGoodbye {
 		n.kickSweep() // its record is gone: drain its queues now
 	}
 }

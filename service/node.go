@@ -133,6 +133,8 @@ func NewNode(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	for _, err := range []error{
+		message.Register[wire.NodeJoined](cfg.Registry, wire.TypeNodeJoined),
+		message.Register[wire.NodeLeft](cfg.Registry, wire.TypeNodeLeft),
 		message.Register[wire.LeaveNotice](cfg.Registry, wire.TypeLeaveNotice),
 		message.Register[wire.RingQuery](cfg.Registry, wire.TypeRingQuery),
 		message.Register[wire.RingState](cfg.Registry, wire.TypeRingState),

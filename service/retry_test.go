@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -336,7 +337,7 @@ func TestPortalKeepsTheMessageID(t *testing.T) {
 		for _, sent := range []string{message.NewUUID(), "not-a-uuid-from-a-sloppy-client"} {
 			l.set(func(l *idem) { l.seen = nil })
 			res := message.NewUUID()
-			env := message.Envelope{ID: sent, Type: "svctest.v1.APITouch", ResourceUUID: res, Body: []byte(`{"resource":"` + res + `"}`)}
+			env := wire.Envelope{ID: sent, Type: "svctest.v1.APITouch", ResourceUUID: res, Body: []byte(`{"resource":"` + res + `"}`)}
 			for _, reply := range rawRepeated(t, c, env, 2) {
 				require.Nil(t, reply.Error, "id %q", sent)
 			}
@@ -351,7 +352,7 @@ func TestPortalKeepsTheMessageID(t *testing.T) {
 		l.set(func(l *idem) { l.seen = nil })
 		res := message.NewUUID()
 		for _, bad := range []string{"0", "x"} {
-			env := message.Envelope{ID: message.NewUUID(), Type: "svctest.v1.APITouch", ResourceUUID: res,
+			env := wire.Envelope{ID: message.NewUUID(), Type: "svctest.v1.APITouch", ResourceUUID: res,
 				Headers: map[string]string{bus.HeaderRetry: bad}, Body: []byte(`{"resource":"` + res + `"}`)}
 			reply := rawRepeated(t, c, env, 1)[0]
 			require.NotNil(t, reply.Error)
@@ -364,7 +365,7 @@ func TestPortalKeepsTheMessageID(t *testing.T) {
 // rawRepeated publishes env to api.portal times times, byte for byte the
 // same request (as a broker redelivers it), from a transport of its own,
 // and returns the replies.
-func rawRepeated(t *testing.T, c *servicetest.Cluster, env message.Envelope, times int) []*message.Envelope {
+func rawRepeated(t *testing.T, c *servicetest.Cluster, env wire.Envelope, times int) []*wire.Envelope {
 	t.Helper()
 	q := "test.reply.raw" + message.NewUUID()
 	tr := c.Network().Transport("raw-" + message.NewUUID())
@@ -372,9 +373,9 @@ func rawRepeated(t *testing.T, c *servicetest.Cluster, env message.Envelope, tim
 	ctx := t.Context()
 	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
 	defer tr.DeleteQueue(context.Background(), q)
-	replies := make(chan *message.Envelope, times)
+	replies := make(chan *wire.Envelope, times)
 	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) {
-		e, err := message.DecodeEnvelope(d.Body(), 0)
+		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {
 			replies <- e
@@ -382,11 +383,11 @@ func rawRepeated(t *testing.T, c *servicetest.Cluster, env message.Envelope, tim
 	})
 	require.NoError(t, err)
 	defer cons.Cancel()
-	env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = message.KindRequest, bus.APIPortal, message.NewUUID(), q, "raw"
+	env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = wire.KindRequest, bus.APIPortal, message.NewUUID(), q, "raw"
 	env.Timeout = 5 * time.Second
-	data, err := message.EncodeEnvelope(&env, 0)
+	data, err := wire.EncodeEnvelope(&env, 0)
 	require.NoError(t, err)
-	var out []*message.Envelope
+	var out []*wire.Envelope
 	for range times {
 		require.NoError(t, tr.Publish(ctx, "test.message."+bus.APIPortal, data))
 		select {

@@ -36,13 +36,13 @@ func TestRoutedMessageWithoutResourceIsRefused(t *testing.T) {
 
 		res := message.NewUUID()
 		for name, envRes := range map[string]string{"without resource_uuid": "", "with another resource_uuid": message.NewUUID()} {
-			reply := rawRequest(t, c, bus.APIPortal, &message.Envelope{
+			reply := rawRequest(t, c, bus.APIPortal, &wire.Envelope{
 				Type: "svctest.v1.APITouch", ResourceUUID: envRes, Body: []byte(`{"resource":"` + res + `"}`),
 			})
 			require.NotNil(t, reply.Error, "through the portal, %s: refused", name)
 			assert.ErrorIs(t, reply.Error, message.ErrBadRequest, name)
 			// Straight to a node's service queue: refused there too.
-			reply = rawRequest(t, c, bus.ServiceID("recorder", c.Node(1).UUID()), &message.Envelope{
+			reply = rawRequest(t, c, bus.ServiceID("recorder", c.Node(1).UUID()), &wire.Envelope{
 				Type: "svctest.v1.Touch", ResourceUUID: envRes, Body: []byte(`{"resource":"` + res + `"}`),
 			})
 			require.NotNil(t, reply.Error, "on a service queue, %s: refused", name)
@@ -50,7 +50,7 @@ func TestRoutedMessageWithoutResourceIsRefused(t *testing.T) {
 		}
 		assert.Empty(t, j.all(), "no handler ran")
 
-		reply := rawRequest(t, c, bus.APIPortal, &message.Envelope{
+		reply := rawRequest(t, c, bus.APIPortal, &wire.Envelope{
 			Type: "svctest.v1.APITouch", ResourceUUID: res, Body: []byte(`{"resource":"` + res + `"}`),
 		})
 		require.Nil(t, reply.Error, "the same message with its resource runs")
@@ -61,7 +61,7 @@ func TestRoutedMessageWithoutResourceIsRefused(t *testing.T) {
 
 // rawRequest publishes env as a request to target from a transport of
 // its own, bypassing every check of a sending bus, and returns the reply.
-func rawRequest(t *testing.T, c *servicetest.Cluster, target string, env *message.Envelope) *message.Envelope {
+func rawRequest(t *testing.T, c *servicetest.Cluster, target string, env *wire.Envelope) *wire.Envelope {
 	t.Helper()
 	id := message.NewUUID()
 	tr := c.Network().Transport("raw-" + id)
@@ -70,9 +70,9 @@ func rawRequest(t *testing.T, c *servicetest.Cluster, target string, env *messag
 	ctx := t.Context()
 	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
 	defer tr.DeleteQueue(context.Background(), q)
-	replies := make(chan *message.Envelope, 1)
+	replies := make(chan *wire.Envelope, 1)
 	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) {
-		e, err := message.DecodeEnvelope(d.Body(), 0)
+		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {
 			replies <- e
@@ -80,9 +80,9 @@ func rawRequest(t *testing.T, c *servicetest.Cluster, target string, env *messag
 	})
 	require.NoError(t, err)
 	defer cons.Cancel()
-	env.ID, env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = id, message.KindRequest, target, id, q, "raw"
+	env.ID, env.Kind, env.ServiceID, env.CorrelationID, env.ReplyTo, env.Source = id, wire.KindRequest, target, id, q, "raw"
 	env.Timeout = 5 * time.Second
-	data, err := message.EncodeEnvelope(env, 0)
+	data, err := wire.EncodeEnvelope(env, 0)
 	require.NoError(t, err)
 	require.NoError(t, tr.Publish(ctx, "test.message."+target, data))
 	select {

@@ -178,7 +178,7 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 // once it has been evicted.
 func (n *Node) guard(s Service) bus.Handler {
 	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
-		oneWay := busx.EnvelopeOf(r).Kind == message.KindSend
+		oneWay := busx.EnvelopeOf(r).Kind == wire.KindSend
 		notNow := func(err error) (any, error) {
 			if !oneWay {
 				return nil, err
@@ -310,7 +310,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 
 // portalID returns the id under which the portal forwards a message
 // whose id is id: id itself, normalized. A message from a sender that
-// broke the contract of message.Envelope.ID (not a UUID) gets a UUID
+// broke the contract of wire.Envelope.ID (not a UUID) gets a UUID
 // derived from its id, so that its redeliveries still share one id.
 func portalID(id string) string {
 	if u, err := message.NormalizeUUID(id); err == nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
-	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 )
 
 // Run starts the node and serves until ctx ends or the node is closed.
@@ -193,14 +193,14 @@ func (n *Node) join(ctx context.Context, first bool) error {
 
 	// Lifecycle events are hints: each is checked against the store,
 	// which is the truth (see onNodeJoined and onNodeLeft).
-	if _, err := bus.Subscribe(b, func(ctx context.Context, ev message.NodeJoined) {
+	if _, err := bus.Subscribe(b, func(ctx context.Context, ev wire.NodeJoined) {
 		if ev.Node != n.id {
 			n.onNodeJoined(ctx, ev)
 		}
 	}); err != nil {
 		return err
 	}
-	if _, err := bus.Subscribe(b, func(ctx context.Context, ev message.NodeLeft) {
+	if _, err := bus.Subscribe(b, func(ctx context.Context, ev wire.NodeLeft) {
 		if ev.Node != n.id {
 			n.onNodeLeft(ctx, ev)
 		}
@@ -255,7 +255,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	if err := busx.Of(b).RegisterShared(ctx, bus.APIPortal, handlerFunc(n.portal)); err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}
-	if err := b.Broadcast(ctx, message.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {
+	if err := b.Broadcast(ctx, wire.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {
 		n.log.Warn("broadcast NodeJoined failed; peers will add this node from the membership store", "err", err)
 	}
 	return nil
@@ -290,7 +290,7 @@ func (n *Node) leave() {
 	n.memberLeft(n.id, epoch, "leaving", keepCalls)
 	peers := n.freshPeers()
 	b := n.Bus()
-	if err := b.Broadcast(ctx, message.NodeLeft{Node: n.id, Epoch: epoch, Reason: message.LeaveGoodbye}); err != nil {
+	if err := b.Broadcast(ctx, wire.NodeLeft{Node: n.id, Epoch: epoch, Reason: wire.LeaveGoodbye}); err != nil {
 		n.log.Warn("leave: broadcast NodeLeft", "err", err)
 	}
 	silent := n.confirmLeave(ctx, peers, epoch)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,7 +52,7 @@ func testRerouteKilledQueue(t *testing.T, c *cluster) {
 		mu.Unlock()
 		return nil, nil
 	})))
-	stats, err := busx.Of(heir).Reroute(t.Context(), busx.Of(dead).QueueName(bus.ServiceID("svc", deadID)), func(env *message.Envelope) error {
+	stats, err := busx.Of(heir).Reroute(t.Context(), busx.Of(dead).QueueName(bus.ServiceID("svc", deadID)), func(env *wire.Envelope) error {
 		env.ServiceID = heir.LocalID("svc")
 		return nil
 	}, false)

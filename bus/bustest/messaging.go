@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,7 +27,7 @@ func testSend(t *testing.T, c *cluster) {
 	require.NoError(t, a.Send(t.Context(), bus.ServiceID("svc", b.id), Echo{Text: "hi"}, bus.WithHeader("traceparent", "00-abc-def-01")))
 	r := recv(t, got, 5*time.Second, "delivery of a one-way message")
 	assert.Equal(t, &Echo{Text: "hi"}, r.Payload)
-	assert.Equal(t, message.KindSend, busx.EnvelopeOf(r).Kind)
+	assert.Equal(t, wire.KindSend, busx.EnvelopeOf(r).Kind)
 	assert.Equal(t, a.id, busx.EnvelopeOf(r).Source)
 	assert.Equal(t, "00-abc-def-01", busx.EnvelopeOf(r).Headers["traceparent"], "headers must pass through untouched")
 }

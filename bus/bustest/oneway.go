@@ -12,6 +12,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -114,7 +115,7 @@ func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1}))
 	d := recv(t, dead, 10*time.Second, "the message in the dead-letter queue")
-	env, err := message.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
+	env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 	require.NoError(t, err, "the dead letter is the message as sent")
 	assert.Equal(t, b.LocalID("svc"), env.ServiceID)
 	reason := d.Header(bus.HeaderDeadReason)
@@ -302,7 +303,7 @@ func testCloseWhileDrained(t *testing.T, c *cluster) {
 	got := make(chan int, 4)
 	probe := c.env.Transport(t, message.NewUUID())
 	_, err := probe.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
-		env, err := message.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
+		env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 		if err == nil {
 			var e Echo
 			if json.Unmarshal(env.Body, &e) == nil {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -68,7 +69,7 @@ type Engine interface {
 	// Reroute empties queue, which nobody consumes any more: route sets
 	// each message's ServiceID, the message is published there and
 	// acknowledged. It deletes the queue once idle unless keep is set.
-	Reroute(ctx context.Context, queue string, route func(env *message.Envelope) error, keep bool) (RerouteStats, error)
+	Reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (RerouteStats, error)
 	// Drain stops the bus's own per-node service queues cleanly, handing
 	// back what the handlers did not take.
 	Drain(ctx context.Context) error
@@ -92,11 +93,11 @@ type Engine interface {
 
 // Hooks are set once by package bus when it is initialized.
 type Hooks struct {
-	Engine     func(b any) Engine              // the Engine of a *bus.CloudBus (or a type embedding one)
-	Envelope   func(req any) *message.Envelope // the envelope of a *bus.Request
-	NewRequest func(env *message.Envelope) any // a *bus.Request carrying env, for tests
-	Receiver   func(req any) Engine            // the Engine of the bus that received a *bus.Request
-	MuxTypes   func(h any) []reflect.Type      // the request types of a *bus.Mux (or a type embedding one); nil for other handlers
+	Engine     func(b any) Engine           // the Engine of a *bus.CloudBus (or a type embedding one)
+	Envelope   func(req any) *wire.Envelope // the envelope of a *bus.Request
+	NewRequest func(env *wire.Envelope) any // a *bus.Request carrying env, for tests
+	Receiver   func(req any) Engine         // the Engine of the bus that received a *bus.Request
+	MuxTypes   func(h any) []reflect.Type   // the request types of a *bus.Mux (or a type embedding one); nil for other handlers
 }
 
 var hooks Hooks
@@ -108,10 +109,10 @@ func Set(h Hooks) { hooks = h }
 func Of(b any) Engine { return hooks.Engine(b) }
 
 // EnvelopeOf returns the envelope of req, a *bus.Request: read-only.
-func EnvelopeOf(req any) *message.Envelope { return hooks.Envelope(req) }
+func EnvelopeOf(req any) *wire.Envelope { return hooks.Envelope(req) }
 
 // NewRequest returns a *bus.Request carrying env and no payload, for tests.
-func NewRequest(env *message.Envelope) any { return hooks.NewRequest(env) }
+func NewRequest(env *wire.Envelope) any { return hooks.NewRequest(env) }
 
 // Receiver returns the Engine of the bus that received req, a *bus.Request.
 func Receiver(req any) Engine { return hooks.Receiver(req) }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 )
@@ -32,8 +33,8 @@ var decodeAs = map[string]func(*message.Registry, string, []byte) (any, error){
 	"refnode.v1.DestroyVm":     as[api.DestroyVm],
 	"refnode.v1.GetVm":         as[api.GetVm],
 	"refnode.v1.VmReply":       as[api.VmReply],
-	message.TypeNodeJoined:     as[message.NodeJoined],
-	message.TypeNodeLeft:       as[message.NodeLeft],
+	wire.TypeNodeJoined:        as[wire.NodeJoined],
+	wire.TypeNodeLeft:          as[wire.NodeLeft],
 	message.TypeEmpty:          as[message.Empty],
 }
 
@@ -57,6 +58,9 @@ func FuzzPayload(f *testing.F) {
 	if err := api.Register(reg); err != nil {
 		f.Fatal(err)
 	}
+	// A node registers the lifecycle events beside the API's types.
+	message.MustRegister[wire.NodeJoined](reg, wire.TypeNodeJoined)
+	message.MustRegister[wire.NodeLeft](reg, wire.TypeNodeLeft)
 	names := reg.Names()
 	if len(names) != len(decodeAs) {
 		f.Fatalf("registered %v; the fuzz test knows %d types: add the new ones to decodeAs", names, len(decodeAs))

@@ -1,4 +1,4 @@
-package message
+package wire
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -97,7 +98,7 @@ func TestDecodeRepeatedKeys(t *testing.T) {
 		{`{"body":{"a":1},"body":null}`, Envelope{Body: json.RawMessage("null")}},
 		{`{"body":{"a":1},"body":[2]}`, Envelope{Body: json.RawMessage("[2]")}},
 		{`{"error":{"code":"busy","details":"d"},"error":null}`, Envelope{}},
-		{`{"error":{"code":"busy","details":"d"},"error":{"code":"not_found"}}`, Envelope{Error: &Error{Code: CodeNotFound}}},
+		{`{"error":{"code":"busy","details":"d"},"error":{"code":"not_found"}}`, Envelope{Error: &message.Error{Code: message.ErrNotFound.Code}}},
 		{`{"id":"a","ID":"b"}`, Envelope{ID: "b"}},
 		{`{"id":"a","id":null}`, Envelope{ID: "a"}},
 		{`{"kind":"send","kind":null}`, Envelope{Kind: KindSend}},
@@ -153,7 +154,7 @@ func FuzzEncodeEnvelopeRoundTrip(f *testing.F) {
 			t.Fatalf("encode error %v, input valid %v", err, valid)
 		}
 		if err != nil {
-			if CodeOf(err) != CodeBadRequest {
+			if message.CodeOf(err) != message.CodeBadRequest {
 				t.Fatalf("encode error without the bad_request code: %v", err)
 			}
 			return
@@ -214,7 +215,7 @@ func TestMarshalEnvelopeRefuses(t *testing.T) {
 			e := ok
 			tt.change(&e)
 			_, err := marshalEnvelope(&e)
-			require.ErrorIs(t, err, ErrBadRequest)
+			require.ErrorIs(t, err, message.ErrBadRequest)
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
@@ -269,7 +270,7 @@ func appendEnvelope(dst []byte, e *Envelope) ([]byte, error) {
 	}
 	if len(e.Body) > 0 {
 		if !json.Valid(e.Body) {
-			return nil, ErrBadRequest.WithDetails("body is not valid JSON")
+			return nil, message.ErrBadRequest.WithDetails("body is not valid JSON")
 		}
 		dst = append(dst, `,"body":`...)
 		dst = append(dst, e.Body...)
@@ -283,7 +284,7 @@ func appendEnvelope(dst []byte, e *Envelope) ([]byte, error) {
 		dst = append(dst, b...)
 	}
 	if !valid {
-		return nil, ErrBadRequest.WithDetails("a string field or header is not valid UTF-8")
+		return nil, message.ErrBadRequest.WithDetails("a string field or header is not valid UTF-8")
 	}
 	return append(dst, '}'), nil
 }
@@ -361,7 +362,7 @@ func benchEnvelope() *Envelope {
 func TestEncodeBaselineMatches(t *testing.T) {
 	// The benchmark compares like with like: both encoders write the same JSON.
 	e := benchEnvelope()
-	e.Error = ErrNotFound.WithDetails("<vm>")
+	e.Error = message.ErrNotFound.WithDetails("<vm>")
 	a, err := marshalEnvelope(e)
 	require.NoError(t, err)
 	b, err := appendEnvelope(nil, e)

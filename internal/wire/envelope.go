@@ -1,4 +1,4 @@
-package message
+package wire
 
 import (
 	"encoding/json"
@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
-)
 
-// DefaultMaxSize is the default limit, in bytes, of an encoded envelope
-// (4 MiB). Control-plane messages are small; a larger one is usually a
-// mistake. Transports may set their own limit.
-const DefaultMaxSize = 4 << 20
+	"github.com/cloudbus-go/cloudbus/message"
+)
 
 // ProtocolVersion is the version of the wire protocol this package
 // speaks and writes into every envelope it encodes (the "protocol"
 // field). An envelope without the field is version 1. A receiver refuses
-// an envelope of a higher version with [ErrBadRequest] naming both
+// an envelope of a higher version with [message.ErrBadRequest] naming both
 // versions, so that a caller learns of the mismatch at once. The rules
 // for compatible changes are in the package documentation ("Wire format
 // and versions").
@@ -130,7 +127,7 @@ type Envelope struct {
 	// Body is the JSON encoding of a value of the registered Type.
 	Body json.RawMessage `json:"body,omitempty"`
 	// Error is set on a reply whose request failed.
-	Error *Error `json:"error,omitempty"`
+	Error *message.Error `json:"error,omitempty"`
 }
 
 // Reply returns a reply envelope for the request e: kind reply, the same
@@ -138,7 +135,7 @@ type Envelope struct {
 // sets Type and Body, or Error.
 func (e *Envelope) Reply() *Envelope {
 	return &Envelope{
-		ID:            NewUUID(),
+		ID:            message.NewUUID(),
 		Kind:          KindReply,
 		ServiceID:     e.ReplyTo,
 		ResourceUUID:  e.ResourceUUID,
@@ -154,12 +151,12 @@ func (e *Envelope) Reply() *Envelope {
 const maxIDLen = 255
 
 // Validate checks the envelope's fields and returns every problem found,
-// joined, as an error matching [ErrBadRequest] (or [ErrInvalidUUID] for a
+// joined, as an error matching [message.ErrBadRequest] (or [message.ErrInvalidUUID] for a
 // non-canonical resource UUID).
 func (e *Envelope) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, ErrBadRequest.WithDetails(fmt.Sprintf(format, args...)))
+		errs = append(errs, message.ErrBadRequest.WithDetails(fmt.Sprintf(format, args...)))
 	}
 	if e.Protocol < 0 || e.Protocol > ProtocolVersion {
 		bad("unsupported protocol version %d: this node speaks version %d; send version %d or upgrade this node", e.Protocol, ProtocolVersion, ProtocolVersion)
@@ -170,7 +167,7 @@ func (e *Envelope) Validate() error {
 	if e.Kind < KindSend || e.Kind > KindEvent {
 		bad("unknown kind %d", uint8(e.Kind))
 	}
-	if e.Type != "" && !ValidTypeName(e.Type) {
+	if e.Type != "" && !message.ValidTypeName(e.Type) {
 		bad("malformed type name %q", truncate(e.Type))
 	}
 	if e.Type == "" && e.Kind != KindReply {
@@ -191,10 +188,15 @@ func (e *Envelope) Validate() error {
 	if e.Kind == KindReply && e.CorrelationID == "" {
 		bad("a reply needs a correlation id")
 	}
-	if e.ResourceUUID != "" && !IsCanonicalUUID(e.ResourceUUID) {
-		_, err := NormalizeUUID(e.ResourceUUID)
+	if e.ResourceUUID != "" && !message.IsCanonicalUUID(e.ResourceUUID) {
+		_, err := message.NormalizeUUID(e.ResourceUUID)
 		if err == nil {
-			err = invalidUUID(e.ResourceUUID, "not canonical: normalize it with message.NormalizeUUID")
+			shown := e.ResourceUUID
+			if len(shown) > 64 {
+				shown = shown[:64] + "..."
+			}
+			err = &message.Error{Code: message.ErrInvalidUUID.Code, Description: "invalid UUID: want 32 hex digits, optionally dashed 8-4-4-4-12",
+				Details: fmt.Sprintf("%q: not canonical: normalize it with message.NormalizeUUID", shown)}
 		}
 		errs = append(errs, err)
 	}
@@ -215,16 +217,16 @@ func (e *Envelope) Validate() error {
 
 // EncodeEnvelope validates e and encodes it as the JSON of its struct
 // tags (with encoding/json). It fails with an error matching
-// [ErrBadRequest] (or [ErrInvalidUUID]) if [Envelope.Validate] does, if a
+// [message.ErrBadRequest] (or [message.ErrInvalidUUID]) if [Envelope.Validate] does, if a
 // string field, header or the body is not valid UTF-8 (nothing is
 // silently replaced), or if the body is not valid JSON. An encoding
 // larger than maxSize bytes (DefaultMaxSize if maxSize <= 0) fails with
-// [ErrTooLarge], so nothing oversize is ever sent. The caller owns the
+// [message.ErrTooLarge], so nothing oversize is ever sent. The caller owns the
 // returned slice. EncodeEnvelope does not modify e and is safe for
 // concurrent use on an envelope no one mutates.
 func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
 	if e == nil {
-		return nil, ErrBadRequest.WithDetails("encode envelope: nil envelope")
+		return nil, message.ErrBadRequest.WithDetails("encode envelope: nil envelope")
 	}
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("message: encode envelope: %w", err)
@@ -240,11 +242,11 @@ func EncodeEnvelope(e *Envelope, maxSize int) ([]byte, error) {
 }
 
 // DecodeEnvelope decodes and validates an envelope received from outside.
-// A resource UUID in any form [NormalizeUUID] accepts (dashed, upper
+// A resource UUID in any form [message.NormalizeUUID] accepts (dashed, upper
 // case) is normalized to the canonical form the ring hashes, and an
 // envelope without a protocol version gets version 1. It rejects input larger than maxSize bytes (DefaultMaxSize if
-// maxSize <= 0) with [ErrTooLarge], invalid UTF-8, malformed JSON and
-// trailing data with [ErrBadRequest]. The body is not decoded: the type
+// maxSize <= 0) with [message.ErrTooLarge], invalid UTF-8, malformed JSON and
+// trailing data with [message.ErrBadRequest]. The body is not decoded: the type
 // it names is looked up in a [Registry] later, so decoding never
 // instantiates an unregistered type.
 func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
@@ -252,19 +254,19 @@ func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
 		return nil, err
 	}
 	if !utf8.Valid(data) {
-		return nil, ErrBadRequest.WithDetails("envelope is not valid UTF-8")
+		return nil, message.ErrBadRequest.WithDetails("envelope is not valid UTF-8")
 	}
 	var e Envelope
 	if err := parseEnvelope(data, &e); err != nil {
-		return nil, ErrBadRequest.WithDetails("decode envelope").WithCause(err)
+		return nil, message.ErrBadRequest.WithDetails("decode envelope").WithCause(err)
 	}
 	if e.Protocol == 0 {
 		e.Protocol = 1 // written before versions existed
 	}
-	if e.ResourceUUID != "" && !IsCanonicalUUID(e.ResourceUUID) {
+	if e.ResourceUUID != "" && !message.IsCanonicalUUID(e.ResourceUUID) {
 		// Any spelling NormalizeUUID accepts is taken: the dashed form and
 		// upper case name the same resource. Validate reports the rest.
-		if u, err := NormalizeUUID(e.ResourceUUID); err == nil {
+		if u, err := message.NormalizeUUID(e.ResourceUUID); err == nil {
 			e.ResourceUUID = u
 		}
 	}
@@ -276,13 +278,13 @@ func DecodeEnvelope(data []byte, maxSize int) (*Envelope, error) {
 
 func checkSize(n, maxSize int) error {
 	if maxSize <= 0 {
-		maxSize = DefaultMaxSize
+		maxSize = message.DefaultMaxSize
 	}
 	if n == maxSize+1 { // perhaps cut short by a transport (amqpbus): the true size is unknown
-		return ErrTooLarge.WithDetails(fmt.Sprintf("more than the limit of %d bytes", maxSize))
+		return message.ErrTooLarge.WithDetails(fmt.Sprintf("more than the limit of %d bytes", maxSize))
 	}
 	if n > maxSize {
-		return ErrTooLarge.WithDetails(fmt.Sprintf("%d bytes exceeds the limit of %d bytes", n, maxSize))
+		return message.ErrTooLarge.WithDetails(fmt.Sprintf("%d bytes exceeds the limit of %d bytes", n, maxSize))
 	}
 	return nil
 }
@@ -303,7 +305,7 @@ func ReplyAddress(data []byte, maxSize int) (replyTo, correlationID string, ok b
 	var kind string
 	if checkSize(len(data), maxSize) != nil {
 		if maxSize <= 0 {
-			maxSize = DefaultMaxSize
+			maxSize = message.DefaultMaxSize
 		}
 		kind, replyTo, correlationID = replyAddressPrefix(data[:maxSize])
 	} else {

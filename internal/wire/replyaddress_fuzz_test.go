@@ -1,9 +1,10 @@
-package message_test
+package wire_test
 
 import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -35,7 +36,7 @@ func FuzzReplyAddress(f *testing.F) {
 		if maxSize > 1<<20 {
 			maxSize = 1 << 20
 		}
-		replyTo, corr, ok := message.ReplyAddress(data, maxSize)
+		replyTo, corr, ok := wire.ReplyAddress(data, maxSize)
 		if !ok {
 			if replyTo != "" || corr != "" {
 				t.Fatalf("not ok, but returned %q, %q", replyTo, corr)
@@ -46,9 +47,9 @@ func FuzzReplyAddress(f *testing.F) {
 					t.Fatalf("address part %q is not 1 to 255 bytes of UTF-8", s)
 				}
 			}
-			reply := &message.Envelope{ID: message.NewUUID(), Kind: message.KindReply, ServiceID: replyTo, CorrelationID: corr,
+			reply := &wire.Envelope{ID: message.NewUUID(), Kind: wire.KindReply, ServiceID: replyTo, CorrelationID: corr,
 				Source: "3694776ab31a45709259254a018913ca", Error: message.ErrBadRequest.WithDetails("refused")}
-			if _, err := message.EncodeEnvelope(reply, 0); err != nil {
+			if _, err := wire.EncodeEnvelope(reply, 0); err != nil {
 				t.Fatalf("the refusal to %q (correlation %q) does not encode: %v", replyTo, corr, err)
 			}
 		}
@@ -60,14 +61,14 @@ func FuzzReplyAddress(f *testing.F) {
 		}
 		if len(data) > limit {
 			other := append(data[:limit:limit], `,"kind":"x","reply_to":"y","correlation_id":"z"}`...)
-			r2, c2, ok2 := message.ReplyAddress(other, maxSize)
+			r2, c2, ok2 := wire.ReplyAddress(other, maxSize)
 			if r2 != replyTo || c2 != corr || ok2 != ok {
 				t.Fatalf("input over maxSize %d: what follows its first %d bytes changes the address from %q, %q, %v to %q, %q, %v",
 					maxSize, limit, replyTo, corr, ok, r2, c2, ok2)
 			}
 		}
-		e, err := message.DecodeEnvelope(data, maxSize)
-		if err != nil || e.Kind != message.KindRequest {
+		e, err := wire.DecodeEnvelope(data, maxSize)
+		if err != nil || e.Kind != wire.KindRequest {
 			return
 		}
 		if !ok || replyTo != e.ReplyTo || corr != e.CorrelationID {

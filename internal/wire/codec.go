@@ -1,4 +1,4 @@
-package message
+package wire
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // The envelope's JSON is encoded with encoding/json and decoded by hand.
@@ -38,10 +40,10 @@ import (
 // \u003e and \u0026, which every JSON decoder reads back unchanged.
 func marshalEnvelope(e *Envelope) ([]byte, error) {
 	if !envelopeUTF8(e) {
-		return nil, ErrBadRequest.WithDetails("a string field or header is not valid UTF-8")
+		return nil, message.ErrBadRequest.WithDetails("a string field or header is not valid UTF-8")
 	}
 	if !utf8.Valid(e.Body) {
-		return nil, ErrBadRequest.WithDetails("body is not valid UTF-8")
+		return nil, message.ErrBadRequest.WithDetails("body is not valid UTF-8")
 	}
 	if e.Protocol == 0 {
 		c := *e // e is not ours to change
@@ -51,9 +53,9 @@ func marshalEnvelope(e *Envelope) ([]byte, error) {
 	data, err := json.Marshal(e)
 	if err != nil {
 		if len(e.Body) > 0 && !json.Valid(e.Body) {
-			return nil, ErrBadRequest.WithDetails("body is not valid JSON").WithCause(err)
+			return nil, message.ErrBadRequest.WithDetails("body is not valid JSON").WithCause(err)
 		}
-		return nil, ErrBadRequest.WithDetails("encode envelope").WithCause(err)
+		return nil, message.ErrBadRequest.WithDetails("encode envelope").WithCause(err)
 	}
 	return data, nil
 }
@@ -243,7 +245,7 @@ func (p *parser) field(key string, e *Envelope) error {
 			return errors.New("error is not an object")
 		}
 		if e.Error == nil {
-			e.Error = new(Error)
+			e.Error = new(message.Error)
 		}
 		return json.Unmarshal(raw, e.Error)
 	default:
@@ -529,4 +531,17 @@ func foldRune(r rune) rune {
 		}
 		r = r2
 	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// truncate shortens a type name quoted in an error.
+func truncate(s string) string {
+	const max = 128
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
 }
