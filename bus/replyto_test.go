@@ -99,14 +99,14 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 		json string
 		code message.Code
 	}{
-		"invalid resource": {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF012345678","body":{}}`, message.CodeInvalidUUID},
-		"newer protocol":   {`{"protocol":2,` + base + `,"correlation_id":"c5","type":"example.v1.Greet","body":{}}`, message.CodeBadRequest},
-		"reserved header":  {`{` + base + `,"correlation_id":"c7","type":"example.v1.Greet","headers":{"cloudbus-drain":"x"},"body":{}}`, message.CodeBadRequest},
+		"invalid resource": {`{` + base + `,"correlation_id":"c1","type":"example.v1.Greet","resource_uuid":"ABCDEF0123456789ABCDEF012345678","body":{}}`, message.ErrInvalidUUID.Code},
+		"newer protocol":   {`{"protocol":2,` + base + `,"correlation_id":"c5","type":"example.v1.Greet","body":{}}`, message.ErrBadRequest.Code},
+		"reserved header":  {`{` + base + `,"correlation_id":"c7","type":"example.v1.Greet","headers":{"cloudbus-drain":"x"},"body":{}}`, message.ErrBadRequest.Code},
 		// Over the 4 MiB limit: the reply address comes before the body.
-		"too large":           {`{` + base + `,"correlation_id":"c6","type":"example.v1.Greet","body":{"name":"` + strings.Repeat("x", 5<<20) + `"}}`, message.CodeTooLarge},
-		"negative timeout":    {`{` + base + `,"correlation_id":"c2","type":"example.v1.Greet","timeout_ns":-5,"body":{}}`, message.CodeBadRequest},
-		"malformed type":      {`{` + base + `,"correlation_id":"c3","type":"no spaces allowed","body":{}}`, message.CodeBadRequest},
-		"header not a string": {`{` + base + `,"correlation_id":"c4","type":"example.v1.Greet","headers":{"h":1},"body":{}}`, message.CodeBadRequest},
+		"too large":           {`{` + base + `,"correlation_id":"c6","type":"example.v1.Greet","body":{"name":"` + strings.Repeat("x", 5<<20) + `"}}`, message.ErrTooLarge.Code},
+		"negative timeout":    {`{` + base + `,"correlation_id":"c2","type":"example.v1.Greet","timeout_ns":-5,"body":{}}`, message.ErrBadRequest.Code},
+		"malformed type":      {`{` + base + `,"correlation_id":"c3","type":"no spaces allowed","body":{}}`, message.ErrBadRequest.Code},
+		"header not a string": {`{` + base + `,"correlation_id":"c4","type":"example.v1.Greet","headers":{"h":1},"body":{}}`, message.ErrBadRequest.Code},
 	}
 	for _, c := range cases {
 		require.NoError(t, raw.Publish(ctx, queue, []byte(c.json)))
@@ -145,7 +145,7 @@ func TestReplyNeverTooLarge(t *testing.T) {
 	for h := limit - 100; h > limit-2000; h -= 10 {
 		start := time.Now()
 		_, err := bus.Call[any](t.Context(), a, bus.ServiceID("svc", b.Node()), Greet{Name: "x"}, bus.WithHeader("big", strings.Repeat("h", h)), bus.WithTimeout(5*time.Second))
-		if message.CodeOf(err) == message.CodeTooLarge {
+		if message.CodeOf(err) == message.ErrTooLarge.Code {
 			continue // the request itself does not fit: a smaller header
 		}
 		require.Error(t, err)

@@ -24,63 +24,63 @@ type Code string
 // The codes, one table. Each states whether retrying is safe, that is
 // whether the failed operation may nevertheless have happened.
 const (
-	// CodeTimeout: the deadline passed before a reply arrived. The handler
+	// codeTimeout: the deadline passed before a reply arrived. The handler
 	// may have run, may be running, or may never run: outcome unknown.
-	CodeTimeout Code = "timeout"
-	// CodeCanceled: the caller canceled. Outcome unknown, as for a timeout.
-	CodeCanceled Code = "canceled"
-	// CodeNoRoute: no queue exists for the target service id, so nothing
+	codeTimeout Code = "timeout"
+	// codeCanceled: the caller canceled. Outcome unknown, as for a timeout.
+	codeCanceled Code = "canceled"
+	// codeNoRoute: no queue exists for the target service id, so nothing
 	// was delivered. Retrying is safe (usually after the ring changes).
-	CodeNoRoute Code = "no_route"
-	// CodeUnknownMessage: the receiver has no registered type or handler for
+	codeNoRoute Code = "no_route"
+	// codeUnknownMessage: the receiver has no registered type or handler for
 	// the message type. Nothing ran; retrying fails the same way until the
 	// receiver is upgraded.
-	CodeUnknownMessage Code = "unknown_message"
-	// CodeBadReply: the handler ran and replied, but its reply could not be
+	codeUnknownMessage Code = "unknown_message"
+	// codeBadReply: the handler ran and replied, but its reply could not be
 	// read as the type the caller asked for (a typed call whose reply is of
 	// another registered type, or does not decode into the requested Go
 	// type). The operation happened: do not retry unless repeating it is
 	// intended; fix the caller's or the handler's reply type instead.
-	CodeBadReply Code = "bad_reply"
-	// CodeNodeLeft: the node the message went to left the cluster (goodbye or
+	codeBadReply Code = "bad_reply"
+	// codeNodeLeft: the node the message went to left the cluster (goodbye or
 	// eviction) before replying. Outcome unknown: the message may still run,
 	// on that node or on the new owner. Retry only idempotent operations.
-	CodeNodeLeft Code = "node_left"
-	// CodeNotOwner: the receiver does not own the resource on its ring copy
+	codeNodeLeft Code = "node_left"
+	// codeNotOwner: the receiver does not own the resource on its ring copy
 	// and refused the message before running it. Retrying is safe once the
 	// ring copies agree.
-	CodeNotOwner Code = "not_owner"
-	// CodeBusy: the receiver's queue for the resource is full and it refused
+	codeNotOwner Code = "not_owner"
+	// codeBusy: the receiver's queue for the resource is full and it refused
 	// the message before running it. Retrying later is safe.
-	CodeBusy Code = "busy"
-	// CodeBadRequest: the request is malformed or invalid. Nothing ran;
+	codeBusy Code = "busy"
+	// codeBadRequest: the request is malformed or invalid. Nothing ran;
 	// retrying the same request fails the same way.
-	CodeBadRequest Code = "bad_request"
-	// CodeInvalidUUID: a resource or node UUID is malformed. Nothing ran;
+	codeBadRequest Code = "bad_request"
+	// codeInvalidUUID: a resource or node UUID is malformed. Nothing ran;
 	// retrying the same request fails the same way.
-	CodeInvalidUUID Code = "invalid_uuid"
-	// CodeNotFound: the resource does not exist. Retrying fails the same way
+	codeInvalidUUID Code = "invalid_uuid"
+	// codeNotFound: the resource does not exist. Retrying fails the same way
 	// unless the resource is created meanwhile.
-	CodeNotFound Code = "not_found"
-	// CodeTooLarge: the message exceeds the size limit and was not sent.
+	codeNotFound Code = "not_found"
+	// codeTooLarge: the message exceeds the size limit and was not sent.
 	// Retrying the same message fails the same way.
-	CodeTooLarge Code = "too_large"
-	// CodeInternal: the handler failed or panicked. It may have done part of
+	codeTooLarge Code = "too_large"
+	// codeInternal: the handler failed or panicked. It may have done part of
 	// its work: outcome unknown.
-	CodeInternal Code = "internal"
-	// CodeClosed: the bus or node is closed. A message not yet sent was not
+	codeInternal Code = "internal"
+	// codeClosed: the bus or node is closed. A message not yet sent was not
 	// sent, but a call in flight when the bus closed has an unknown outcome,
 	// so the code as a whole is outcome unknown.
-	CodeClosed Code = "closed"
-	// CodeUnavailable: the transport lost its connection to the broker.
+	codeClosed Code = "closed"
+	// codeUnavailable: the transport lost its connection to the broker.
 	// A call in flight may or may not have been delivered: outcome unknown.
-	CodeUnavailable Code = "unavailable"
-	// CodeNotSent: the transport refused the message before sending it
+	codeUnavailable Code = "unavailable"
+	// codeNotSent: the transport refused the message before sending it
 	// (it was reconnecting to the broker, or the broker refused the
 	// publish), so nothing was delivered and nothing ran. Retrying is
 	// safe. A transport's refusal also matches [ErrUnavailable], so code
 	// that tests for a broker problem keeps working.
-	CodeNotSent Code = "not_sent"
+	codeNotSent Code = "not_sent"
 )
 
 // Retry says whether retrying an operation that failed with a code is
@@ -136,22 +136,22 @@ var codeTable = []struct {
 	code  Code
 	retry Retry
 }{
-	{CodeTimeout, RetryUnknown},
-	{CodeCanceled, RetryUnknown},
-	{CodeNoRoute, RetrySafe},
-	{CodeUnknownMessage, RetryNever},
-	{CodeBadReply, RetryRan},
-	{CodeNodeLeft, RetryUnknown},
-	{CodeNotOwner, RetrySafe},
-	{CodeBusy, RetrySafe},
-	{CodeBadRequest, RetryNever},
-	{CodeInvalidUUID, RetryNever},
-	{CodeNotFound, RetryNever},
-	{CodeTooLarge, RetryNever},
-	{CodeInternal, RetryUnknown},
-	{CodeClosed, RetryUnknown},
-	{CodeUnavailable, RetryUnknown},
-	{CodeNotSent, RetrySafe},
+	{codeTimeout, RetryUnknown},
+	{codeCanceled, RetryUnknown},
+	{codeNoRoute, RetrySafe},
+	{codeUnknownMessage, RetryNever},
+	{codeBadReply, RetryRan},
+	{codeNodeLeft, RetryUnknown},
+	{codeNotOwner, RetrySafe},
+	{codeBusy, RetrySafe},
+	{codeBadRequest, RetryNever},
+	{codeInvalidUUID, RetryNever},
+	{codeNotFound, RetryNever},
+	{codeTooLarge, RetryNever},
+	{codeInternal, RetryUnknown},
+	{codeClosed, RetryUnknown},
+	{codeUnavailable, RetryUnknown},
+	{codeNotSent, RetrySafe},
 }
 
 // Retry reports whether retrying after an error with code c is safe.
@@ -191,22 +191,22 @@ type Error struct {
 // The coded sentinels, one per code. Match them with errors.Is; never
 // compare errors with ==. Each code's doc says whether retrying is safe.
 var (
-	ErrTimeout        = &Error{Code: CodeTimeout, Description: "deadline exceeded"}
-	ErrCanceled       = &Error{Code: CodeCanceled, Description: "canceled by the caller"}
-	ErrNoRoute        = &Error{Code: CodeNoRoute, Description: "no queue for the target service"}
-	ErrUnknownMessage = &Error{Code: CodeUnknownMessage, Description: "unknown message type"}
-	ErrBadReply       = &Error{Code: CodeBadReply, Description: "the handler ran but its reply is not of the requested type"}
-	ErrNodeLeft       = &Error{Code: CodeNodeLeft, Description: "target node left the cluster; outcome unknown"}
-	ErrNotOwner       = &Error{Code: CodeNotOwner, Description: "this node does not own the resource"}
-	ErrBusy           = &Error{Code: CodeBusy, Description: "busy: queue for the resource is full"}
-	ErrBadRequest     = &Error{Code: CodeBadRequest, Description: "bad request"}
-	ErrInvalidUUID    = &Error{Code: CodeInvalidUUID, Description: "invalid UUID"}
-	ErrNotFound       = &Error{Code: CodeNotFound, Description: "not found"}
-	ErrTooLarge       = &Error{Code: CodeTooLarge, Description: "message too large"}
-	ErrInternal       = &Error{Code: CodeInternal, Description: "internal error"}
-	ErrClosed         = &Error{Code: CodeClosed, Description: "closed"}
-	ErrUnavailable    = &Error{Code: CodeUnavailable, Description: "transport unavailable"}
-	ErrNotSent        = &Error{Code: CodeNotSent, Description: "not sent: the transport refused the message before sending it"}
+	ErrTimeout        = &Error{Code: codeTimeout, Description: "deadline exceeded"}
+	ErrCanceled       = &Error{Code: codeCanceled, Description: "canceled by the caller"}
+	ErrNoRoute        = &Error{Code: codeNoRoute, Description: "no queue for the target service"}
+	ErrUnknownMessage = &Error{Code: codeUnknownMessage, Description: "unknown message type"}
+	ErrBadReply       = &Error{Code: codeBadReply, Description: "the handler ran but its reply is not of the requested type"}
+	ErrNodeLeft       = &Error{Code: codeNodeLeft, Description: "target node left the cluster; outcome unknown"}
+	ErrNotOwner       = &Error{Code: codeNotOwner, Description: "this node does not own the resource"}
+	ErrBusy           = &Error{Code: codeBusy, Description: "busy: queue for the resource is full"}
+	ErrBadRequest     = &Error{Code: codeBadRequest, Description: "bad request"}
+	ErrInvalidUUID    = &Error{Code: codeInvalidUUID, Description: "invalid UUID"}
+	ErrNotFound       = &Error{Code: codeNotFound, Description: "not found"}
+	ErrTooLarge       = &Error{Code: codeTooLarge, Description: "message too large"}
+	ErrInternal       = &Error{Code: codeInternal, Description: "internal error"}
+	ErrClosed         = &Error{Code: codeClosed, Description: "closed"}
+	ErrUnavailable    = &Error{Code: codeUnavailable, Description: "transport unavailable"}
+	ErrNotSent        = &Error{Code: codeNotSent, Description: "not sent: the transport refused the message before sending it"}
 )
 
 // NewError returns an error with the given code and description.
@@ -268,9 +268,9 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	switch target {
 	case context.DeadlineExceeded:
-		return e.Code == CodeTimeout
+		return e.Code == codeTimeout
 	case context.Canceled:
-		return e.Code == CodeCanceled
+		return e.Code == codeCanceled
 	}
 	t, ok := target.(*Error)
 	return ok && t != nil && t.Code != "" && t.Code == e.Code
@@ -319,7 +319,7 @@ func causeToWire(err error, depth int) *wireError {
 func fromWire(w *wireError, depth int) *Error {
 	e := &Error{Code: w.Code, Description: w.Description, Details: w.Details}
 	if e.Code == "" && depth == 0 {
-		e.Code = CodeInternal
+		e.Code = codeInternal
 	}
 	if w.Cause != nil && depth < maxCauseDepth {
 		e.Cause = fromWire(w.Cause, depth+1)
@@ -336,7 +336,7 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON decodes an error encoded by [Error.MarshalJSON]. An empty
-// top-level code becomes [CodeInternal], so a decoded error always has a
+// top-level code becomes [codeInternal], so a decoded error always has a
 // code; causes deeper than 8 are dropped.
 func (e *Error) UnmarshalJSON(data []byte) error {
 	var w wireError
@@ -355,8 +355,8 @@ func (e *Error) UnmarshalJSON(data []byte) error {
 // refused while being decoded). The details are those of every *Error
 // the chain wraps, joined by "; ", after the text that wraps the first
 // one, if it wraps nothing else ("read vm: vm x" for
-// fmt.Errorf("read vm: %w", ErrNotFound.WithDetails("vm x"))). context.DeadlineExceeded becomes [CodeTimeout],
-// context.Canceled [CodeCanceled]; anything else becomes [CodeInternal],
+// fmt.Errorf("read vm: %w", ErrNotFound.WithDetails("vm x"))). context.DeadlineExceeded becomes [codeTimeout],
+// context.Canceled [codeCanceled]; anything else becomes [codeInternal],
 // with the error's text as the description.
 func AsError(err error) *Error {
 	if err == nil {
@@ -387,11 +387,11 @@ func AsError(err error) *Error {
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Code: CodeTimeout, Description: err.Error()}
+		return &Error{Code: codeTimeout, Description: err.Error()}
 	case errors.Is(err, context.Canceled):
-		return &Error{Code: CodeCanceled, Description: err.Error()}
+		return &Error{Code: codeCanceled, Description: err.Error()}
 	}
-	return &Error{Code: CodeInternal, Description: err.Error()}
+	return &Error{Code: codeInternal, Description: err.Error()}
 }
 
 // collectErrors appends the *Errors err wraps, outermost first, without

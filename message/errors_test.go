@@ -15,22 +15,22 @@ import (
 
 func sentinels() map[message.Code]*message.Error {
 	return map[message.Code]*message.Error{
-		message.CodeTimeout:        message.ErrTimeout,
-		message.CodeCanceled:       message.ErrCanceled,
-		message.CodeNoRoute:        message.ErrNoRoute,
-		message.CodeUnknownMessage: message.ErrUnknownMessage,
-		message.CodeBadReply:       message.ErrBadReply,
-		message.CodeNodeLeft:       message.ErrNodeLeft,
-		message.CodeNotOwner:       message.ErrNotOwner,
-		message.CodeBusy:           message.ErrBusy,
-		message.CodeBadRequest:     message.ErrBadRequest,
-		message.CodeInvalidUUID:    message.ErrInvalidUUID,
-		message.CodeNotFound:       message.ErrNotFound,
-		message.CodeTooLarge:       message.ErrTooLarge,
-		message.CodeInternal:       message.ErrInternal,
-		message.CodeClosed:         message.ErrClosed,
-		message.CodeUnavailable:    message.ErrUnavailable,
-		message.CodeNotSent:        message.ErrNotSent,
+		message.ErrTimeout.Code:        message.ErrTimeout,
+		message.ErrCanceled.Code:       message.ErrCanceled,
+		message.ErrNoRoute.Code:        message.ErrNoRoute,
+		message.ErrUnknownMessage.Code: message.ErrUnknownMessage,
+		message.ErrBadReply.Code:       message.ErrBadReply,
+		message.ErrNodeLeft.Code:       message.ErrNodeLeft,
+		message.ErrNotOwner.Code:       message.ErrNotOwner,
+		message.ErrBusy.Code:           message.ErrBusy,
+		message.ErrBadRequest.Code:     message.ErrBadRequest,
+		message.ErrInvalidUUID.Code:    message.ErrInvalidUUID,
+		message.ErrNotFound.Code:       message.ErrNotFound,
+		message.ErrTooLarge.Code:       message.ErrTooLarge,
+		message.ErrInternal.Code:       message.ErrInternal,
+		message.ErrClosed.Code:         message.ErrClosed,
+		message.ErrUnavailable.Code:    message.ErrUnavailable,
+		message.ErrNotSent.Code:        message.ErrNotSent,
 	}
 }
 
@@ -43,15 +43,15 @@ func TestEveryCodeHasASentinelAndARetryRule(t *testing.T) {
 		assert.Equal(t, c, e.Code)
 		assert.NotContains(t, e.Retry().String(), "Retry(", "code %s has no retry rule", c)
 	}
-	assert.Equal(t, message.RetrySafe, message.CodeNoRoute.Retry())
-	assert.Equal(t, message.RetrySafe, message.CodeNotSent.Retry(), "a message refused before sending did not run")
-	assert.Equal(t, message.RetrySafe, message.CodeBusy.Retry())
-	assert.Equal(t, message.RetrySafe, message.CodeNotOwner.Retry())
-	assert.Equal(t, message.RetryUnknown, message.CodeNodeLeft.Retry())
-	assert.Equal(t, message.RetryUnknown, message.CodeTimeout.Retry())
-	assert.Equal(t, message.RetryNever, message.CodeBadRequest.Retry())
-	assert.Equal(t, message.RetryNever, message.CodeUnknownMessage.Retry(), "unknown_message: nothing ran")
-	assert.Equal(t, message.RetryRan, message.CodeBadReply.Retry(), "bad_reply: the handler ran")
+	assert.Equal(t, message.RetrySafe, message.ErrNoRoute.Code.Retry())
+	assert.Equal(t, message.RetrySafe, message.ErrNotSent.Code.Retry(), "a message refused before sending did not run")
+	assert.Equal(t, message.RetrySafe, message.ErrBusy.Code.Retry())
+	assert.Equal(t, message.RetrySafe, message.ErrNotOwner.Code.Retry())
+	assert.Equal(t, message.RetryUnknown, message.ErrNodeLeft.Code.Retry())
+	assert.Equal(t, message.RetryUnknown, message.ErrTimeout.Code.Retry())
+	assert.Equal(t, message.RetryNever, message.ErrBadRequest.Code.Retry())
+	assert.Equal(t, message.RetryNever, message.ErrUnknownMessage.Code.Retry(), "unknown_message: nothing ran")
+	assert.Equal(t, message.RetryRan, message.ErrBadReply.Code.Retry(), "bad_reply: the handler ran")
 	assert.Equal(t, message.RetryUnknown, message.Code("from_a_newer_node").Retry())
 	assert.Equal(t, "Retry(42)", message.Retry(42).String())
 	assert.Equal(t, "Retry(-1)", message.Retry(-1).String())
@@ -99,7 +99,7 @@ func TestBadReplyCrossesTheWire(t *testing.T) {
 	assert.ErrorIs(t, &got, message.ErrBadReply)
 	assert.NotErrorIs(t, &got, message.ErrUnknownMessage, "bad_reply is not unknown_message: the handler ran")
 	assert.Equal(t, message.RetryRan, got.Retry())
-	assert.Equal(t, message.CodeBadReply, message.CodeOf(sent))
+	assert.Equal(t, message.ErrBadReply.Code, message.CodeOf(sent))
 }
 
 func TestErrorRoundTripKeepsCode(t *testing.T) {
@@ -131,7 +131,7 @@ func TestErrorWrappedStillMatches(t *testing.T) {
 	err := fmt.Errorf("bus: call refnode.v1.StartVm: %w", message.ErrNotFound.WithDetails("vm x"))
 	assert.ErrorIs(t, err, message.ErrNotFound)
 	wire := message.AsError(err)
-	assert.Equal(t, message.CodeNotFound, wire.Code)
+	assert.Equal(t, message.ErrNotFound.Code, wire.Code)
 	assert.Equal(t, "not found", wire.Description, "the wrapped error's own fields, not a Go string of the chain")
 	assert.Equal(t, "bus: call refnode.v1.StartVm: vm x", wire.Details, "the wrapping text, then the details")
 
@@ -145,7 +145,7 @@ func TestErrorWrappedStillMatches(t *testing.T) {
 	joined := fmt.Errorf("decode: %w", errors.Join(message.ErrBadRequest.WithDetails("id too long"),
 		message.ErrInvalidUUID.WithDetails("resource xyz"), message.ErrBadRequest.WithDetails("id too long")))
 	wire = message.AsError(joined)
-	assert.Equal(t, message.CodeBadRequest, wire.Code)
+	assert.Equal(t, message.ErrBadRequest.Code, wire.Code)
 	assert.Equal(t, "bad request", wire.Description)
 	assert.Equal(t, "id too long; resource xyz", wire.Details)
 
@@ -158,19 +158,19 @@ func TestErrorContextInterop(t *testing.T) {
 	assert.ErrorIs(t, message.ErrTimeout, context.DeadlineExceeded)
 	assert.ErrorIs(t, message.ErrCanceled, context.Canceled)
 	assert.NotErrorIs(t, message.ErrNodeLeft, context.DeadlineExceeded)
-	assert.Equal(t, message.CodeTimeout, message.CodeOf(fmt.Errorf("x: %w", context.DeadlineExceeded)))
-	assert.Equal(t, message.CodeCanceled, message.CodeOf(context.Canceled))
-	assert.Equal(t, message.CodeInternal, message.CodeOf(io.EOF))
+	assert.Equal(t, message.ErrTimeout.Code, message.CodeOf(fmt.Errorf("x: %w", context.DeadlineExceeded)))
+	assert.Equal(t, message.ErrCanceled.Code, message.CodeOf(context.Canceled))
+	assert.Equal(t, message.ErrInternal.Code, message.CodeOf(io.EOF))
 	assert.Equal(t, message.Code(""), message.CodeOf(nil))
 	assert.Nil(t, message.AsError(nil))
 }
 
 func TestErrorfWrapsCause(t *testing.T) {
-	e := message.Errorf(message.CodeInternal, "start vm %s: %w", "x", io.EOF)
+	e := message.Errorf(message.ErrInternal.Code, "start vm %s: %w", "x", io.EOF)
 	assert.ErrorIs(t, e, io.EOF)
 	assert.ErrorIs(t, e, message.ErrInternal)
 	assert.Equal(t, "internal: start vm x: EOF: EOF", e.Error())
-	e2 := message.Errorf(message.CodeBusy, "queue %d full", 3)
+	e2 := message.Errorf(message.ErrBusy.Code, "queue %d full", 3)
 	assert.Nil(t, e2.Cause)
 	assert.Equal(t, "busy: queue 3 full", e2.Error())
 }
@@ -179,7 +179,7 @@ func TestErrorDecodeHostile(t *testing.T) {
 	// No code becomes internal; a deep chain is cut.
 	var e message.Error
 	require.NoError(t, json.Unmarshal([]byte(`{"description":"x"}`), &e))
-	assert.Equal(t, message.CodeInternal, e.Code)
+	assert.Equal(t, message.ErrInternal.Code, e.Code)
 
 	deep := `{"code":"busy"}`
 	for range 50 {
@@ -194,7 +194,7 @@ func TestErrorDecodeHostile(t *testing.T) {
 }
 
 func TestErrorMarshalCyclicCauseIsBounded(t *testing.T) {
-	e := &message.Error{Code: message.CodeInternal, Description: "loop"}
+	e := &message.Error{Code: message.ErrInternal.Code, Description: "loop"}
 	e.Cause = e
 	data, err := json.Marshal(e)
 	require.NoError(t, err)

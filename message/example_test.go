@@ -110,11 +110,11 @@ func ExampleResourceOf() {
 // the handler ran, so retrying would run it again.
 func ExampleCode_Retry() {
 	for _, c := range []message.Code{
-		message.CodeBusy,
-		message.CodeBadRequest,
-		message.CodeUnknownMessage,
-		message.CodeTimeout,
-		message.CodeBadReply,
+		message.ErrBusy.Code,
+		message.ErrBadRequest.Code,
+		message.ErrUnknownMessage.Code,
+		message.ErrTimeout.Code,
+		message.ErrBadReply.Code,
 		"from_a_newer_node",
 	} {
 		fmt.Printf("%-17s %s\n", c, c.Retry())

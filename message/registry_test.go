@@ -81,20 +81,20 @@ func TestDecodeMalformed(t *testing.T) {
 		limit int
 		code  message.Code
 	}{
-		{"empty", ``, 0, message.CodeBadRequest},
-		{"not json", `hello`, 0, message.CodeBadRequest},
-		{"trailing garbage", okEnv + `x`, 0, message.CodeBadRequest},
-		{"two values", okEnv + okEnv, 0, message.CodeBadRequest},
-		{"invalid utf-8", strings.Replace(okEnv, `"a"`, "\"\xff\"", 1), 0, message.CodeBadRequest},
-		{"oversize", okEnv, 10, message.CodeTooLarge},
-		{"unknown kind", strings.Replace(okEnv, "request", "rpc", 1), 0, message.CodeBadRequest},
-		{"no id", strings.Replace(okEnv, `"id":"a"`, `"id":""`, 1), 0, message.CodeBadRequest},
-		{"malformed type name", strings.Replace(okEnv, "test.v1.StartVm", "main.startVM", 1), 0, message.CodeBadRequest},
-		{"request without reply-to", strings.Replace(okEnv, `,"reply_to":"r"`, ``, 1), 0, message.CodeBadRequest},
-		{"send without target", `{"id":"a","kind":"send","type":"test.v1.StartVm"}`, 0, message.CodeBadRequest},
-		{"invalid resource uuid", strings.Replace(okEnv, `}`, `,"resource_uuid":"xyz"}`, 1), 0, message.CodeInvalidUUID},
-		{"negative timeout", strings.Replace(okEnv, `}`, `,"timeout_ns":-5}`, 1), 0, message.CodeBadRequest},
-		{"body not json", strings.Replace(okEnv, `}`, `,"body":nope}`, 1), 0, message.CodeBadRequest},
+		{"empty", ``, 0, message.ErrBadRequest.Code},
+		{"not json", `hello`, 0, message.ErrBadRequest.Code},
+		{"trailing garbage", okEnv + `x`, 0, message.ErrBadRequest.Code},
+		{"two values", okEnv + okEnv, 0, message.ErrBadRequest.Code},
+		{"invalid utf-8", strings.Replace(okEnv, `"a"`, "\"\xff\"", 1), 0, message.ErrBadRequest.Code},
+		{"oversize", okEnv, 10, message.ErrTooLarge.Code},
+		{"unknown kind", strings.Replace(okEnv, "request", "rpc", 1), 0, message.ErrBadRequest.Code},
+		{"no id", strings.Replace(okEnv, `"id":"a"`, `"id":""`, 1), 0, message.ErrBadRequest.Code},
+		{"malformed type name", strings.Replace(okEnv, "test.v1.StartVm", "main.startVM", 1), 0, message.ErrBadRequest.Code},
+		{"request without reply-to", strings.Replace(okEnv, `,"reply_to":"r"`, ``, 1), 0, message.ErrBadRequest.Code},
+		{"send without target", `{"id":"a","kind":"send","type":"test.v1.StartVm"}`, 0, message.ErrBadRequest.Code},
+		{"invalid resource uuid", strings.Replace(okEnv, `}`, `,"resource_uuid":"xyz"}`, 1), 0, message.ErrInvalidUUID.Code},
+		{"negative timeout", strings.Replace(okEnv, `}`, `,"timeout_ns":-5}`, 1), 0, message.ErrBadRequest.Code},
+		{"body not json", strings.Replace(okEnv, `}`, `,"body":nope}`, 1), 0, message.ErrBadRequest.Code},
 	}
 	for _, tt := range envTests {
 		t.Run("envelope/"+tt.name, func(t *testing.T) {
@@ -110,16 +110,16 @@ func TestDecodeMalformed(t *testing.T) {
 		name, typ, body string
 		code            message.Code
 	}{
-		{"unknown type name", "test.v1.Nope", `{}`, message.CodeUnknownMessage},
-		{"real Go type not registered", "os.File", `{}`, message.CodeUnknownMessage},
-		{"real Go type, versioned shape", "os.v1.File", `{}`, message.CodeUnknownMessage},
-		{"go type syntax", "*exec.Cmd", `{}`, message.CodeUnknownMessage},
-		{"trailing garbage", "test.v1.StartVm", `{"vm_uuid":"a"} x`, message.CodeBadRequest},
-		{"two values", "test.v1.StartVm", `{}{}`, message.CodeBadRequest},
-		{"wrong field type", "test.v1.StartVm", `{"vm_uuid":5}`, message.CodeBadRequest},
-		{"invalid utf-8", "test.v1.StartVm", "{\"vm_uuid\":\"\xff\"}", message.CodeBadRequest},
-		{"not an object", "test.v1.StartVm", `[1,2]`, message.CodeBadRequest},
-		{"truncated", "test.v1.StartVm", `{"vm_uuid":"a"`, message.CodeBadRequest},
+		{"unknown type name", "test.v1.Nope", `{}`, message.ErrUnknownMessage.Code},
+		{"real Go type not registered", "os.File", `{}`, message.ErrUnknownMessage.Code},
+		{"real Go type, versioned shape", "os.v1.File", `{}`, message.ErrUnknownMessage.Code},
+		{"go type syntax", "*exec.Cmd", `{}`, message.ErrUnknownMessage.Code},
+		{"trailing garbage", "test.v1.StartVm", `{"vm_uuid":"a"} x`, message.ErrBadRequest.Code},
+		{"two values", "test.v1.StartVm", `{}{}`, message.ErrBadRequest.Code},
+		{"wrong field type", "test.v1.StartVm", `{"vm_uuid":5}`, message.ErrBadRequest.Code},
+		{"invalid utf-8", "test.v1.StartVm", "{\"vm_uuid\":\"\xff\"}", message.ErrBadRequest.Code},
+		{"not an object", "test.v1.StartVm", `[1,2]`, message.ErrBadRequest.Code},
+		{"truncated", "test.v1.StartVm", `{"vm_uuid":"a"`, message.ErrBadRequest.Code},
 	}
 	for _, tt := range payloadTests {
 		t.Run("payload/"+tt.name, func(t *testing.T) {

@@ -96,7 +96,7 @@ func invalidUUID(s, why string) *Error {
 		shown = shown[:max] + "..."
 	}
 	return &Error{
-		Code:        CodeInvalidUUID,
+		Code:        codeInvalidUUID,
 		Description: "invalid UUID: want 32 hex digits, optionally dashed 8-4-4-4-12",
 		Details:     fmt.Sprintf("%q: %s", shown, why),
 	}

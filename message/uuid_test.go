@@ -43,7 +43,7 @@ func TestNormalizeUUID(t *testing.T) {
 			if tt.wantErr {
 				require.Error(t, err)
 				assert.ErrorIs(t, err, message.ErrInvalidUUID, "a malformed UUID must carry the invalid_uuid code")
-				assert.Equal(t, message.CodeInvalidUUID, message.CodeOf(err))
+				assert.Equal(t, message.ErrInvalidUUID.Code, message.CodeOf(err))
 				return
 			}
 			require.NoError(t, err)
@@ -162,7 +162,7 @@ func FuzzNormalizeUUID(f *testing.F) {
 			t.Fatalf("NormalizeUUID(%q) error %v, but the contract says accepted=%v", s, err, want)
 		}
 		if err != nil {
-			if message.CodeOf(err) != message.CodeInvalidUUID {
+			if message.CodeOf(err) != message.ErrInvalidUUID.Code {
 				t.Fatalf("error without the invalid_uuid code: %v", err)
 			}
 			return

@@ -551,7 +551,7 @@ func lateStarts(byID map[string]deadlined, c *collected) (late []string, refused
 		}
 		for _, e := range execs {
 			switch {
-			case !e.Ran() && e.Err == string(message.CodeTimeout):
+			case !e.Ran() && e.Err == string(message.ErrTimeout.Code):
 				refused++
 			case e.Ran() && e.Start.After(o.deadline().Add(fdBound)):
 				late = append(late, fmt.Sprintf("%s: %s", o, e))
@@ -561,7 +561,7 @@ func lateStarts(byID map[string]deadlined, c *collected) (late []string, refused
 	for id, execs := range c.Portal {
 		if _, ok := byID[id]; ok {
 			for _, e := range execs {
-				if !e.Ran() && e.Err == string(message.CodeTimeout) {
+				if !e.Ran() && e.Err == string(message.ErrTimeout.Code) {
 					refused++
 				}
 			}
@@ -656,7 +656,7 @@ func TestHandlerOverlaps(t *testing.T) {
 	}
 	c := &collected{Owner: map[string][]execution{
 		"a": {run("A1", img, 0, 100, "")},
-		"b": {run("B1", img, 50, 100, string(message.CodeNotOwner))}, // overlaps a: one pair, guard refused
+		"b": {run("B1", img, 50, 100, string(message.ErrNotOwner.Code))}, // overlaps a: one pair, guard refused
 		"c": {run("C1", img, 120, 10, "")},                           // overlaps b only: both passed? b did not
 		"d": {run("A1", img, 125, 10, "")},                           // overlaps b (B1) and c (C1)
 		"e": {run("B1", other, 0, 500, "")},                          // another image

@@ -96,7 +96,7 @@ func (o chaosVMOp) String() string {
 // as not allowed from the VM's state: bad_request, naming the states
 // the operation is allowed from (cloud.Transition).
 func refusedTransition(kind string, err error) bool {
-	return kind != vmGet && message.CodeOf(err) == message.CodeBadRequest &&
+	return kind != vmGet && message.CodeOf(err) == message.ErrBadRequest.Code &&
 		strings.Contains(err.Error(), "cannot "+kind+" a VM that is")
 }
 
@@ -402,7 +402,7 @@ func TestChaosHistoryVM(t *testing.T) {
 		o := chaosVMOp{Client: client, Seq: seq, Kind: kind, Invoke: at(from).UnixNano(), Done: at(to).UnixNano(),
 			Deadline: at(from + 5000).UnixNano(), Outcome: class, Class: class, State: state, Version: version, OpID: fmt.Sprint("op-", seq)}
 		if class == "refused" {
-			o.Outcome, o.Class, o.Refused = string(message.CodeBadRequest), classNever, true
+			o.Outcome, o.Class, o.Refused = string(message.ErrBadRequest.Code), classNever, true
 		}
 		return o
 	}

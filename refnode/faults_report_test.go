@@ -108,7 +108,7 @@ func analyzeFaults(windows []faultWindow, calls []callRecord, c *collected) []fa
 				r.seeDeadline(e.Deadline.Sub(deadline))
 			}
 			if !e.Ran() {
-				if e.Err == string(message.CodeTimeout) {
+				if e.Err == string(message.ErrTimeout.Code) {
 					r.refusedLate++
 				}
 				continue
@@ -122,7 +122,7 @@ func analyzeFaults(windows []faultWindow, calls []callRecord, c *collected) []fa
 			}
 		}
 		for _, e := range o.portal {
-			if !e.Ran() && e.Err == string(message.CodeTimeout) {
+			if !e.Ran() && e.Err == string(message.ErrTimeout.Code) {
 				r.refusedLate++
 			}
 		}
@@ -132,7 +132,7 @@ func analyzeFaults(windows []faultWindow, calls []callRecord, c *collected) []fa
 		if runs == 0 && call.Outcome == "ok" {
 			r.okWithoutRun++
 		}
-		if did > 0 && call.Outcome == string(message.CodeTimeout) {
+		if did > 0 && call.Outcome == string(message.ErrTimeout.Code) {
 			r.ranAfterTimeout = append(r.ranAfterTimeout, call.OpID)
 		}
 		if call.Outcome == "unknown" || call.Took() > fdTimeout+fdBound {

@@ -305,7 +305,7 @@ func (f *fencingRun) pause(t *testing.T, ctx context.Context) {
 	for _, e := range ops.Owner[op] {
 		runs = append(runs, e.String())
 		if e.Node == xid && e.Ran() {
-			assert.Equal(t, string(message.CodeNotOwner), e.Err, "node X's run of the StartVm ends not_owner: %s", e)
+			assert.Equal(t, string(message.ErrNotOwner.Code), e.Err, "node X's run of the StartVm ends not_owner: %s", e)
 		}
 	}
 

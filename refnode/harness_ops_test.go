@@ -40,7 +40,7 @@ func (e execution) Ran() bool { return e.Op == bus.OpHandle.String() || e.Op == 
 // started and the node's guard did not refuse it as not the owner
 // (fenced, evicted, or its ring disagreed), which it does before the
 // service's code.
-func (e execution) Did() bool { return e.Ran() && e.Err != string(message.CodeNotOwner) }
+func (e execution) Did() bool { return e.Ran() && e.Err != string(message.ErrNotOwner.Code) }
 
 // collected is what collectOps read from the op logs.
 type collected struct {

@@ -229,7 +229,7 @@ func repairScenario(t *testing.T, db procDB, name string) {
 		hist.Unknown(stalledOp, deadline.Add(rpWindow))
 	}
 	if call.err != nil || call.rep.Node == xid {
-		assert.Contains(t, []string{string(message.CodeNodeLeft), string(message.CodeTimeout)}, outcomeOf(call.err), "the caller's outcome is unknown")
+		assert.Contains(t, []string{string(message.ErrNodeLeft.Code), string(message.ErrTimeout.Code)}, outcomeOf(call.err), "the caller's outcome is unknown")
 	}
 
 	// X's queues drained into the new owner and deleted: whatever the

@@ -426,7 +426,7 @@ func TestWireDoc(t *testing.T) {
 	})
 
 	t.Run("error object", func(t *testing.T) {
-		full := &message.Error{Code: message.CodeBadRequest, Description: "d", Details: "x", Cause: &message.Error{Code: message.CodeInternal, Description: "c"}}
+		full := &message.Error{Code: message.ErrBadRequest.Code, Description: "d", Details: "x", Cause: &message.Error{Code: message.ErrInternal.Code, Description: "c"}}
 		b, err := json.Marshal(full)
 		require.NoError(t, err)
 		var obj map[string]any

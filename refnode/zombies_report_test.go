@@ -192,7 +192,7 @@ func unusualOutcomes(calls []callRecord) map[string]callRecord {
 func ranAfterNodeLeft(r faultRow) []string {
 	var out []string
 	for id, o := range r.ops {
-		if o.call.Outcome != string(message.CodeNodeLeft) {
+		if o.call.Outcome != string(message.ErrNodeLeft.Code) {
 			continue
 		}
 		if slices.ContainsFunc(o.owner, execution.Did) {

@@ -128,8 +128,8 @@ func TestReconnectAfterCut(t *testing.T) {
 				switch {
 				case err == nil:
 					ok.Add(1)
-				case message.CodeOf(err) == message.CodeUnavailable, message.CodeOf(err) == message.CodeNotSent,
-					message.CodeOf(err) == message.CodeTimeout, message.CodeOf(err) == message.CodeNoRoute:
+				case message.CodeOf(err) == message.ErrUnavailable.Code, message.CodeOf(err) == message.ErrNotSent.Code,
+					message.CodeOf(err) == message.ErrTimeout.Code, message.CodeOf(err) == message.ErrNoRoute.Code:
 					failed.Add(1)
 					time.Sleep(10 * time.Millisecond)
 				default:
@@ -197,8 +197,8 @@ func TestReconnectStorm(t *testing.T) {
 					return
 				default:
 				}
-				if err := call(); err != nil && message.CodeOf(err) != message.CodeUnavailable && message.CodeOf(err) != message.CodeNotSent &&
-					message.CodeOf(err) != message.CodeTimeout && message.CodeOf(err) != message.CodeNoRoute {
+				if err := call(); err != nil && message.CodeOf(err) != message.ErrUnavailable.Code && message.CodeOf(err) != message.ErrNotSent.Code &&
+					message.CodeOf(err) != message.ErrTimeout.Code && message.CodeOf(err) != message.ErrNoRoute.Code {
 					untyped.Add(1)
 					t.Errorf("unexpected error: %v", err)
 				}

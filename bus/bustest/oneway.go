@@ -72,7 +72,7 @@ func noDeadLetter(t *testing.T, dead <-chan bus.Delivery, why string) {
 func testOneWayRetried(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
 	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, MaxDeliveries: 1})
-	h := newFailing(message.CodeInternal, message.CodeNotOwner, message.CodeUnavailable)
+	h := newFailing(message.ErrInternal.Code, message.ErrNotOwner.Code, message.ErrUnavailable.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
 
@@ -92,7 +92,7 @@ func testOneWayRetried(t *testing.T, c *cluster) {
 func testOneWayWrongEnds(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
 	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond})
-	h := newFailing(message.CodeNotFound, message.CodeNotFound)
+	h := newFailing(message.ErrNotFound.Code, message.ErrNotFound.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
 
@@ -109,7 +109,7 @@ func testOneWayWrongEnds(t *testing.T, c *cluster) {
 func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
 	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, RetryAttempts: 3})
-	h := newFailing(message.CodeInternal, message.CodeInternal, message.CodeInternal, message.CodeInternal)
+	h := newFailing(message.ErrInternal.Code, message.ErrInternal.Code, message.ErrInternal.Code, message.ErrInternal.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
 
@@ -120,7 +120,7 @@ func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 	assert.Equal(t, b.LocalID("svc"), env.ServiceID)
 	reason := d.Header(bus.HeaderDeadReason)
 	assert.Contains(t, reason, "failed 3 times", "the reason counts the attempts")
-	assert.Contains(t, reason, string(message.CodeInternal), "the reason names the last error")
+	assert.Contains(t, reason, string(message.ErrInternal.Code), "the reason names the last error")
 	assert.Equal(t, busx.Of(b).QueueName(b.LocalID("svc")), d.Header(bus.HeaderDeadQueue))
 	assert.EqualValues(t, 3, h.ran.Load(), "RetryAttempts bounds the runs")
 	st := b.Stats()
@@ -136,7 +136,7 @@ func testOneWayDeadline(t *testing.T, c *cluster) {
 	b := c.open("", bus.Config{Clock: clock, RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, RetryAttempts: 1000})
 	codes := make([]message.Code, 1000)
 	for i := range codes {
-		codes[i] = message.CodeInternal
+		codes[i] = message.ErrInternal.Code
 	}
 	h := newFailing(codes...)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
@@ -250,7 +250,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 		require.Error(t, err, "a %s while cut off fails", what)
 		assert.ErrorIs(t, err, message.ErrNotSent, "a %s refused before sending says nothing was sent: %v", what, err)
 		assert.ErrorIs(t, err, message.ErrUnavailable, "and still matches unavailable: %v", err)
-		assert.Equal(t, message.CodeNotSent, message.CodeOf(err), "the code on the wire is not_sent: %v", err)
+		assert.Equal(t, message.ErrNotSent.Code, message.CodeOf(err), "the code on the wire is not_sent: %v", err)
 		assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
 	}
 	cutter.Heal(t, id)

@@ -132,8 +132,8 @@ func mustStale(t *testing.T, err error, what string) {
 	if !errors.As(err, &se) || !errors.Is(err, fence.ErrStale) || !errors.Is(err, message.ErrNotOwner) {
 		t.Fatalf("%s: got %v, want a *fence.StaleError matching fence.ErrStale and message.ErrNotOwner", what, err)
 	}
-	if message.CodeOf(err) != message.CodeNotOwner {
-		t.Fatalf("%s: wire code %s, want %s", what, message.CodeOf(err), message.CodeNotOwner)
+	if message.CodeOf(err) != message.ErrNotOwner.Code {
+		t.Fatalf("%s: wire code %s, want %s", what, message.CodeOf(err), message.ErrNotOwner.Code)
 	}
 }
 

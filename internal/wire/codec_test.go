@@ -154,7 +154,7 @@ func FuzzEncodeEnvelopeRoundTrip(f *testing.F) {
 			t.Fatalf("encode error %v, input valid %v", err, valid)
 		}
 		if err != nil {
-			if message.CodeOf(err) != message.CodeBadRequest {
+			if message.CodeOf(err) != message.ErrBadRequest.Code {
 				t.Fatalf("encode error without the bad_request code: %v", err)
 			}
 			return

@@ -172,7 +172,7 @@ func TestEncodeEnvelopeRefusesWhatCannotBeSentFaithfully(t *testing.T) {
 			tt.change(&e)
 			_, err := wire.EncodeEnvelope(&e, 0)
 			require.ErrorIs(t, err, message.ErrBadRequest)
-			assert.Equal(t, message.CodeBadRequest, message.CodeOf(err))
+			assert.Equal(t, message.ErrBadRequest.Code, message.CodeOf(err))
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}

@@ -57,7 +57,7 @@ func TestGoldenEnvelopes(t *testing.T) {
 		{"error-reply.v1.json", &wire.Envelope{
 			Protocol: 1, ID: "b2c3d4e5f6a74829304a5b6c7d8e9f01", Kind: wire.KindReply,
 			ResourceUUID: vm, CorrelationID: corr, Source: owner,
-			Error: &message.Error{Code: message.CodeNotFound, Description: "not found", Details: "vm " + vm,
+			Error: &message.Error{Code: message.ErrNotFound.Code, Description: "not found", Details: "vm " + vm,
 				Cause: &message.Error{Description: "store: read vm: sql: no rows in result set"}},
 		}, true},
 		{"event-node-left.v1.json", &wire.Envelope{

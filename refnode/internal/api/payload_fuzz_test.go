@@ -113,7 +113,7 @@ func FuzzPayload(f *testing.F) {
 		if m, ok := v.(interface{ Validate() error }); ok {
 			if err := m.Validate(); err != nil {
 				checkCoded(t, "validate "+name, err)
-				if message.CodeOf(err) != message.CodeBadRequest {
+				if message.CodeOf(err) != message.ErrBadRequest.Code {
 					t.Fatalf("%s: Validate fails with code %s, want bad_request: %v", name, message.CodeOf(err), err)
 				}
 			}
@@ -121,7 +121,7 @@ func FuzzPayload(f *testing.F) {
 		uuid, routed, err := message.ResourceOf(v)
 		if err != nil {
 			checkCoded(t, "resource of "+name, err)
-			if c := message.CodeOf(err); c != message.CodeBadRequest && c != message.CodeInvalidUUID {
+			if c := message.CodeOf(err); c != message.ErrBadRequest.Code && c != message.ErrInvalidUUID.Code {
 				t.Fatalf("%s: ResourceOf fails with code %s: %v", name, c, err)
 			}
 		} else if routed && !message.IsCanonicalUUID(uuid) {
