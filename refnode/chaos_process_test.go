@@ -657,9 +657,9 @@ func TestHandlerOverlaps(t *testing.T) {
 	c := &collected{Owner: map[string][]execution{
 		"a": {run("A1", img, 0, 100, "")},
 		"b": {run("B1", img, 50, 100, string(message.ErrNotOwner.Code))}, // overlaps a: one pair, guard refused
-		"c": {run("C1", img, 120, 10, "")},                           // overlaps b only: both passed? b did not
-		"d": {run("A1", img, 125, 10, "")},                           // overlaps b (B1) and c (C1)
-		"e": {run("B1", other, 0, 500, "")},                          // another image
+		"c": {run("C1", img, 120, 10, "")},                               // overlaps b only: both passed? b did not
+		"d": {run("A1", img, 125, 10, "")},                               // overlaps b (B1) and c (C1)
+		"e": {run("B1", other, 0, 500, "")},                              // another image
 		"f": {{Node: "C1", Op: bus.OpReject.String(), Resource: img, Start: t0}},
 	}}
 	o := handlerOverlaps(c, map[string]int{img: 0, other: 1})
