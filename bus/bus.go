@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -17,7 +18,7 @@ import (
 // per process (node or client); it is safe for concurrent use.
 type CloudBus struct {
 	cfg   Config
-	tr    Transport
+	tr    driver.Transport
 	reg   *message.Registry
 	log   *slog.Logger
 	obs   Observer
@@ -37,7 +38,7 @@ type CloudBus struct {
 	services  map[string]*service // by service id
 	pending   map[string]*pendingCall
 	subs      map[string][]*subscription // by event type name
-	consumers []Consumer                 // reply and event consumers
+	consumers []driver.Consumer          // reply and event consumers
 	drains    drainWaiters               // markers of Drain in flight
 
 	events    chan *eventJob
@@ -73,7 +74,7 @@ type service struct {
 	id       string
 	queue    string
 	handler  Handler
-	consumer Consumer
+	consumer driver.Consumer
 	sched    *scheduler // this service's handlers: a pool of its own, so a
 	// handler waiting on another service (a portal forwarding to the
 	// owner, a VM service asking the host service) never waits for a slot
@@ -119,8 +120,8 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 }
 
 // serviceQueueOptions are the options of durable service queues.
-func (b *CloudBus) serviceQueueOptions() QueueOptions {
-	o := QueueOptions{Kind: QueueDurable}
+func (b *CloudBus) serviceQueueOptions() driver.QueueOptions {
+	o := driver.QueueOptions{Kind: driver.QueueDurable}
 	if b.cfg.MaxDeliveries > 0 {
 		o.MaxDeliveries, o.DeadLetter = b.cfg.MaxDeliveries, b.cfg.DeadLetterQueue
 	}
@@ -129,14 +130,14 @@ func (b *CloudBus) serviceQueueOptions() QueueOptions {
 
 func (b *CloudBus) start(ctx context.Context) error {
 	if !b.cfg.ClientOnly {
-		if err := b.tr.DeclareQueue(ctx, b.cfg.DeadLetterQueue, QueueOptions{Kind: QueueDurable}); err != nil {
+		if err := b.tr.DeclareQueue(ctx, b.cfg.DeadLetterQueue, driver.QueueOptions{Kind: driver.QueueDurable}); err != nil {
 			return fmt.Errorf("bus: declare dead-letter queue %s: %w", b.cfg.DeadLetterQueue, err)
 		}
 	}
-	if err := b.tr.DeclareQueue(ctx, b.reply, QueueOptions{Kind: QueueTemporary}); err != nil {
+	if err := b.tr.DeclareQueue(ctx, b.reply, driver.QueueOptions{Kind: driver.QueueTemporary}); err != nil {
 		return fmt.Errorf("bus: declare reply queue %s: %w", b.reply, err)
 	}
-	c, err := b.tr.Consume(ctx, b.reply, ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onReply)
+	c, err := b.tr.Consume(ctx, b.reply, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onReply)
 	if err != nil {
 		return fmt.Errorf("bus: consume reply queue %s: %w", b.reply, err)
 	}
@@ -144,10 +145,10 @@ func (b *CloudBus) start(ctx context.Context) error {
 	if b.cfg.ClientOnly {
 		return nil
 	}
-	if err := b.tr.DeclareQueue(ctx, b.event, QueueOptions{Kind: QueueTemporary, Fanout: b.fan}); err != nil {
+	if err := b.tr.DeclareQueue(ctx, b.event, driver.QueueOptions{Kind: driver.QueueTemporary, Fanout: b.fan}); err != nil {
 		return fmt.Errorf("bus: declare event queue %s: %w", b.event, err)
 	}
-	c, err = b.tr.Consume(ctx, b.event, ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onEvent)
+	c, err = b.tr.Consume(ctx, b.event, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onEvent)
 	if err != nil {
 		return fmt.Errorf("bus: consume event queue %s: %w", b.event, err)
 	}
@@ -155,7 +156,7 @@ func (b *CloudBus) start(ctx context.Context) error {
 	return nil
 }
 
-func (b *CloudBus) addConsumer(c Consumer) {
+func (b *CloudBus) addConsumer(c driver.Consumer) {
 	b.mu.Lock()
 	b.consumers = append(b.consumers, c)
 	b.mu.Unlock()
@@ -164,8 +165,8 @@ func (b *CloudBus) addConsumer(c Consumer) {
 // onTransportState ends the calls in flight when the connection drops:
 // their reply queue died with it, so no reply can come. The outcome is
 // unknown (the request may have been delivered).
-func (b *CloudBus) onTransportState(s TransportState) {
-	if s != TransportReconnecting {
+func (b *CloudBus) onTransportState(s driver.TransportState) {
+	if s != driver.TransportReconnecting {
 		return
 	}
 	b.mu.Lock()
@@ -258,7 +259,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.apiEntry(), err)
 		}
 	}
-	c, err := b.tr.Consume(ctx, s.queue, ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d Delivery) { b.onDelivery(s, d) })
+	c, err := b.tr.Consume(ctx, s.queue, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d driver.Delivery) { b.onDelivery(s, d) })
 	if err != nil {
 		undo()
 		return fmt.Errorf("bus: register %s: consume %s: %w", id, s.queue, err)
@@ -393,7 +394,7 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 // Close stops every consumer, fails pending calls with message.ErrClosed,
 // cancels the ctx of running handlers and waits for them to return,
 // returns messages that had not started to their queues and deletes the
-// bus's reply and event queues. Its consumers abort ([Consumer.Abort]):
+// bus's reply and event queues. Its consumers abort ([driver.Consumer.Abort]):
 // the transport takes back every message not yet settled at once, those
 // of running handlers included: such a message runs again elsewhere, since
 // its handler was canceled. It does not close the transport, which
@@ -462,10 +463,10 @@ func (b *CloudBus) drainHandlers(ctx context.Context) error {
 // stopConsumers cancels the service consumers and, with all, the reply
 // and event consumers too; each consumer is stopped once. With abort,
 // each consumer stops at once and gives back what it holds unsettled
-// ([Consumer.Abort]), instead of waiting for the handlers to settle it.
+// ([driver.Consumer.Abort]), instead of waiting for the handlers to settle it.
 func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Lock()
-	var cs []Consumer
+	var cs []driver.Consumer
 	for _, s := range b.services {
 		if s.consumer != nil {
 			cs = append(cs, s.consumer)

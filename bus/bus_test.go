@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -59,7 +60,7 @@ func TestQueueNamesFollowTheArticle(t *testing.T) {
 	assert.True(t, ok)
 	info, ok := net.Queue("zstack.message.api.portal")
 	assert.True(t, ok)
-	assert.Equal(t, bus.QueueDurable, info.Kind)
+	assert.Equal(t, driver.QueueDurable, info.Kind)
 	assert.Equal(t, "vmInstance."+a.Node(), a.LocalID("vmInstance"))
 	assert.Error(t, a.Register(t.Context(), "vmInstance", bus.NewMux()), "a service registers once")
 	assert.ErrorIs(t, a.Register(t.Context(), "bad.name", bus.NewMux()), message.ErrBadRequest)

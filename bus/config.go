@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -15,7 +16,7 @@ import (
 type Config struct {
 	// Transport carries the messages; required. The caller owns it and
 	// closes it after the bus.
-	Transport Transport
+	Transport driver.Transport
 
 	// Node is the canonical UUID of this management node (or of a client
 	// process). Default: a new random version-4 UUID.

@@ -67,5 +67,5 @@ func validPrefix(p string) bool {
 }
 
 // apiEntry returns the name of the entry api.portal sits behind
-// ([Transport.DeclareEntry]): "<prefix>.api".
+// ([driver.Transport.DeclareEntry]): "<prefix>.api".
 func (b *CloudBus) apiEntry() string { return b.cfg.Prefix + ".api" }

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // onDelivery takes a message off a service queue and schedules it. It
 // never blocks: the scheduler queues the job or refuses it as busy.
-func (b *CloudBus) onDelivery(s *service, d Delivery) {
+func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 	arrived := time.Now()
 	size := len(d.Body())
 	// A large body's memory is free once it is settled: the release is
@@ -101,10 +102,10 @@ func (b *CloudBus) onDelivery(s *service, d Delivery) {
 // handle runs the handler for one message, replies and acknowledges. Just
 // before the handler starts it checks again that the deadline has not
 // passed and that the transport still holds the delivery (see
-// [Delivery.Check]): a process paused after reading the message, or cut
+// [driver.Delivery.Check]): a process paused after reading the message, or cut
 // off from the broker, never runs what the broker may have handed to
 // another consumer, nor anything whose caller has given up.
-func (b *CloudBus) handle(s *service, env *wire.Envelope, d Delivery, arrived time.Time, dl deadline) {
+func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arrived time.Time, dl deadline) {
 	if dl.late(time.Now()) {
 		b.refuseLate(s.id, env, d, arrived, dl)
 		return
@@ -165,8 +166,8 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d Delivery, arrived ti
 }
 
 // release gives d back to its queue, unanswered, without counting it as
-// a failed delivery ([Delivery.Release]).
-func (b *CloudBus) release(serviceID string, env *wire.Envelope, d Delivery, why error) {
+// a failed delivery ([driver.Delivery.Release]).
+func (b *CloudBus) release(serviceID string, env *wire.Envelope, d driver.Delivery, why error) {
 	b.released.Add(1)
 	b.log.Debug("message given back to its queue", "service", serviceID, "type", env.Type, "id", env.ID, "why", why)
 	_ = d.Release()
@@ -177,7 +178,7 @@ func (b *CloudBus) release(serviceID string, env *wire.Envelope, d Delivery, why
 // message.ErrTimeout). A request is answered only while its caller may
 // still be listening (within lateReplyGrace of the deadline): later, the
 // reply would only be dropped as late.
-func (b *CloudBus) refuseLate(serviceID string, env *wire.Envelope, d Delivery, arrived time.Time, dl deadline) {
+func (b *CloudBus) refuseLate(serviceID string, env *wire.Envelope, d driver.Delivery, arrived time.Time, dl deadline) {
 	now := time.Now()
 	late := now.Sub(dl.at)
 	b.late.Add(1)
@@ -244,7 +245,7 @@ func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp an
 // refuse answers a message that no handler ran for, and acknowledges it;
 // a one-way message refused for a reason that may pass (busy) is tried
 // again instead (see failOneWay).
-func (b *CloudBus) refuse(serviceID string, env *wire.Envelope, d Delivery, err error) {
+func (b *CloudBus) refuse(serviceID string, env *wire.Envelope, d driver.Delivery, err error) {
 	b.rejected.Add(1)
 	b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID,
 		Headers: env.Headers, Start: time.Now(), Err: err})
@@ -301,7 +302,7 @@ func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err
 }
 
 // onReply hands a reply to its pending call, or counts it as late.
-func (b *CloudBus) onReply(d Delivery) {
+func (b *CloudBus) onReply(d driver.Delivery) {
 	b.noteSize(len(d.Body()))
 	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
@@ -390,7 +391,7 @@ func (b *CloudBus) replyRefusal(serviceID, replyTo, correlationID string, err er
 
 // holdMarker gives a foreign drain marker back after markerGiveBackPause,
 // on a timer that Close waits for; once the bus is closing, at once.
-func (b *CloudBus) holdMarker(d Delivery) {
+func (b *CloudBus) holdMarker(d driver.Delivery) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

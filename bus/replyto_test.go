@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -36,7 +37,7 @@ func TestReplyToMustBeAReplyQueue(t *testing.T) {
 	t.Cleanup(func() { _ = raw.Close() })
 	ctx := t.Context()
 	for _, q := range []string{victimQueue, busx.Of(a).QueueName(bus.APIPortal), "amq.gen-ok", "cloudbus.reply.ok"} {
-		require.NoError(t, raw.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueDurable}))
+		require.NoError(t, raw.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueDurable}))
 	}
 	body, err := json.Marshal(Greet{Name: "x"})
 	require.NoError(t, err)
@@ -83,9 +84,9 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 	t.Cleanup(func() { _ = raw.Close() })
 	ctx := t.Context()
 	replyTo := "cloudbus.reply.raw-client"
-	require.NoError(t, raw.DeclareQueue(ctx, replyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, raw.DeclareQueue(ctx, replyTo, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	replies := make(chan *wire.Envelope, 16)
-	_, err := raw.Consume(ctx, replyTo, bus.ConsumeOptions{Prefetch: 16}, func(d bus.Delivery) {
+	_, err := raw.Consume(ctx, replyTo, driver.ConsumeOptions{Prefetch: 16}, func(d driver.Delivery) {
 		_ = d.Ack()
 		env, err := wire.DecodeEnvelope(d.Body(), 0)
 		if err == nil {

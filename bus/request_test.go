@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
@@ -127,8 +128,8 @@ func rawCall(t *testing.T, net *membus.Network, b *bus.CloudBus, target string, 
 	q := strings.TrimSuffix(busx.Of(b).QueueName(bus.APIPortal), ".message.api.portal") + ".reply.raw" + id[:8]
 	tr := net.Transport("raw-" + id[:8])
 	t.Cleanup(func() { _ = tr.Close() })
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
-	c, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{}, func(d bus.Delivery) {
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	c, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
 		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -69,7 +70,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 				close(back)
 			})
 		}
-		c, err := b.tr.Consume(ctx, queue, ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d Delivery) {
+		c, err := b.tr.Consume(ctx, queue, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d driver.Delivery) {
 			select {
 			case <-back: // ending: leave the rest for the next round
 				giveBack(d)
@@ -194,7 +195,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 }
 
 // giveBack returns d to its queue without counting it as a failed
-// delivery ([Delivery.Release]): Reroute never crashed on it.
-func giveBack(d Delivery) {
+// delivery ([driver.Delivery.Release]): Reroute never crashed on it.
+func giveBack(d driver.Delivery) {
 	_ = d.Release()
 }

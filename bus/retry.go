@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -36,8 +37,8 @@ func (b *CloudBus) retryPause(n int) time.Duration {
 // attemptsOf returns how many times d's message failed before this
 // delivery (HeaderAttempts), 0 if never. A forged value cannot make it
 // negative.
-func attemptsOf(d Delivery) int {
-	n, err := strconv.Atoi(d.Header(HeaderAttempts))
+func attemptsOf(d driver.Delivery) int {
+	n, err := strconv.Atoi(d.Header(driver.HeaderAttempts))
 	if err != nil || n < 0 {
 		return 0
 	}
@@ -47,7 +48,7 @@ func attemptsOf(d Delivery) int {
 // failOneWay settles a one-way message that failed with err: it ends, is
 // tried again after a pause, or goes to the dead-letter queue (see the
 // rules above). start is when its handler started (zero if none ran).
-func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d Delivery, dl deadline, start time.Time, err error) {
+func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d driver.Delivery, dl deadline, start time.Time, err error) {
 	obs := Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Err: err}
 	if start.IsZero() {
@@ -88,7 +89,7 @@ func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d Delivery, 
 }
 
 // deadLetter moves a one-way message to the dead-letter queue with why.
-func (b *CloudBus) deadLetter(serviceID string, env *wire.Envelope, d Delivery, obs Observation, why string) {
+func (b *CloudBus) deadLetter(serviceID string, env *wire.Envelope, d driver.Delivery, obs Observation, why string) {
 	b.deadLettered.Add(1)
 	obs.Op = OpDeadLetter
 	b.observe(obs)

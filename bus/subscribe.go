@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -78,7 +79,7 @@ func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscr
 
 // onEvent takes an event off this bus's event queue and queues it for the
 // dispatcher, waiting while the dispatcher's buffer is full.
-func (b *CloudBus) onEvent(d Delivery) {
+func (b *CloudBus) onEvent(d driver.Delivery) {
 	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
 	if err != nil || env.Kind != wire.KindEvent {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -149,7 +150,7 @@ type sweeperStatus struct {
 
 // newAdmin returns the admin HTTP handler: GET /healthz and GET /status.
 // db reads the node's database status; nil leaves it out.
-func newAdmin(n *service.Node, tr bus.Transport, set *services.Set, c *counters, prefix string, start time.Time, db *dbWatch) http.Handler {
+func newAdmin(n *service.Node, tr driver.Transport, set *services.Set, c *counters, prefix string, start time.Time, db *dbWatch) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		st := n.State()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -228,7 +229,7 @@ func (d *demo) queues() {
 	}
 	for _, q := range qs {
 		switch {
-		case q.Kind != bus.QueueDurable:
+		case q.Kind != driver.QueueDurable:
 		case q.Name == d.r.prefix+".message."+bus.APIPortal:
 			d.r.portal = q.Name
 		case strings.Contains(q.Name, ".message.cloudbus-membership."):

@@ -152,7 +152,7 @@ type faultWindow struct {
 // runFault waits until every VM answered and the warm-up passed, injects
 // the fault, heals it after its hold, then waits until every VM answered
 // again, the rings agree, and every call invoked before the heal ended.
-func runFault(t *testing.T, ctx context.Context, fc *faultCluster, d *driver, f faultCase) faultWindow {
+func runFault(t *testing.T, ctx context.Context, fc *faultCluster, d *vmDriver, f faultCase) faultWindow {
 	t.Helper()
 	w := faultWindow{name: f.name, from: time.Now()}
 	_, err := d.awaitAnswered(ctx, w.from, fdRecoverBound)
@@ -169,7 +169,7 @@ func runFault(t *testing.T, ctx context.Context, fc *faultCluster, d *driver, f 
 
 // restartWithSkew restarts the nodes one by one with every clock skewed
 // by skew, while the load goes on.
-func restartWithSkew(t *testing.T, ctx context.Context, fc *faultCluster, d *driver, skew time.Duration) faultWindow {
+func restartWithSkew(t *testing.T, ctx context.Context, fc *faultCluster, d *vmDriver, skew time.Duration) faultWindow {
 	t.Helper()
 	w := faultWindow{name: "restart of every node, one by one, clock skew " + signed(skew), restart: true, from: time.Now()}
 	w.start = w.from
@@ -186,7 +186,7 @@ func restartWithSkew(t *testing.T, ctx context.Context, fc *faultCluster, d *dri
 
 // settle waits after a fault's end: every VM answered (bounded), the
 // rings agree, and every call invoked before the end has ended.
-func settle(t *testing.T, ctx context.Context, fc *faultCluster, d *driver, w *faultWindow) {
+func settle(t *testing.T, ctx context.Context, fc *faultCluster, d *vmDriver, w *faultWindow) {
 	t.Helper()
 	rec, err := d.awaitAnswered(ctx, w.end, fdRecoverBound)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
@@ -453,9 +454,9 @@ func (f *fencingRun) duplicate(t *testing.T, ctx context.Context) {
 	require.NoError(t, err)
 	defer tr.Close()
 	replyQueue := fc.Prefix() + ".reply.fencing-test-" + randomHex(4)
-	require.NoError(t, tr.DeclareQueue(ctx, replyQueue, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, replyQueue, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	rc := &replyCollector{}
-	cons, err := tr.Consume(ctx, replyQueue, bus.ConsumeOptions{Prefetch: 16}, rc.add)
+	cons, err := tr.Consume(ctx, replyQueue, driver.ConsumeOptions{Prefetch: 16}, rc.add)
 	require.NoError(t, err)
 	defer cons.Cancel()
 
@@ -552,7 +553,7 @@ type replyCollector struct {
 }
 
 // add is the consumer's handler.
-func (rc *replyCollector) add(d bus.Delivery) {
+func (rc *replyCollector) add(d driver.Delivery) {
 	rc.mu.Lock()
 	rc.bodies = append(rc.bodies, slices.Clone(d.Body()))
 	rc.mu.Unlock()

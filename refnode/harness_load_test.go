@@ -54,8 +54,8 @@ func (c callRecord) Deadline(timeout time.Duration) time.Time { return c.Invoke.
 // Took returns how long the call took.
 func (c callRecord) Took() time.Duration { return c.Done.Sub(c.Invoke) }
 
-// driver calls VMs through a client until stop. Safe for concurrent use.
-type driver struct {
+// vmDriver calls VMs through a client until stop. Safe for concurrent use.
+type vmDriver struct {
 	cl    *service.Client
 	vms   []string
 	opts  driverOptions
@@ -75,7 +75,7 @@ type driver struct {
 
 // startDriver starts calling vms through cl. The calls run on a context
 // of their own, so that stop lets those in flight finish.
-func startDriver(cl *service.Client, vms []string, opts driverOptions) *driver {
+func startDriver(cl *service.Client, vms []string, opts driverOptions) *vmDriver {
 	if opts.Rate == 0 {
 		opts.Rate = 40
 	}
@@ -85,7 +85,7 @@ func startDriver(cl *service.Client, vms []string, opts driverOptions) *driver {
 	if opts.OperateEvery == 0 {
 		opts.OperateEvery = 5
 	}
-	d := &driver{cl: cl, vms: vms, opts: opts, run: randomHex(3), stopc: make(chan struct{}),
+	d := &vmDriver{cl: cl, vms: vms, opts: opts, run: randomHex(3), stopc: make(chan struct{}),
 		busy: map[string]bool{}, state: map[string]cloud.VMState{}}
 	d.wg.Go(d.pace)
 	return d
@@ -93,7 +93,7 @@ func startDriver(cl *service.Client, vms []string, opts driverOptions) *driver {
 
 // pace starts a call every 1/Rate, on the next VM in turn without a call
 // in flight.
-func (d *driver) pace() {
+func (d *vmDriver) pace() {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / d.opts.Rate))
 	defer tick.Stop()
 	for {
@@ -111,7 +111,7 @@ func (d *driver) pace() {
 }
 
 // pick returns the next VM without a call in flight and marks it busy.
-func (d *driver) pick() (string, int, bool) {
+func (d *vmDriver) pick() (string, int, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for range d.vms {
@@ -127,7 +127,7 @@ func (d *driver) pick() (string, int, bool) {
 }
 
 // call makes one call about vms[i] and records it.
-func (d *driver) call(vm string, i int) {
+func (d *vmDriver) call(vm string, i int) {
 	d.mu.Lock()
 	state := d.state[vm]
 	d.mu.Unlock()
@@ -173,7 +173,7 @@ func outcomeOf(err error) string {
 
 // stop stops starting calls and waits for those in flight (each ends by
 // its deadline). Idempotent.
-func (d *driver) stop() {
+func (d *vmDriver) stop() {
 	d.mu.Lock()
 	if !d.stopped {
 		d.stopped = true
@@ -185,14 +185,14 @@ func (d *driver) stop() {
 
 // Calls returns a copy of the calls recorded so far, in completion
 // order.
-func (d *driver) Calls() []callRecord {
+func (d *vmDriver) Calls() []callRecord {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]callRecord(nil), d.calls...)
 }
 
 // Skipped returns how many ticks found every VM busy.
-func (d *driver) Skipped() int {
+func (d *vmDriver) Skipped() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.skipped
@@ -200,7 +200,7 @@ func (d *driver) Skipped() int {
 
 // answeredSince returns how many VMs have had no successful call
 // completed after since, and one of them.
-func (d *driver) answeredSince(since time.Time) (missing int, example string) {
+func (d *vmDriver) answeredSince(since time.Time) (missing int, example string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ok := map[string]bool{}
@@ -221,7 +221,7 @@ func (d *driver) answeredSince(since time.Time) (missing int, example string) {
 // awaitAnswered waits until every VM had a successful call completed
 // after since, and returns when the last of them did (as a time), or an
 // error at the bound.
-func (d *driver) awaitAnswered(ctx context.Context, since time.Time, bound time.Duration) (time.Time, error) {
+func (d *vmDriver) awaitAnswered(ctx context.Context, since time.Time, bound time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := poll(ctx, func() error {
@@ -238,7 +238,7 @@ func (d *driver) awaitAnswered(ctx context.Context, since time.Time, bound time.
 
 // recoveredAt returns when the last VM first answered after since, from
 // the records (zero if some VM has not).
-func (d *driver) recoveredAt(since time.Time) time.Time {
+func (d *vmDriver) recoveredAt(since time.Time) time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	first := map[string]time.Time{}

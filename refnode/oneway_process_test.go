@@ -15,6 +15,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
@@ -277,13 +278,13 @@ func newDeadLetters(t *testing.T, ctx context.Context, broker, prefix string) *d
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	dl := &deadLetters{reasons: map[string]string{}}
-	_, err = tr.Consume(ctx, prefix+".dead", bus.ConsumeOptions{Prefetch: 64}, func(d bus.Delivery) {
+	_, err = tr.Consume(ctx, prefix+".dead", driver.ConsumeOptions{Prefetch: 64}, func(d driver.Delivery) {
 		env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 		id := "undecodable"
 		if err == nil {
 			id = env.ID
 		}
-		reason := d.Header(bus.HeaderDeadReason)
+		reason := d.Header(driver.HeaderDeadReason)
 		if reason == "" {
 			reason = "(no reason)"
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	hbmem "github.com/cloudbus-go/cloudbus/heartbeat/memstore"
@@ -451,7 +452,7 @@ func TestWireDoc(t *testing.T) {
 			"cloudbus-drain":     true, // bus's unexported headerDrain (bus/drain.go)
 		}
 		diffKeys(t, wireDocPath+", table wire:headers", keyed(t, "headers", doc.table(t, "headers", 2)), want, func(string, bool) string { return "" })
-		for _, h := range []string{bus.HeaderDeadReason, bus.HeaderDeadQueue, "x-cloudbus-deliveries"} {
+		for _, h := range []string{driver.HeaderDeadReason, driver.HeaderDeadQueue, "x-cloudbus-deliveries"} {
 			if !strings.Contains(doc.text, "`"+h+"`") {
 				t.Errorf("%s: name the AMQP header `%s` in section 2", wireDocPath, h)
 			}
@@ -741,9 +742,9 @@ func TestWireDocExamples(t *testing.T) {
 	ctx := t.Context()
 	tr := c.net.Transport("wire-doc-client")
 	defer tr.Close()
-	require.NoError(t, tr.DeclareQueue(ctx, first.ReplyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, first.ReplyTo, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	replies := make(chan []byte, 16)
-	_, err = tr.Consume(ctx, first.ReplyTo, bus.ConsumeOptions{Prefetch: 16}, func(d bus.Delivery) {
+	_, err = tr.Consume(ctx, first.ReplyTo, driver.ConsumeOptions{Prefetch: 16}, func(d driver.Delivery) {
 		replies <- bytes.Clone(d.Body())
 		_ = d.Ack()
 	})

@@ -121,7 +121,7 @@ type zqRun struct {
 	fc    *faultCluster
 	cl    *service.Client
 	jan   *janitor
-	d     *driver      // the load
+	d     *vmDriver    // the load
 	vms   []string     // the VMs it calls
 	tag   string       // random, in the op ids of the queued one-way messages
 	extra []callRecord // calls of other drivers (a's second caller)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -16,7 +17,7 @@ import (
 type ClientConfig struct {
 	// Transport connects to the cluster's broker; required. The caller
 	// owns it and closes it after the client.
-	Transport bus.Transport
+	Transport driver.Transport
 	// Prefix must match the cluster's. Default bus.DefaultPrefix.
 	Prefix string
 	// Registry must hold the API message types. Default: a new registry.
@@ -59,7 +60,7 @@ const (
 // ([Client.ClusterTime]).
 type Client struct {
 	b     *bus.CloudBus
-	tr    bus.Transport // closed by Close if owned
+	tr    driver.Transport // closed by Close if owned
 	clock *clientClock
 	stop  context.CancelFunc
 	done  chan struct{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
@@ -24,7 +25,7 @@ type Config struct {
 
 	// Transport carries the messages; required. The caller owns it and
 	// closes it after the node, unless OwnTransport is set.
-	Transport bus.Transport
+	Transport driver.Transport
 
 	// OwnTransport gives the transport to the node: Run closes it when
 	// it returns (after leaving, or after a failed start).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
@@ -255,10 +256,10 @@ func TestNoMessageBeforeTheClusterTime(t *testing.T) {
 		defer feeder.Close()
 		queue := prefix + ".message." + bus.ServiceID("recorder", id)
 		replyTo := prefix + ".reply.feeder"
-		require.NoError(t, feeder.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable}))
-		require.NoError(t, feeder.DeclareQueue(ctx, replyTo, bus.QueueOptions{Kind: bus.QueueTemporary}))
+		require.NoError(t, feeder.DeclareQueue(ctx, queue, driver.QueueOptions{Kind: driver.QueueDurable}))
+		require.NoError(t, feeder.DeclareQueue(ctx, replyTo, driver.QueueOptions{Kind: driver.QueueTemporary}))
 		replies := make(chan string, 4)
-		cons, err := feeder.Consume(ctx, replyTo, bus.ConsumeOptions{}, func(d bus.Delivery) {
+		cons, err := feeder.Consume(ctx, replyTo, driver.ConsumeOptions{}, func(d driver.Delivery) {
 			replies <- string(d.Body())
 			_ = d.Ack()
 		})

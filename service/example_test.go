@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
@@ -70,7 +71,7 @@ func Example() {
 		return
 	}
 	for _, q := range net.Queues() {
-		if q.Kind == bus.QueueDurable && strings.Contains(q.Name, ".message.") {
+		if q.Kind == driver.QueueDurable && strings.Contains(q.Name, ".message.") {
 			fmt.Println(q.Name)
 		}
 	}

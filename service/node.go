@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -213,13 +214,13 @@ func (n *Node) Err() error {
 func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
 
 // TransportState returns the state of the node's broker connection
-// (connected, reconnecting, closed); bus.TransportClosed when the node
+// (connected, reconnecting, closed); driver.TransportClosed when the node
 // does not run.
-func (n *Node) TransportState() bus.TransportState {
+func (n *Node) TransportState() driver.TransportState {
 	if n.Bus() != nil && n.State() != StateStopped {
 		return n.cfg.Transport.State()
 	}
-	return bus.TransportClosed
+	return driver.TransportClosed
 }
 
 // Epoch returns the node's registration epoch (0 before it joined).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -409,7 +410,7 @@ func TestCallValidation(t *testing.T) {
 		assert.Contains(t, err.Error(), "Transport is required")
 		assert.Contains(t, err.Error(), "Store is required")
 		assert.Equal(t, "serving", service.StateServing.String())
-		assert.Equal(t, bus.TransportConnected, n.TransportState())
+		assert.Equal(t, driver.TransportConnected, n.TransportState())
 		_ = context.Background()
 	})
 }

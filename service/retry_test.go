@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -371,10 +372,10 @@ func rawRepeated(t *testing.T, c *servicetest.Cluster, env wire.Envelope, times 
 	tr := c.Network().Transport("raw-" + message.NewUUID())
 	defer tr.Close()
 	ctx := t.Context()
-	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	defer tr.DeleteQueue(context.Background(), q)
 	replies := make(chan *wire.Envelope, times)
-	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) {
+	cons, err := tr.Consume(ctx, q, driver.ConsumeOptions{}, func(d driver.Delivery) {
 		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {

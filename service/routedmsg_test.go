@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -68,10 +69,10 @@ func rawRequest(t *testing.T, c *servicetest.Cluster, target string, env *wire.E
 	defer tr.Close()
 	q := "test.reply.raw" + id
 	ctx := t.Context()
-	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	defer tr.DeleteQueue(context.Background(), q)
 	replies := make(chan *wire.Envelope, 1)
-	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) {
+	cons, err := tr.Consume(ctx, q, driver.ConsumeOptions{}, func(d driver.Delivery) {
 		e, err := wire.DecodeEnvelope(d.Body(), 0)
 		_ = d.Ack()
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
@@ -62,9 +63,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		close(n.done)
 	}()
 
-	stop := n.cfg.Transport.WatchState(func(s bus.TransportState) {
+	stop := n.cfg.Transport.WatchState(func(s driver.TransportState) {
 		if m := n.monitor.Load(); m != nil {
-			m.SetBusUp(s == bus.TransportConnected)
+			m.SetBusUp(s == driver.TransportConnected)
 		}
 	})
 	defer stop()
@@ -319,7 +320,7 @@ func (n *Node) leave() {
 
 // transportUp reports whether the node's transport is connected.
 func (n *Node) transportUp() bool {
-	return n.cfg.Transport.State() == bus.TransportConnected
+	return n.cfg.Transport.State() == driver.TransportConnected
 }
 
 // freshPeers returns the other ring members, but those whose heartbeat

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 	"go.uber.org/goleak"
@@ -87,7 +87,7 @@ func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Trans
 	return tr
 }
 
-func (e *env) Transport(t *testing.T, node string) bus.Transport {
+func (e *env) Transport(t *testing.T, node string) driver.Transport {
 	return e.dial(t, node, amqpbus.Config{})
 }
 

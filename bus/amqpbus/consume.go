@@ -11,7 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -36,8 +36,8 @@ type consumer struct {
 	queue    string
 	prefetch int
 	tag      string
-	limit    bus.QueueOptions
-	handle   func(bus.Delivery)
+	limit    driver.QueueOptions
+	handle   func(driver.Delivery)
 	done     chan struct{} // closed when run returns
 	resumed  chan feed
 	stopped  chan struct{}
@@ -50,9 +50,9 @@ type consumer struct {
 	cancelDone  bool // the broker confirmed basic.cancel on ch
 }
 
-// Consume implements [bus.Transport]: a channel per consumer with
+// Consume implements [driver.Transport]: a channel per consumer with
 // basic.qos prefetch and manual acknowledgements.
-func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeOptions, handle func(bus.Delivery)) (bus.Consumer, error) {
+func (t *Transport) Consume(ctx context.Context, queue string, opts driver.ConsumeOptions, handle func(driver.Delivery)) (driver.Consumer, error) {
 	op := "consume " + queue
 	if handle == nil {
 		return nil, fmt.Errorf("amqpbus: %s: nil handler: %w", op, message.ErrBadRequest)
@@ -167,9 +167,9 @@ func (c *consumer) recount(d amqp.Delivery) {
 	if n > c.limit.MaxDeliveries {
 		dest = c.limit.DeadLetter
 		headers = amqp.Table{
-			headerDeliveries:     int64(n - 1),
-			bus.HeaderDeadReason: fmt.Sprintf("handed to a consumer %d times without acknowledgement (limit %d): each consumer crashed or gave it back", n-1, c.limit.MaxDeliveries),
-			bus.HeaderDeadQueue:  c.queue,
+			headerDeliveries:        int64(n - 1),
+			driver.HeaderDeadReason: fmt.Sprintf("handed to a consumer %d times without acknowledgement (limit %d): each consumer crashed or gave it back", n-1, c.limit.MaxDeliveries),
+			driver.HeaderDeadQueue:  c.queue,
 		}
 		c.t.log.Warn("dead-lettering a poison message", "queue", c.queue, "dead_letter", dest, "deliveries", n-1)
 	}
@@ -264,7 +264,7 @@ func (c *consumer) settled(ch *amqp.Channel) {
 	}
 }
 
-// Cancel implements [bus.Consumer] with basic.cancel; the channel closes
+// Cancel implements [driver.Consumer] with basic.cancel; the channel closes
 // once the deliveries handed over are settled.
 func (c *consumer) Cancel() error {
 	c.stop()
@@ -272,7 +272,7 @@ func (c *consumer) Cancel() error {
 	return nil
 }
 
-// Abort implements [bus.Consumer] by closing the consumer's channel; a
+// Abort implements [driver.Consumer] by closing the consumer's channel; a
 // later settlement of one of its deliveries fails harmlessly.
 func (c *consumer) Abort() error {
 	c.abort()
@@ -280,7 +280,7 @@ func (c *consumer) Abort() error {
 	return nil
 }
 
-// delivery adapts amqp.Delivery to [bus.Delivery].
+// delivery adapts amqp.Delivery to [driver.Delivery].
 type delivery struct {
 	c    *consumer
 	s    *session // the session whose channel it came on
@@ -289,8 +289,8 @@ type delivery struct {
 }
 
 var (
-	_ bus.Consumer = (*consumer)(nil)
-	_ bus.Delivery = (*delivery)(nil)
+	_ driver.Consumer = (*consumer)(nil)
+	_ driver.Delivery = (*delivery)(nil)
 )
 
 func (d *delivery) Body() []byte      { return d.d.Body }
@@ -324,7 +324,7 @@ func (d *delivery) Ack() error {
 	return err
 }
 
-// Release implements [bus.Delivery]: the message is published again to
+// Release implements [driver.Delivery]: the message is published again to
 // its queue with its delivery and attempt counts unchanged, and the
 // original acknowledged; the copy waits at the tail of the queue. If that
 // publish fails, the delivery is rejected for redelivery instead.
@@ -332,18 +332,18 @@ func (d *delivery) Release() error {
 	return d.republish(d.c.queue, "release", nil)
 }
 
-// Retry implements [bus.Delivery]: like Release, with
-// bus.HeaderAttempts set to attempts on the copy.
+// Retry implements [driver.Delivery]: like Release, with
+// driver.HeaderAttempts set to attempts on the copy.
 func (d *delivery) Retry(attempts int) error {
-	return d.republish(d.c.queue, "retry", amqp.Table{bus.HeaderAttempts: int64(attempts)})
+	return d.republish(d.c.queue, "retry", amqp.Table{driver.HeaderAttempts: int64(attempts)})
 }
 
-// DeadLetter implements [bus.Delivery]: the message is published to the
-// queue dead with bus.HeaderDeadReason and bus.HeaderDeadQueue, then the
+// DeadLetter implements [driver.Delivery]: the message is published to the
+// queue dead with driver.HeaderDeadReason and driver.HeaderDeadQueue, then the
 // original is acknowledged. If that publish fails, the delivery is
 // rejected for redelivery instead and the error says so.
 func (d *delivery) DeadLetter(dead, reason string) error {
-	return d.republish(dead, "dead-letter", amqp.Table{bus.HeaderDeadReason: reason, bus.HeaderDeadQueue: d.c.queue})
+	return d.republish(dead, "dead-letter", amqp.Table{driver.HeaderDeadReason: reason, driver.HeaderDeadQueue: d.c.queue})
 }
 
 // republish publishes a copy of the delivery to queue with its delivery
@@ -364,7 +364,7 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d.c.t.cfg.PublishTimeout)
 		defer cancel()
 		headers := amqp.Table{}
-		for _, k := range []string{headerDeliveries, bus.HeaderAttempts} {
+		for _, k := range []string{headerDeliveries, driver.HeaderAttempts} {
 			if v, ok := d.d.Headers[k]; ok {
 				headers[k] = v
 			}

@@ -33,7 +33,7 @@
 //
 // # Delivery guarantees
 //
-// Beyond [bus.Transport]'s contract:
+// Beyond [driver.Transport]'s contract:
 //
 //   - Publish returns nil only once the broker confirmed the message. A
 //     publish that times out, or whose channel or connection dies before
@@ -63,7 +63,7 @@
 //     is dropped within ProbeInterval + ProbeTimeout, 1.25 s by default.
 //  3. A watchdog: a tick more than 500 ms late means the process was
 //     paused; a delivery read before or right after the pause then passes
-//     [bus.Delivery.Check] only once the broker answered a probe sent
+//     [driver.Delivery.Check] only once the broker answered a probe sent
 //     after it.
 //
 // # Security

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -26,7 +26,7 @@ func TestRefusedPublishesDoNotBreakTheTransport(t *testing.T) {
 	defer cancel()
 	prefix := "cloudbus-test-entry-" + node[:8]
 	queue := prefix + ".message.api.portal"
-	require.NoError(t, tr.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, queue, driver.QueueOptions{Kind: driver.QueueDurable}))
 	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), queue) })
 
 	for i := range 6 {
@@ -40,5 +40,5 @@ func TestRefusedPublishesDoNotBreakTheTransport(t *testing.T) {
 	// Once the entry exists, publishing through it works too.
 	require.NoError(t, tr.DeclareEntry(ctx, prefix+".api", queue))
 	require.NoError(t, tr.PublishVia(ctx, prefix+".api", queue, []byte("{}")))
-	assert.Equal(t, bus.TransportConnected, tr.State())
+	assert.Equal(t, driver.TransportConnected, tr.State())
 }

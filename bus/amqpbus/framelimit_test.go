@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 )
 
@@ -248,7 +248,7 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	q := fmt.Sprintf("amqpbus-test-limit.message.q.%d", rand.Uint32())
-	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 
 	// Published by a plain client: the transport itself never sends more
 	// than its limit.
@@ -272,7 +272,7 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	runtime.ReadMemStats(&before)
 
 	got := make(chan []byte, 3)
-	_, err = tr.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 3}, func(d bus.Delivery) {
+	_, err = tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 3}, func(d driver.Delivery) {
 		got <- bytes.Clone(d.Body()[:min(len(d.Body()), 16)])
 		got <- []byte(strconv.Itoa(len(d.Body())))
 		_ = d.Ack()
@@ -292,7 +292,7 @@ func TestLongBodiesAreCutBeforeTheyAreRead(t *testing.T) {
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("consuming a 24 MiB body with a 1 MiB limit allocated %.1f MiB", float64(alloc)/(1<<20))
 	assert.Less(t, alloc, uint64(8<<20), "the node read the long body whole")
-	assert.Equal(t, bus.TransportConnected, tr.State())
+	assert.Equal(t, driver.TransportConnected, tr.State())
 }
 
 // slowConn reads at most 16 KiB every 8 ms: about 2 MB/s from the broker.
@@ -322,9 +322,9 @@ func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	q := fmt.Sprintf("amqpbus-test-slow.message.q.%d", rand.Uint32())
-	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	got := make(chan int, 1)
-	_, err = tr.Consume(ctx, q, bus.ConsumeOptions{}, func(d bus.Delivery) { got <- len(d.Body()); _ = d.Ack() })
+	_, err = tr.Consume(ctx, q, driver.ConsumeOptions{}, func(d driver.Delivery) { got <- len(d.Body()); _ = d.Ack() })
 	require.NoError(t, err)
 
 	body := bytes.Repeat([]byte("y"), 3<<20)
@@ -338,5 +338,5 @@ func TestProbeQueuedBehindALongBodyKeepsTheLink(t *testing.T) {
 		t.Fatal("the body never arrived")
 	}
 	assert.Zero(t, tr.ConnectionsLost(), "the probe, queued behind the body, cost the connection")
-	assert.Equal(t, bus.TransportConnected, tr.State())
+	assert.Equal(t, driver.TransportConnected, tr.State())
 }

@@ -80,7 +80,7 @@ func (t *Transport) probeWaiter() <-chan struct{} {
 	return t.probeWake
 }
 
-// Check implements [bus.Delivery]: the delivery is still held if its
+// Check implements [driver.Delivery]: the delivery is still held if its
 // channel is open (an aborted consumer's is not) and, when the process
 // may have been paused since, the broker answered a round trip sent
 // after the pause.

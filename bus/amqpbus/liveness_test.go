@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -26,9 +27,9 @@ func TestHeartbeatMustBeWholeSeconds(t *testing.T) {
 }
 
 // stateChanges returns a channel of tr's state changes.
-func stateChanges(t *testing.T, tr *amqpbus.Transport) <-chan bus.TransportState {
-	ch := make(chan bus.TransportState, 16)
-	stop := tr.WatchState(func(s bus.TransportState) {
+func stateChanges(t *testing.T, tr *amqpbus.Transport) <-chan driver.TransportState {
+	ch := make(chan driver.TransportState, 16)
+	stop := tr.WatchState(func(s driver.TransportState) {
 		select {
 		case ch <- s:
 		default:
@@ -38,7 +39,7 @@ func stateChanges(t *testing.T, tr *amqpbus.Transport) <-chan bus.TransportState
 	return ch
 }
 
-func awaitState(t *testing.T, ch <-chan bus.TransportState, want bus.TransportState, within time.Duration) time.Duration {
+func awaitState(t *testing.T, ch <-chan driver.TransportState, want driver.TransportState, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	timer := time.NewTimer(within)
@@ -66,15 +67,15 @@ func TestBlackholeDetectedWithinLease(t *testing.T) {
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{})
 	states := stateChanges(t, tr)
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 
 	p.Stall()
-	took := awaitState(t, states, bus.TransportReconnecting, 10*time.Second)
+	took := awaitState(t, states, driver.TransportReconnecting, 10*time.Second)
 	t.Logf("a blackholed link was dropped %s after it went silent (probe every 250 ms, timeout 1 s; lease 2 s)", took.Round(time.Millisecond))
 	assert.Less(t, took, 2*time.Second, "noticed within the lease")
 
 	p.Heal()
-	awaitState(t, states, bus.TransportConnected, 15*time.Second)
+	awaitState(t, states, driver.TransportConnected, 15*time.Second)
 	require.NoError(t, tr.Publish(t.Context(), q, []byte("after")), "publishing works again, the temporary queue redeclared")
 }
 
@@ -88,11 +89,11 @@ func TestPausedDeliveryRunsOnlyIfStillHeld(t *testing.T) {
 	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{})
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
 	janitor := newEnv(t).dial(t, message.NewUUID(), amqpbus.Config{})
 	t.Cleanup(func() { _ = janitor.DeleteQueue(context.Background(), q) })
-	got := make(chan bus.Delivery, 4)
-	_, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { got <- d })
+	got := make(chan driver.Delivery, 4)
+	_, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { got <- d })
 	require.NoError(t, err)
 
 	// A healthy link: the check costs one round trip.
@@ -121,7 +122,7 @@ func TestPausedDeliveryRunsOnlyIfStillHeld(t *testing.T) {
 	require.NoError(t, again.Ack())
 }
 
-func recvDelivery(t *testing.T, ch <-chan bus.Delivery) bus.Delivery {
+func recvDelivery(t *testing.T, ch <-chan driver.Delivery) driver.Delivery {
 	t.Helper()
 	select {
 	case d := <-ch:

@@ -250,7 +250,7 @@ func target(r *pubReq) string {
 	return "queue " + r.key
 }
 
-// Publish implements [bus.Transport]: a mandatory, persistent publish to
+// Publish implements [driver.Transport]: a mandatory, persistent publish to
 // the default exchange with the queue name as routing key, confirmed by
 // the broker. A message for a missing queue comes back as a return before
 // its confirm and fails with message.ErrNoRoute within a round trip.
@@ -258,7 +258,7 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	return t.publish(ctx, "", queue, data, amqp.Persistent)
 }
 
-// Broadcast implements [bus.Transport]: a confirmed publish to the
+// Broadcast implements [driver.Transport]: a confirmed publish to the
 // fan-out exchange; with no queue bound the broker drops it.
 func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) error {
 	return t.publish(ctx, fanout, "", data, amqp.Transient)

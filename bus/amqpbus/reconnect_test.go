@@ -15,6 +15,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -83,7 +84,7 @@ func waitConnected(t *testing.T, trs []*amqpbus.Transport, within time.Duration)
 	for {
 		ok := true
 		for _, tr := range trs {
-			if tr.State() != bus.TransportConnected {
+			if tr.State() != driver.TransportConnected {
 				ok = false
 			}
 		}
@@ -207,8 +208,8 @@ func TestReconnectStorm(t *testing.T) {
 	}
 	var reconnects atomic.Int64
 	for _, tr := range trs {
-		stopWatch := tr.WatchState(func(s bus.TransportState) {
-			if s == bus.TransportConnected {
+		stopWatch := tr.WatchState(func(s driver.TransportState) {
+			if s == driver.TransportConnected {
 				reconnects.Add(1)
 			}
 		})

@@ -14,11 +14,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Transport is a [bus.Transport] on RabbitMQ (AMQP 0-9-1). Create it with
+// Transport is a [driver.Transport] on RabbitMQ (AMQP 0-9-1). Create it with
 // [Dial]; it is safe for concurrent use. When its connection drops it
 // reconnects by itself for as long as it lives, reporting it through
 // [Transport.State] and [Transport.WatchState].
@@ -31,13 +31,13 @@ type Transport struct {
 
 	mu        sync.Mutex
 	sess      *session // nil while reconnecting
-	state     bus.TransportState
+	state     driver.TransportState
 	consumers map[*consumer]struct{}
-	queues    map[string]bus.QueueOptions // declared here: redeclared on reconnect
-	order     []string                    // declaration order of queues
-	entries   map[string]string           // queue -> the entry it is bound to: rebound on reconnect
-	blocked   chan struct{}               // non-nil while the broker blocks us
-	watchers  map[int]func(bus.TransportState)
+	queues    map[string]driver.QueueOptions // declared here: redeclared on reconnect
+	order     []string                       // declaration order of queues
+	entries   map[string]string              // queue -> the entry it is bound to: rebound on reconnect
+	blocked   chan struct{}                  // non-nil while the broker blocks us
+	watchers  map[int]func(driver.TransportState)
 	nextWatch int
 	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 
@@ -56,7 +56,7 @@ type Transport struct {
 	lostConns atomic.Uint64 // connections lost since Dial
 }
 
-var _ bus.Transport = (*Transport)(nil)
+var _ driver.Transport = (*Transport)(nil)
 
 // Dial connects to the broker and returns a connected transport. On
 // failure it leaves nothing open; its error names the broker by masked
@@ -70,10 +70,10 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		cfg:       cfg,
 		masked:    MaskURL(cfg.URL),
 		reqs:      make(chan *pubReq),
-		state:     bus.TransportConnected,
+		state:     driver.TransportConnected,
 		consumers: make(map[*consumer]struct{}),
-		queues:    make(map[string]bus.QueueOptions),
-		watchers:  make(map[int]func(bus.TransportState)),
+		queues:    make(map[string]driver.QueueOptions),
+		watchers:  make(map[int]func(driver.TransportState)),
 		closing:   make(chan struct{}),
 		born:      time.Now(),
 		probeWake: make(chan struct{}),
@@ -90,16 +90,16 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// State implements [bus.Transport].
-func (t *Transport) State() bus.TransportState {
+// State implements [driver.Transport].
+func (t *Transport) State() driver.TransportState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.state
 }
 
-// WatchState implements [bus.Transport]: f runs on the transport's
+// WatchState implements [driver.Transport]: f runs on the transport's
 // supervisor goroutine, or on the one that calls Close.
-func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
+func (t *Transport) WatchState(f func(driver.TransportState)) (stop func()) {
 	t.mu.Lock()
 	id := t.nextWatch
 	t.nextWatch++
@@ -114,16 +114,16 @@ func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
 	}
 }
 
-func (t *Transport) setState(s bus.TransportState) {
+func (t *Transport) setState(s driver.TransportState) {
 	t.notifyMu.Lock()
 	defer t.notifyMu.Unlock()
 	t.mu.Lock()
-	if t.state == s || t.state == bus.TransportClosed {
+	if t.state == s || t.state == driver.TransportClosed {
 		t.mu.Unlock()
 		return
 	}
 	t.state = s
-	fs := make([]func(bus.TransportState), 0, len(t.watchers))
+	fs := make([]func(driver.TransportState), 0, len(t.watchers))
 	for _, f := range t.watchers {
 		fs = append(fs, f)
 	}
@@ -148,7 +148,7 @@ func (t *Transport) supervise(s *session) {
 		t.mu.Unlock()
 		t.lostConns.Add(1)
 		t.log.Warn("connection to the broker lost; reconnecting", "err", s.err)
-		t.setState(bus.TransportReconnecting)
+		t.setState(driver.TransportReconnecting)
 		start := time.Now()
 		delay := 50 * time.Millisecond
 		for attempt := 1; ; attempt++ {
@@ -177,7 +177,7 @@ func (t *Transport) supervise(s *session) {
 			t.mu.Lock()
 			t.sess = s
 			t.mu.Unlock()
-			t.setState(bus.TransportConnected)
+			t.setState(driver.TransportConnected)
 			t.resume(s)
 			t.log.Info("reconnected to the broker", "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
 			break
@@ -201,7 +201,7 @@ func jitter(d time.Duration) time.Duration {
 func (t *Transport) redeclare(ctx context.Context, s *session) error {
 	t.mu.Lock()
 	names := slices.Clone(t.order)
-	opts := make([]bus.QueueOptions, len(names))
+	opts := make([]driver.QueueOptions, len(names))
 	for i, n := range names {
 		opts[i] = t.queues[n]
 	}
@@ -222,7 +222,7 @@ func (t *Transport) redeclare(ctx context.Context, s *session) error {
 	return nil
 }
 
-// DeclareEntry implements [bus.Transport]: a durable direct exchange
+// DeclareEntry implements [driver.Transport]: a durable direct exchange
 // named entry, with queue bound under its own name. The transport binds
 // it again after reconnecting.
 func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
@@ -255,7 +255,7 @@ func entryOn(ch *amqp.Channel, entry, queue string) error {
 	return ch.QueueBind(queue, queue, entry, false, nil)
 }
 
-// PublishVia implements [bus.Transport]: a mandatory, persistent,
+// PublishVia implements [driver.Transport]: a mandatory, persistent,
 // confirmed publish to the entry with the queue's name as routing key; a
 // queue not bound to it comes back as a return and fails with
 // message.ErrNoRoute. An entry that does not exist makes the broker close
@@ -296,20 +296,20 @@ func (t *Transport) current(op string) (*session, error) {
 	return s, nil
 }
 
-// DeclareQueue implements [bus.Transport]. Durable queues are durable,
+// DeclareQueue implements [driver.Transport]. Durable queues are durable,
 // neither exclusive nor auto-delete, with x-expires = QueueExpires;
 // temporary queues are exclusive and auto-delete. A queue bound to a
 // fan-out gets the fan-out exchange declared (non-durable, auto-delete).
 // The transport remembers the queues it declared and declares them again
 // after reconnecting.
-func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.QueueOptions) error {
+func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.QueueOptions) error {
 	op := "declare queue " + name
 	switch {
 	case name == "":
 		return fmt.Errorf("amqpbus: declare: empty queue name: %w", message.ErrBadRequest)
 	case opts.MaxDeliveries > 0 && opts.DeadLetter == "":
 		return fmt.Errorf("amqpbus: %s: MaxDeliveries needs a DeadLetter queue: %w", op, message.ErrBadRequest)
-	case opts.Kind != bus.QueueDurable && opts.Kind != bus.QueueTemporary:
+	case opts.Kind != driver.QueueDurable && opts.Kind != driver.QueueTemporary:
 		return fmt.Errorf("amqpbus: %s: unknown queue kind %s: %w", op, opts.Kind, message.ErrBadRequest)
 	}
 	s, err := t.current(op)
@@ -328,10 +328,10 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.Queu
 	return nil
 }
 
-func (t *Transport) declareOn(ch *amqp.Channel, name string, opts bus.QueueOptions) error {
+func (t *Transport) declareOn(ch *amqp.Channel, name string, opts driver.QueueOptions) error {
 	durable, exclusive, autoDelete := true, false, false
 	args := amqp.Table{"x-expires": t.cfg.QueueExpires.Milliseconds()}
-	if opts.Kind == bus.QueueTemporary {
+	if opts.Kind == driver.QueueTemporary {
 		durable, exclusive, autoDelete, args = false, true, true, nil
 	}
 	if _, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args); err != nil {
@@ -346,7 +346,7 @@ func (t *Transport) declareOn(ch *amqp.Channel, name string, opts bus.QueueOptio
 	return nil
 }
 
-// DeleteQueue implements [bus.Transport]; a missing queue is not an error.
+// DeleteQueue implements [driver.Transport]; a missing queue is not an error.
 func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	op := "delete queue " + name
 	t.mu.Lock()
@@ -369,7 +369,7 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// DeleteQueueIfIdle implements [bus.Transport] with queue.delete
+// DeleteQueueIfIdle implements [driver.Transport] with queue.delete
 // if-unused and if-empty: the broker refuses (406) a queue with a consumer
 // or a ready message, which is reported as message.ErrBusy; deliveries
 // held on the channel of a cancelled consumer do not count.
@@ -400,13 +400,13 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	return nil
 }
 
-// Close implements [bus.Transport]: it cancels the consumers, closes the
+// Close implements [driver.Transport]: it cancels the consumers, closes the
 // connection (the broker requeues unacknowledged deliveries and deletes
 // the temporary queues), stops reconnecting and waits for every
 // goroutine. Idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
-		t.setState(bus.TransportClosed)
+		t.setState(driver.TransportClosed)
 		close(t.closing)
 		t.mu.Lock()
 		cs := make([]*consumer, 0, len(t.consumers))

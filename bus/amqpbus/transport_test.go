@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
@@ -47,7 +47,7 @@ func TestNoRouteUnderASecond(t *testing.T) {
 	}
 	// The channel survives a return: a routable publish still works.
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	require.NoError(t, tr.Publish(t.Context(), q, []byte("x")))
 }
 
@@ -56,7 +56,7 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	p.Stall()
 	const deadline = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
@@ -69,7 +69,7 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	t.Logf("publish to a stalled broker returned after %s (deadline %s): %v", took, deadline, err)
 	ctx2, cancel2 := context.WithTimeout(t.Context(), deadline)
 	defer cancel2()
-	assert.Error(t, tr.DeclareQueue(ctx2, q+"-2", bus.QueueOptions{Kind: bus.QueueTemporary}), "declarations honour ctx too")
+	assert.Error(t, tr.DeclareQueue(ctx2, q+"-2", driver.QueueOptions{Kind: driver.QueueTemporary}), "declarations honour ctx too")
 	p.Heal()
 }
 
@@ -86,13 +86,13 @@ func TestQueueArgumentsMustAgree(t *testing.T) {
 	a := e.dial(t, message.NewUUID(), amqpbus.Config{})
 	b := e.dial(t, message.NewUUID(), amqpbus.Config{QueueExpires: time.Hour})
 	q := testQueue(t)
-	require.NoError(t, a.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, a.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
 	t.Cleanup(func() { _ = a.DeleteQueue(context.Background(), q) })
-	err := b.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueDurable})
+	err := b.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable})
 	assert.ErrorIs(t, err, message.ErrBadRequest)
 	assert.Contains(t, err.Error(), "other settings")
 	// The control channel recovers from the channel error.
-	require.NoError(t, b.DeclareQueue(t.Context(), q+"-ok", bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, b.DeclareQueue(t.Context(), q+"-ok", driver.QueueOptions{Kind: driver.QueueTemporary}))
 	require.NoError(t, a.DeleteQueue(t.Context(), q+"-does-not-exist"), "deleting a missing queue is not an error")
 }
 
@@ -129,7 +129,7 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u.String(), Logger: logger})
 	require.NoError(t, err, "dial as %s", user)
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	require.NoError(t, tr.Publish(t.Context(), q, []byte("hello")))
 	errs := []error{tr.Publish(t.Context(), testQueue(t), []byte("no route"))}
 	require.NoError(t, tr.Close())
@@ -223,9 +223,9 @@ func TestTLS(t *testing.T) {
 	require.NoError(t, err)
 	defer tr.Close()
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, bus.QueueOptions{Kind: bus.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	got := make(chan string, 1)
-	_, err = tr.Consume(t.Context(), q, bus.ConsumeOptions{}, func(d bus.Delivery) { got <- string(d.Body()); _ = d.Ack() })
+	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) { got <- string(d.Body()); _ = d.Ack() })
 	require.NoError(t, err)
 	require.NoError(t, tr.Publish(t.Context(), q, []byte("over tls")))
 	select {

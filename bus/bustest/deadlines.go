@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
@@ -88,7 +89,7 @@ func testLateBehindOthers(t *testing.T, c *cluster) {
 // fail as if the broker were unreachable; everything else is the wrapped
 // transport's.
 type failReplies struct {
-	bus.Transport
+	driver.Transport
 	n atomic.Int32
 }
 
@@ -124,9 +125,9 @@ func testUnrepliedRedelivered(t *testing.T, c *cluster) {
 	assert.EqualValues(t, 3, ran.Load(), "run, reply lost, given back; twice; then replied")
 	assert.EqualValues(t, 2, b.Stats().Released)
 
-	dead := make(chan bus.Delivery, 1)
+	dead := make(chan driver.Delivery, 1)
 	probe := c.env.Transport(t, message.NewUUID())
-	cons, err := probe.Consume(t.Context(), b.DeadLetterQueue(), bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+	cons, err := probe.Consume(t.Context(), b.DeadLetterQueue(), driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
 		dead <- d
 		_ = d.Reject(true)
 	})
@@ -134,7 +135,7 @@ func testUnrepliedRedelivered(t *testing.T, c *cluster) {
 	defer cons.Cancel()
 	select {
 	case d := <-dead:
-		t.Fatalf("bustest: the message was dead-lettered (%s): a giveback counted as a failed delivery", d.Header(bus.HeaderDeadReason))
+		t.Fatalf("bustest: the message was dead-lettered (%s): a giveback counted as a failed delivery", d.Header(driver.HeaderDeadReason))
 	case <-time.After(300 * time.Millisecond):
 	}
 }

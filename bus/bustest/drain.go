@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -17,7 +18,7 @@ import (
 // Cutter is implemented by an [Env] that can cut a node off from the
 // broker and heal it (a network cut, not a crash): the node's
 // transports fail their operations meanwhile and report it through
-// bus.Transport.WatchState. Scenarios that need it run when Features.CanCut is
+// driver.Transport.WatchState. Scenarios that need it run when Features.CanCut is
 // set.
 type Cutter interface {
 	// Cut cuts every transport of node off from the broker.
@@ -78,12 +79,12 @@ func testIdleDelete(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
 	ctx := t.Context()
 	q := c.prefix + ".message.idle.q"
-	require.NoError(t, tr.DeclareQueue(ctx, q, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueDurable}))
 	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
 	require.NoError(t, tr.Publish(ctx, q, []byte("x")))
 	require.ErrorIs(t, tr.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "a queue with a message stays")
-	got := make(chan bus.Delivery, 1)
-	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 1}, func(dl bus.Delivery) { got <- dl })
+	got := make(chan driver.Delivery, 1)
+	cons, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, func(dl driver.Delivery) { got <- dl })
 	require.NoError(t, err)
 	dl := recv(t, got, 10*time.Second, "the message")
 	require.NoError(t, dl.Ack())
@@ -109,9 +110,9 @@ func testCutReported(t *testing.T, c *cluster) {
 	require.NoError(t, b.Register(t.Context(), "svc", echoHandler(b)))
 	states := watchStates(t, b.tr)
 	cutter.Cut(t, id)
-	awaitState(t, states, bus.TransportReconnecting)
+	awaitState(t, states, driver.TransportReconnecting)
 	cutter.Heal(t, id)
-	awaitState(t, states, bus.TransportConnected)
+	awaitState(t, states, driver.TransportConnected)
 	eventually(t, 20*time.Second, "calls reach the healed node again", func() bool {
 		_, err := bus.Call[Echoed](t.Context(), a.CloudBus, b.LocalID("svc"), Echo{Seq: 1}, bus.WithTimeout(time.Second))
 		return err == nil
@@ -120,10 +121,10 @@ func testCutReported(t *testing.T, c *cluster) {
 
 // watchStates reports tr's state changes on the returned channel (the
 // latest 16; more are dropped) until the test ends.
-func watchStates(t *testing.T, tr bus.Transport) <-chan bus.TransportState {
+func watchStates(t *testing.T, tr driver.Transport) <-chan driver.TransportState {
 	t.Helper()
-	states := make(chan bus.TransportState, 16)
-	stop := tr.WatchState(func(s bus.TransportState) {
+	states := make(chan driver.TransportState, 16)
+	stop := tr.WatchState(func(s driver.TransportState) {
 		select {
 		case states <- s:
 		default:
@@ -133,7 +134,7 @@ func watchStates(t *testing.T, tr bus.Transport) <-chan bus.TransportState {
 	return states
 }
 
-func awaitState(t *testing.T, ch <-chan bus.TransportState, want bus.TransportState) {
+func awaitState(t *testing.T, ch <-chan driver.TransportState, want driver.TransportState) {
 	t.Helper()
 	timer := time.NewTimer(20 * time.Second)
 	defer timer.Stop()

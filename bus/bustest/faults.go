@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,22 +160,22 @@ func testKilledQueueKeeps(t *testing.T, c *cluster) {
 func testRedelivery(t *testing.T, c *cluster) {
 	pub := c.env.Transport(t, message.NewUUID())
 	queue := c.prefix + ".message.redeliver.q"
-	require.NoError(t, pub.DeclareQueue(t.Context(), queue, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, pub.DeclareQueue(t.Context(), queue, driver.QueueOptions{Kind: driver.QueueDurable}))
 	t.Cleanup(func() { _ = pub.DeleteQueue(context.Background(), queue) })
 
 	victim := message.NewUUID()
 	tv := c.env.Transport(t, victim)
-	first := make(chan bus.Delivery, 1)
-	_, err := tv.Consume(t.Context(), queue, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { first <- d })
+	first := make(chan driver.Delivery, 1)
+	_, err := tv.Consume(t.Context(), queue, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { first <- d })
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(t.Context(), queue, []byte("job-1")))
 	d := recv(t, first, 5*time.Second, "first delivery")
 	assert.False(t, d.Redelivered())
 	c.env.Kill(t, victim) // dies without acknowledging
 
-	again := make(chan bus.Delivery, 1)
+	again := make(chan driver.Delivery, 1)
 	tn := c.env.Transport(t, message.NewUUID())
-	_, err = tn.Consume(t.Context(), queue, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { again <- d })
+	_, err = tn.Consume(t.Context(), queue, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { again <- d })
 	require.NoError(t, err)
 	d2 := recv(t, again, 10*time.Second, "redelivery after the consumer died")
 	assert.Equal(t, "job-1", string(d2.Body()))
@@ -189,8 +190,8 @@ func testPoison(t *testing.T, c *cluster) {
 	queue := c.prefix + ".message.poison.q"
 	dead := c.prefix + ".poison.dead"
 	ctx := t.Context()
-	require.NoError(t, tr.DeclareQueue(ctx, dead, bus.QueueOptions{Kind: bus.QueueDurable}))
-	require.NoError(t, tr.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable, MaxDeliveries: limit, DeadLetter: dead}))
+	require.NoError(t, tr.DeclareQueue(ctx, dead, driver.QueueOptions{Kind: driver.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, queue, driver.QueueOptions{Kind: driver.QueueDurable, MaxDeliveries: limit, DeadLetter: dead}))
 	t.Cleanup(func() {
 		_ = tr.DeleteQueue(context.Background(), queue)
 		_ = tr.DeleteQueue(context.Background(), dead)
@@ -198,7 +199,7 @@ func testPoison(t *testing.T, c *cluster) {
 
 	var handedPoison atomic.Int32
 	good := make(chan string, 10)
-	_, err := tr.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+	_, err := tr.Consume(ctx, queue, driver.ConsumeOptions{Prefetch: 4}, func(d driver.Delivery) {
 		if string(d.Body()) == "poison" {
 			handedPoison.Add(1)
 			_ = d.Reject(true) // gives it back, as a crashing consumer would
@@ -208,8 +209,8 @@ func testPoison(t *testing.T, c *cluster) {
 		_ = d.Ack()
 	})
 	require.NoError(t, err)
-	deadGot := make(chan bus.Delivery, 1)
-	_, err = tr.Consume(ctx, dead, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+	deadGot := make(chan driver.Delivery, 1)
+	_, err = tr.Consume(ctx, dead, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
 		deadGot <- d
 		_ = d.Ack()
 	})
@@ -225,7 +226,7 @@ func testPoison(t *testing.T, c *cluster) {
 	assert.Len(t, got, 3, "the other messages keep flowing")
 	d := recv(t, deadGot, 10*time.Second, "the poison message in the dead-letter queue")
 	assert.Equal(t, "poison", string(d.Body()))
-	assert.Contains(t, d.Header(bus.HeaderDeadReason), "3 times", "the dead-letter reason says why")
-	assert.Equal(t, queue, d.Header(bus.HeaderDeadQueue))
+	assert.Contains(t, d.Header(driver.HeaderDeadReason), "3 times", "the dead-letter reason says why")
+	assert.Equal(t, queue, d.Header(driver.HeaderDeadQueue))
 	assert.EqualValues(t, limit, handedPoison.Load(), "a poison message is handed over exactly MaxDeliveries times")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -42,10 +43,10 @@ func (f *failing) Handle(ctx context.Context, r *bus.Request) (any, error) {
 
 // deadLetters consumes the dead-letter queue of b with a transport of
 // the scenario's environment and hands each message over.
-func deadLetters(t *testing.T, c *cluster, b *node) <-chan bus.Delivery {
-	out := make(chan bus.Delivery, 16)
+func deadLetters(t *testing.T, c *cluster, b *node) <-chan driver.Delivery {
+	out := make(chan driver.Delivery, 16)
 	probe := c.env.Transport(t, message.NewUUID())
-	cons, err := probe.Consume(t.Context(), b.DeadLetterQueue(), bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+	cons, err := probe.Consume(t.Context(), b.DeadLetterQueue(), driver.ConsumeOptions{Prefetch: 4}, func(d driver.Delivery) {
 		out <- d
 		_ = d.Ack()
 	})
@@ -56,11 +57,11 @@ func deadLetters(t *testing.T, c *cluster, b *node) <-chan bus.Delivery {
 
 // noDeadLetter fails if a message reaches the dead-letter queue within
 // 300 ms.
-func noDeadLetter(t *testing.T, dead <-chan bus.Delivery, why string) {
+func noDeadLetter(t *testing.T, dead <-chan driver.Delivery, why string) {
 	t.Helper()
 	select {
 	case d := <-dead:
-		t.Fatalf("bustest: %s, but a message was dead-lettered: %s", why, d.Header(bus.HeaderDeadReason))
+		t.Fatalf("bustest: %s, but a message was dead-lettered: %s", why, d.Header(driver.HeaderDeadReason))
 	case <-time.After(300 * time.Millisecond):
 	}
 }
@@ -118,10 +119,10 @@ func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 	env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 	require.NoError(t, err, "the dead letter is the message as sent")
 	assert.Equal(t, b.LocalID("svc"), env.ServiceID)
-	reason := d.Header(bus.HeaderDeadReason)
+	reason := d.Header(driver.HeaderDeadReason)
 	assert.Contains(t, reason, "failed 3 times", "the reason counts the attempts")
 	assert.Contains(t, reason, string(message.ErrInternal.Code), "the reason names the last error")
-	assert.Equal(t, busx.Of(b).QueueName(b.LocalID("svc")), d.Header(bus.HeaderDeadQueue))
+	assert.Equal(t, busx.Of(b).QueueName(b.LocalID("svc")), d.Header(driver.HeaderDeadQueue))
 	assert.EqualValues(t, 3, h.ran.Load(), "RetryAttempts bounds the runs")
 	st := b.Stats()
 	assert.EqualValues(t, 2, st.Retried)
@@ -147,7 +148,7 @@ func testOneWayDeadline(t *testing.T, c *cluster) {
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1}, bus.WithTimeout(timeout)))
 	d := recv(t, dead, 10*time.Second, "the message in the dead-letter queue")
 	assert.Less(t, time.Since(sent), timeout+2*time.Second, "dead-lettered by its deadline")
-	assert.Contains(t, d.Header(bus.HeaderDeadReason), "deadline", "the reason says the deadline ended it")
+	assert.Contains(t, d.Header(driver.HeaderDeadReason), "deadline", "the reason says the deadline ended it")
 	assert.Greater(t, h.ran.Load(), int32(2), "tried again while its deadline allowed")
 }
 
@@ -169,7 +170,7 @@ func testOneWayLateDeadLettered(t *testing.T, c *cluster) {
 	time.Sleep(timeout) // the deadline passes while it waits in the queue
 	require.NoError(t, b.Register(ctx, "svc", h), "a consumer comes back")
 	d := recv(t, dead, 10*time.Second, "the late message in the dead-letter queue")
-	assert.Contains(t, d.Header(bus.HeaderDeadReason), "deadline passed")
+	assert.Contains(t, d.Header(driver.HeaderDeadReason), "deadline passed")
 	assert.Zero(t, h.ran.Load(), "a late message does not run")
 	assert.EqualValues(t, 1, b.Stats().Late)
 }
@@ -182,15 +183,15 @@ func testRetryAndDeadLetter(t *testing.T, c *cluster) {
 	queue := c.prefix + ".message.retry.q"
 	dead := c.prefix + ".retry.dead"
 	ctx := t.Context()
-	require.NoError(t, tr.DeclareQueue(ctx, dead, bus.QueueOptions{Kind: bus.QueueDurable}))
-	require.NoError(t, tr.DeclareQueue(ctx, queue, bus.QueueOptions{Kind: bus.QueueDurable, MaxDeliveries: 1, DeadLetter: dead}))
+	require.NoError(t, tr.DeclareQueue(ctx, dead, driver.QueueOptions{Kind: driver.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(ctx, queue, driver.QueueOptions{Kind: driver.QueueDurable, MaxDeliveries: 1, DeadLetter: dead}))
 	t.Cleanup(func() {
 		_ = tr.DeleteQueue(context.Background(), queue)
 		_ = tr.DeleteQueue(context.Background(), dead)
 	})
 	attempts := make(chan string, 8)
-	_, err := tr.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
-		n := d.Header(bus.HeaderAttempts)
+	_, err := tr.Consume(ctx, queue, driver.ConsumeOptions{Prefetch: 4}, func(d driver.Delivery) {
+		n := d.Header(driver.HeaderAttempts)
 		attempts <- n
 		switch n {
 		case "":
@@ -202,8 +203,8 @@ func testRetryAndDeadLetter(t *testing.T, c *cluster) {
 		}
 	})
 	require.NoError(t, err)
-	deadGot := make(chan bus.Delivery, 1)
-	_, err = tr.Consume(ctx, dead, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
+	deadGot := make(chan driver.Delivery, 1)
+	_, err = tr.Consume(ctx, dead, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
 		deadGot <- d
 		_ = d.Ack()
 	})
@@ -217,8 +218,8 @@ func testRetryAndDeadLetter(t *testing.T, c *cluster) {
 	assert.Equal(t, []string{"", "1", "2"}, seen, "each retry carries its attempt count; none counted towards MaxDeliveries (1)")
 	d := recv(t, deadGot, 10*time.Second, "the message in the dead-letter queue")
 	assert.Equal(t, "job", string(d.Body()))
-	assert.Equal(t, "bustest: spent", d.Header(bus.HeaderDeadReason))
-	assert.Equal(t, queue, d.Header(bus.HeaderDeadQueue))
+	assert.Equal(t, "bustest: spent", d.Header(driver.HeaderDeadReason))
+	assert.Equal(t, queue, d.Header(driver.HeaderDeadQueue))
 	select {
 	case n := <-attempts:
 		t.Fatalf("bustest: a dead-lettered message was delivered again (attempts %q)", n)
@@ -242,7 +243,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	states := watchStates(t, a.tr)
 	cutter.Cut(t, id)
-	awaitState(t, states, bus.TransportReconnecting)
+	awaitState(t, states, driver.TransportReconnecting)
 
 	sendErr := a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 1})
 	_, callErr := bus.Call[any](t.Context(), a.CloudBus, b.LocalID("svc"), Echo{Seq: 2}, bus.WithTimeout(2*time.Second))
@@ -254,7 +255,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 		assert.Equal(t, message.RetrySafe, message.CodeOf(err).Retry())
 	}
 	cutter.Heal(t, id)
-	awaitState(t, states, bus.TransportConnected)
+	awaitState(t, states, driver.TransportConnected)
 	assert.Zero(t, h.ran.Load(), "nothing refused ran")
 	require.NoError(t, a.Send(t.Context(), b.LocalID("svc"), Echo{Seq: 3}))
 	assert.Equal(t, 3, recv(t, h.done, 10*time.Second, "a send after the heal"))
@@ -302,7 +303,7 @@ func testCloseWhileDrained(t *testing.T, c *cluster) {
 
 	got := make(chan int, 4)
 	probe := c.env.Transport(t, message.NewUUID())
-	_, err := probe.Consume(ctx, queue, bus.ConsumeOptions{Prefetch: 4}, func(d bus.Delivery) {
+	_, err := probe.Consume(ctx, queue, driver.ConsumeOptions{Prefetch: 4}, func(d driver.Delivery) {
 		env, err := wire.DecodeEnvelope(d.Body(), message.DefaultMaxSize)
 		if err == nil {
 			var e Echo

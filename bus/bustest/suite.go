@@ -1,4 +1,4 @@
-// Package bustest is the conformance suite every [bus.Transport] runs,
+// Package bustest is the conformance suite every [driver.Transport] runs,
 // unchanged, so that the in-memory bus behaves like RabbitMQ and a user's
 // own transport can prove it behaves like both.
 //
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/require"
@@ -61,7 +62,7 @@ type Harness struct {
 type Env interface {
 	// Transport returns a new transport connected as node. The Env closes
 	// it when the test ends (t.Cleanup); the suite may close it earlier.
-	Transport(t *testing.T, node string) bus.Transport
+	Transport(t *testing.T, node string) driver.Transport
 	// Kill crashes every transport of node as a process crash would: no
 	// goodbye, unacknowledged deliveries go back to their queues. Called
 	// only when Features.CanKill is set.
@@ -182,7 +183,7 @@ func newCluster(t *testing.T, h Harness) *cluster {
 type node struct {
 	*bus.CloudBus
 	id string
-	tr bus.Transport
+	tr driver.Transport
 }
 
 // open starts a bus as node id (a fresh UUID if empty) with cfg's

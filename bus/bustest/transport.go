@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // declareQueue declares a durable queue of the scenario, deleted when the
 // test ends.
-func declareQueue(t *testing.T, c *cluster, tr bus.Transport, name string, opts bus.QueueOptions) string {
+func declareQueue(t *testing.T, c *cluster, tr driver.Transport, name string, opts driver.QueueOptions) string {
 	t.Helper()
 	q := c.prefix + "." + name
-	opts.Kind = bus.QueueDurable
+	opts.Kind = driver.QueueDurable
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, opts))
 	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
 	return q
@@ -29,11 +29,11 @@ func declareQueue(t *testing.T, c *cluster, tr bus.Transport, name string, opts 
 // watcher is not called again.
 func testStateReported(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
-	require.Equal(t, bus.TransportConnected, tr.State(), "a fresh transport is connected")
+	require.Equal(t, driver.TransportConnected, tr.State(), "a fresh transport is connected")
 	states := watchStates(t, tr)
 	var mu sync.Mutex
 	stopped := false
-	stop := tr.WatchState(func(bus.TransportState) {
+	stop := tr.WatchState(func(driver.TransportState) {
 		mu.Lock()
 		defer mu.Unlock()
 		assert.False(t, stopped, "bustest: a watcher was called after its stop returned")
@@ -44,8 +44,8 @@ func testStateReported(t *testing.T, c *cluster) {
 	mu.Unlock()
 	stop() // idempotent
 	require.NoError(t, tr.Close())
-	awaitState(t, states, bus.TransportClosed)
-	assert.Equal(t, bus.TransportClosed, tr.State(), "a closed transport says so")
+	awaitState(t, states, driver.TransportClosed)
+	assert.Equal(t, driver.TransportClosed, tr.State(), "a closed transport says so")
 	assert.Error(t, tr.Publish(t.Context(), c.prefix+".any", []byte("x")), "a closed transport publishes nothing")
 }
 
@@ -53,10 +53,10 @@ func testStateReported(t *testing.T, c *cluster) {
 // and fails once the consumer aborted (the broker took it back).
 func testDeliveryCheck(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
-	q := declareQueue(t, c, tr, "check.q", bus.QueueOptions{})
+	q := declareQueue(t, c, tr, "check.q", driver.QueueOptions{})
 	require.NoError(t, tr.Publish(t.Context(), q, []byte("x")))
-	got := make(chan bus.Delivery, 1)
-	cons, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { got <- d })
+	got := make(chan driver.Delivery, 1)
+	cons, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { got <- d })
 	require.NoError(t, err)
 	d := recv(t, got, 10*time.Second, "the message")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -70,12 +70,12 @@ func testDeliveryCheck(t *testing.T, c *cluster) {
 // and releases do not count towards MaxDeliveries.
 func testRelease(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
-	dead := declareQueue(t, c, tr, "release.dead", bus.QueueOptions{})
-	q := declareQueue(t, c, tr, "release.q", bus.QueueOptions{MaxDeliveries: 1, DeadLetter: dead})
+	dead := declareQueue(t, c, tr, "release.dead", driver.QueueOptions{})
+	q := declareQueue(t, c, tr, "release.q", driver.QueueOptions{MaxDeliveries: 1, DeadLetter: dead})
 	attempts := make(chan string, 8)
 	runs := 0 // handle calls of one consumer do not overlap
-	_, err := tr.Consume(t.Context(), q, bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) {
-		attempts <- d.Header(bus.HeaderAttempts)
+	_, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+		attempts <- d.Header(driver.HeaderAttempts)
 		runs++
 		switch runs {
 		case 1:
@@ -103,12 +103,12 @@ func testRelease(t *testing.T, c *cluster) {
 // in between, and settling them later has no effect.
 func testAbort(t *testing.T, c *cluster) {
 	tr := c.env.Transport(t, message.NewUUID())
-	q := declareQueue(t, c, tr, "abort.q", bus.QueueOptions{})
+	q := declareQueue(t, c, tr, "abort.q", driver.QueueOptions{})
 	ctx := t.Context()
 	require.NoError(t, tr.Publish(ctx, q, []byte("1")))
 	require.NoError(t, tr.Publish(ctx, q, []byte("2")))
-	held := make(chan bus.Delivery, 2)
-	cons, err := tr.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 2}, func(d bus.Delivery) { held <- d })
+	held := make(chan driver.Delivery, 2)
+	cons, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 2}, func(d driver.Delivery) { held <- d })
 	require.NoError(t, err)
 	first := recv(t, held, 10*time.Second, "the first message")
 	recv(t, held, 10*time.Second, "the second message")
@@ -118,8 +118,8 @@ func testAbort(t *testing.T, c *cluster) {
 	require.ErrorIs(t, janitor.DeleteQueueIfIdle(ctx, q), message.ErrBusy, "bustest: the queue looked idle right after Abort: the deliveries it held would be lost")
 	_ = first.Ack() // no effect: the delivery went back
 
-	again := make(chan bus.Delivery, 2)
-	_, err = janitor.Consume(ctx, q, bus.ConsumeOptions{Prefetch: 2}, func(d bus.Delivery) { again <- d; _ = d.Ack() })
+	again := make(chan driver.Delivery, 2)
+	_, err = janitor.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 2}, func(d driver.Delivery) { again <- d; _ = d.Ack() })
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	for range 2 {

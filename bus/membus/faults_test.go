@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/stretchr/testify/assert"
@@ -13,10 +13,10 @@ import (
 )
 
 // consume collects the bodies delivered on queue, acknowledging them.
-func consume(t *testing.T, tr bus.Transport, queue string) <-chan string {
+func consume(t *testing.T, tr driver.Transport, queue string) <-chan string {
 	t.Helper()
 	got := make(chan string, 100)
-	c, err := tr.Consume(t.Context(), queue, bus.ConsumeOptions{Prefetch: 10}, func(d bus.Delivery) {
+	c, err := tr.Consume(t.Context(), queue, driver.ConsumeOptions{Prefetch: 10}, func(d driver.Delivery) {
 		got <- string(d.Body())
 		_ = d.Ack()
 	})
@@ -25,9 +25,9 @@ func consume(t *testing.T, tr bus.Transport, queue string) <-chan string {
 	return got
 }
 
-func declare(t *testing.T, tr bus.Transport, queue string) {
+func declare(t *testing.T, tr driver.Transport, queue string) {
 	t.Helper()
-	require.NoError(t, tr.DeclareQueue(t.Context(), queue, bus.QueueOptions{Kind: bus.QueueDurable}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), queue, driver.QueueOptions{Kind: driver.QueueDurable}))
 }
 
 func TestDropLosesTrafficSilently(t *testing.T) {
@@ -64,7 +64,7 @@ func TestPartitionFailsLoudlyAndHeals(t *testing.T) {
 	net.Partition("a", true)
 	err := a.Publish(t.Context(), "qa", []byte("x"))
 	assert.ErrorIs(t, err, message.ErrUnavailable)
-	assert.ErrorIs(t, a.DeclareQueue(t.Context(), "qz", bus.QueueOptions{Kind: bus.QueueDurable}), message.ErrUnavailable)
+	assert.ErrorIs(t, a.DeclareQueue(t.Context(), "qz", driver.QueueOptions{Kind: driver.QueueDurable}), message.ErrUnavailable)
 	require.NoError(t, b.Publish(t.Context(), "qa", []byte("held")))
 	assert.Empty(t, gotA)
 
@@ -79,8 +79,8 @@ func TestKillDeletesTemporaryQueuesKeepsDurable(t *testing.T) {
 	a, b := net.Transport("a"), net.Transport("b")
 	defer a.Close()
 	defer b.Close()
-	require.NoError(t, a.DeclareQueue(t.Context(), "durable", bus.QueueOptions{Kind: bus.QueueDurable}))
-	require.NoError(t, a.DeclareQueue(t.Context(), "temp", bus.QueueOptions{Kind: bus.QueueTemporary, Fanout: "f"}))
+	require.NoError(t, a.DeclareQueue(t.Context(), "durable", driver.QueueOptions{Kind: driver.QueueDurable}))
+	require.NoError(t, a.DeclareQueue(t.Context(), "temp", driver.QueueOptions{Kind: driver.QueueTemporary, Fanout: "f"}))
 	consume(t, a, "durable")
 	net.Kill("a")
 
@@ -103,11 +103,11 @@ func TestDeclareConflictsAndClosedTransport(t *testing.T) {
 	net := membus.New()
 	a := net.Transport("a")
 	ctx := context.Background()
-	require.NoError(t, a.DeclareQueue(ctx, "q", bus.QueueOptions{Kind: bus.QueueDurable}))
-	require.NoError(t, a.DeclareQueue(ctx, "q", bus.QueueOptions{Kind: bus.QueueDurable}), "redeclaring is a no-op")
-	assert.ErrorIs(t, a.DeclareQueue(ctx, "q", bus.QueueOptions{Kind: bus.QueueTemporary}), message.ErrBadRequest)
-	assert.ErrorIs(t, a.DeclareQueue(ctx, "x", bus.QueueOptions{}), message.ErrBadRequest)
-	_, err := a.Consume(ctx, "missing", bus.ConsumeOptions{}, func(bus.Delivery) {})
+	require.NoError(t, a.DeclareQueue(ctx, "q", driver.QueueOptions{Kind: driver.QueueDurable}))
+	require.NoError(t, a.DeclareQueue(ctx, "q", driver.QueueOptions{Kind: driver.QueueDurable}), "redeclaring is a no-op")
+	assert.ErrorIs(t, a.DeclareQueue(ctx, "q", driver.QueueOptions{Kind: driver.QueueTemporary}), message.ErrBadRequest)
+	assert.ErrorIs(t, a.DeclareQueue(ctx, "x", driver.QueueOptions{}), message.ErrBadRequest)
+	_, err := a.Consume(ctx, "missing", driver.ConsumeOptions{}, func(driver.Delivery) {})
 	assert.ErrorIs(t, err, message.ErrNoRoute)
 	require.NoError(t, a.Close())
 	require.NoError(t, a.Close(), "Close is idempotent")
@@ -123,8 +123,8 @@ func TestCompetingConsumersRespectPrefetch(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	declare(t, a, "shared")
-	held := make(chan bus.Delivery, 10)
-	ca, err := a.Consume(t.Context(), "shared", bus.ConsumeOptions{Prefetch: 1}, func(d bus.Delivery) { held <- d })
+	held := make(chan driver.Delivery, 10)
+	ca, err := a.Consume(t.Context(), "shared", driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { held <- d })
 	require.NoError(t, err)
 	defer ca.Cancel()
 	gotB := consume(t, b, "shared")

@@ -3,8 +3,8 @@ package membus_test
 import (
 	"testing"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/bustest"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"go.uber.org/goleak"
 )
@@ -15,7 +15,7 @@ func TestMain(m *testing.M) {
 
 type env struct{ net *membus.Network }
 
-func (e env) Transport(t *testing.T, node string) bus.Transport {
+func (e env) Transport(t *testing.T, node string) driver.Transport {
 	tr := e.net.Transport(node)
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -38,7 +38,7 @@ type nodeState struct {
 
 type queue struct {
 	name      string
-	kind      bus.QueueKind
+	kind      driver.QueueKind
 	owner     *Transport // declarer of a temporary queue
 	fanout    string
 	maxDeliv  int    // deliveries before dead-lettering; 0: unbounded
@@ -164,7 +164,7 @@ type QueueInfo struct {
 	// Name is the queue's name.
 	Name string
 	// Kind says whether it is durable or temporary.
-	Kind bus.QueueKind
+	Kind driver.QueueKind
 	// Fanout is the fan-out it is bound to, if any.
 	Fanout string
 	// Ready is the number of messages waiting for a consumer.
@@ -273,8 +273,8 @@ func (n *Network) deadLetterLocked(q *queue, m *msg) {
 	}
 	n.seq++
 	dl.msgs = append(dl.msgs, &msg{seq: n.seq, data: m.data, headers: map[string]string{
-		bus.HeaderDeadReason: fmt.Sprintf("handed to a consumer %d times without acknowledgement (limit %d): each consumer crashed or gave it back", m.handed, q.maxDeliv),
-		bus.HeaderDeadQueue:  q.name,
+		driver.HeaderDeadReason: fmt.Sprintf("handed to a consumer %d times without acknowledgement (limit %d): each consumer crashed or gave it back", m.handed, q.maxDeliv),
+		driver.HeaderDeadQueue:  q.name,
 	}})
 	n.dispatchLocked(dl)
 }

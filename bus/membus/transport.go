@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // Transport is one node's connection to a [Network]. It implements
-// [bus.Transport]; create it with [Network.Transport].
+// [driver.Transport]; create it with [Network.Transport].
 type Transport struct {
 	net  *Network
 	node string
@@ -28,44 +28,44 @@ type Transport struct {
 
 	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 	watchMu   sync.Mutex // guards watchers, nextWatch, lastState; never held with net.mu
-	watchers  map[int]func(bus.TransportState)
+	watchers  map[int]func(driver.TransportState)
 	nextWatch int
-	lastState bus.TransportState
+	lastState driver.TransportState
 }
 
 var (
-	_ bus.Transport = (*Transport)(nil)
-	_ bus.Consumer  = (*consumer)(nil)
-	_ bus.Delivery  = (*delivery)(nil)
+	_ driver.Transport = (*Transport)(nil)
+	_ driver.Consumer  = (*consumer)(nil)
+	_ driver.Delivery  = (*delivery)(nil)
 )
 
-// State implements [bus.Transport]: closed after Close or a kill,
+// State implements [driver.Transport]: closed after Close or a kill,
 // reconnecting while the node is partitioned, else connected.
-func (t *Transport) State() bus.TransportState {
+func (t *Transport) State() driver.TransportState {
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return t.stateLocked()
 }
 
-func (t *Transport) stateLocked() bus.TransportState {
+func (t *Transport) stateLocked() driver.TransportState {
 	switch {
 	case t.closed || t.dead:
-		return bus.TransportClosed
+		return driver.TransportClosed
 	case t.net.nodes[t.node] != nil && t.net.nodes[t.node].partition:
-		return bus.TransportReconnecting
+		return driver.TransportReconnecting
 	}
-	return bus.TransportConnected
+	return driver.TransportConnected
 }
 
-// WatchState implements [bus.Transport]: f is called with every later
+// WatchState implements [driver.Transport]: f is called with every later
 // change (a partition, its healing, Close or a kill), in order, on the
 // goroutine that caused it.
-func (t *Transport) WatchState(f func(bus.TransportState)) (stop func()) {
+func (t *Transport) WatchState(f func(driver.TransportState)) (stop func()) {
 	st := t.State()
 	t.watchMu.Lock()
 	if t.watchers == nil {
-		t.watchers = make(map[int]func(bus.TransportState))
+		t.watchers = make(map[int]func(driver.TransportState))
 		t.lastState = st
 	}
 	id := t.nextWatch
@@ -93,7 +93,7 @@ func (t *Transport) notify() {
 		return
 	}
 	t.lastState = st
-	fs := make([]func(bus.TransportState), 0, len(t.watchers))
+	fs := make([]func(driver.TransportState), 0, len(t.watchers))
 	for _, f := range t.watchers {
 		fs = append(fs, f)
 	}
@@ -103,7 +103,7 @@ func (t *Transport) notify() {
 	}
 }
 
-// DeleteQueueIfIdle implements [bus.Transport]; a delivery not yet
+// DeleteQueueIfIdle implements [driver.Transport]; a delivery not yet
 // settled counts, whether or not its consumer was cancelled.
 func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
@@ -149,15 +149,15 @@ func (t *Transport) droppedLocked() bool {
 	return s != nil && s.dropped
 }
 
-// DeclareQueue implements [bus.Transport].
-func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.QueueOptions) error {
+// DeclareQueue implements [driver.Transport].
+func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.QueueOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if name == "" {
 		return fmt.Errorf("membus: declare: empty queue name: %w", message.ErrBadRequest)
 	}
-	if opts.Kind != bus.QueueDurable && opts.Kind != bus.QueueTemporary {
+	if opts.Kind != driver.QueueDurable && opts.Kind != driver.QueueTemporary {
 		return fmt.Errorf("membus: declare %s: unknown queue kind %s: %w", name, opts.Kind, message.ErrBadRequest)
 	}
 	n := t.net
@@ -177,7 +177,7 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.Queu
 		return fmt.Errorf("membus: declare %s: MaxDeliveries needs a DeadLetter queue: %w", name, message.ErrBadRequest)
 	}
 	q := &queue{name: name, kind: opts.Kind, fanout: opts.Fanout, maxDeliv: opts.MaxDeliveries, deadQueue: opts.DeadLetter}
-	if opts.Kind == bus.QueueTemporary {
+	if opts.Kind == driver.QueueTemporary {
 		q.owner = t
 	}
 	n.queues[name] = q
@@ -190,7 +190,7 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts bus.Queu
 	return nil
 }
 
-// DeleteQueue implements [bus.Transport].
+// DeleteQueue implements [driver.Transport].
 func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -207,7 +207,7 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// Publish implements [bus.Transport].
+// Publish implements [driver.Transport].
 func (t *Transport) Publish(ctx context.Context, queue string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -229,7 +229,7 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	return nil
 }
 
-// DeclareEntry implements [bus.Transport]: the entry forwards to the
+// DeclareEntry implements [driver.Transport]: the entry forwards to the
 // queues bound to it, by name. The queue must exist.
 func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error {
 	if err := ctx.Err(); err != nil {
@@ -254,7 +254,7 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 	return nil
 }
 
-// PublishVia implements [bus.Transport].
+// PublishVia implements [driver.Transport].
 func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -273,7 +273,7 @@ func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []
 	return t.Publish(ctx, queue, data)
 }
 
-// Broadcast implements [bus.Transport].
+// Broadcast implements [driver.Transport].
 func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -293,8 +293,8 @@ func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) e
 	return nil
 }
 
-// Consume implements [bus.Transport].
-func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeOptions, handle func(bus.Delivery)) (bus.Consumer, error) {
+// Consume implements [driver.Transport].
+func (t *Transport) Consume(ctx context.Context, queue string, opts driver.ConsumeOptions, handle func(driver.Delivery)) (driver.Consumer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -328,7 +328,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts bus.ConsumeO
 	return c, nil
 }
 
-// Close implements [bus.Transport]: it stops the consumers, requeues what
+// Close implements [driver.Transport]: it stops the consumers, requeues what
 // they had not acknowledged, deletes the temporary queues it declared and
 // waits until no handle call is running. It is idempotent.
 func (t *Transport) Close() error {
@@ -371,7 +371,7 @@ type consumer struct {
 	t        *Transport
 	q        *queue
 	prefetch int
-	handle   func(bus.Delivery)
+	handle   func(driver.Delivery)
 
 	// Guarded by net.mu:
 	unacked int
@@ -438,7 +438,7 @@ func (c *consumer) stopLocked() {
 	}
 }
 
-// Cancel implements [bus.Consumer]: deliveries already handed over may
+// Cancel implements [driver.Consumer]: deliveries already handed over may
 // still be settled until the transport closes.
 func (c *consumer) Cancel() error {
 	n := c.t.net
@@ -449,7 +449,7 @@ func (c *consumer) Cancel() error {
 	return nil
 }
 
-// Abort implements [bus.Consumer]: under the network's lock, c leaves
+// Abort implements [driver.Consumer]: under the network's lock, c leaves
 // its queue and every delivery it holds unsettled goes back to the queue,
 // marked redelivered if it was handed over.
 func (c *consumer) Abort() error {
@@ -498,7 +498,7 @@ func (d *delivery) Reject(requeue bool) error {
 	return nil
 }
 
-// Check implements [bus.Delivery]: the delivery is still held
+// Check implements [driver.Delivery]: the delivery is still held
 // unless its transport was killed or closed (which gave it back to its
 // queue) or it was settled already.
 func (d *delivery) Check(ctx context.Context) error {
@@ -516,7 +516,7 @@ func (d *delivery) Check(ctx context.Context) error {
 	return nil
 }
 
-// Release implements [bus.Delivery]: the message goes back to its queue
+// Release implements [driver.Delivery]: the message goes back to its queue
 // without counting as a failed delivery.
 func (d *delivery) Release() error {
 	d.net.mu.Lock()
@@ -528,8 +528,8 @@ func (d *delivery) Release() error {
 	return nil
 }
 
-// Retry implements [bus.Delivery]: the message goes back to its queue
-// with bus.HeaderAttempts set to attempts, without counting as a failed
+// Retry implements [driver.Delivery]: the message goes back to its queue
+// with driver.HeaderAttempts set to attempts, without counting as a failed
 // delivery.
 func (d *delivery) Retry(attempts int) error {
 	d.net.mu.Lock()
@@ -544,13 +544,13 @@ func (d *delivery) Retry(attempts int) error {
 	if h == nil {
 		h = make(map[string]string, 1)
 	}
-	h[bus.HeaderAttempts] = strconv.Itoa(attempts)
+	h[driver.HeaderAttempts] = strconv.Itoa(attempts)
 	d.m.headers = h
 	d.settleLocked(true, true)
 	return nil
 }
 
-// DeadLetter implements [bus.Delivery]: the message moves to the queue
+// DeadLetter implements [driver.Delivery]: the message moves to the queue
 // named dead with reason, and leaves its own queue. If the dead-letter
 // queue does not exist, the message goes back to its own queue for
 // redelivery and the error matches message.ErrNoRoute.
@@ -569,8 +569,8 @@ func (d *delivery) DeadLetter(dead, reason string) error {
 	d.settleLocked(false, false)
 	n.seq++
 	dl.msgs = append(dl.msgs, &msg{seq: n.seq, data: d.m.data, headers: map[string]string{
-		bus.HeaderDeadReason: reason,
-		bus.HeaderDeadQueue:  d.q.name,
+		driver.HeaderDeadReason: reason,
+		driver.HeaderDeadQueue:  d.q.name,
 	}})
 	n.dispatchLocked(dl)
 	return nil

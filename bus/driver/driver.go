@@ -1,4 +1,9 @@
-package bus
+// Package driver is the contract between package bus and a message
+// broker: named queues, publishing, consuming with acknowledgements and a
+// fan-out for broadcasts. Users of the bus never import it; a transport
+// (bus/membus, bus/amqpbus, or your own) implements [Transport] and proves
+// it with the conformance suite in bus/bustest.
+package driver
 
 import (
 	"context"
@@ -191,7 +196,7 @@ type Delivery interface {
 	// is rejected for redelivery instead and the error says so.
 	Retry(attempts int) error
 	// Release gives the message back to its queue unfinished (its reply
-	// could not be published, or its handler returned [ErrRelease]): like
+	// could not be published, or its handler returned bus.ErrRelease): like
 	// Retry it does not count towards QueueOptions.MaxDeliveries, and it
 	// leaves HeaderAttempts as it was. If it cannot be given back so, the
 	// delivery is rejected for redelivery instead and the error says so.
