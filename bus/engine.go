@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"reflect"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
@@ -15,11 +14,11 @@ func init() {
 		Envelope:   func(r any) *wire.Envelope { return r.(*Request).env },
 		NewRequest: func(env *wire.Envelope) any { return &Request{env: env} },
 		Receiver:   func(r any) busx.Engine { return engine{r.(*Request).bus} },
-		MuxTypes: func(h any) []reflect.Type {
+		MuxTypes: func(h any) (reqs, replies []busx.TypeDecl) {
 			if m, ok := h.(interface{ muxSelf() *Mux }); ok {
 				return m.muxSelf().types()
 			}
-			return nil
+			return nil, nil
 		},
 	})
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -104,29 +107,37 @@ func (f handlerFunc) Handle(ctx context.Context, req *Request) (any, error) { re
 type Mux struct {
 	mu       sync.RWMutex
 	handlers map[reflect.Type]Handler
+	reqs     map[reflect.Type]busx.TypeDecl // the types Handle registered
+	replies  map[reflect.Type]busx.TypeDecl // their reply types
 }
 
 // NewMux returns an empty mux.
 func NewMux() *Mux {
-	return &Mux{handlers: make(map[reflect.Type]Handler)}
+	return &Mux{handlers: make(map[reflect.Type]Handler), reqs: make(map[reflect.Type]busx.TypeDecl), replies: make(map[reflect.Type]busx.TypeDecl)}
 }
 
 // muxSelf returns m; a type embedding *Mux has it too, so the SDK finds
 // the mux's request types (service routes a message by its type).
 func (m *Mux) muxSelf() *Mux { return m }
 
-// types returns the request types m has handlers for.
-func (m *Mux) types() []reflect.Type {
+// types returns the types m handles and replies with.
+func (m *Mux) types() (reqs, replies []busx.TypeDecl) {
 	if m == nil {
-		return nil
+		return nil, nil
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	ts := make([]reflect.Type, 0, len(m.handlers))
-	for t := range m.handlers {
-		ts = append(ts, t)
+	return slices.Collect(maps.Values(m.reqs)), slices.Collect(maps.Values(m.replies))
+}
+
+// declare returns T's declaration; ok is false for a pointer or an
+// interface type such as any.
+func declare[T any]() (d busx.TypeDecl, ok bool) {
+	t := reflect.TypeFor[T]()
+	if t.Kind() == reflect.Pointer || t.Kind() == reflect.Interface {
+		return d, false
 	}
-	return ts
+	return busx.TypeDecl{Type: t, Register: message.Register[T]}, true
 }
 
 // handleType routes payloads of prototype's type (a value or pointer of a
@@ -164,6 +175,14 @@ func (m *Mux) Handle(ctx context.Context, req *Request) (any, error) {
 // its id, headers, sender and deadline, and the node it runs on.
 func Handle[Req, Resp any](m *Mux, fn func(ctx context.Context, r *Request, req Req) (Resp, error)) {
 	m.handleType((*Req)(nil), typedRequestHandler(fn))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := declare[Req](); ok {
+		m.reqs[d.Type] = d
+	}
+	if d, ok := declare[Resp](); ok {
+		m.replies[d.Type] = d
+	}
 }
 
 func typedRequestHandler[Req, Resp any](fn func(ctx context.Context, r *Request, req Req) (Resp, error)) Handler {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
@@ -76,10 +77,12 @@ func (c *Client) route(ctx context.Context, msg any, opts []bus.Option, send fun
 	return send(c.b, bus.APIPortal, opts)
 }
 
-// messageTypes maps the registered name of every type a service handles
-// (on its bus.Mux) or accepts through api.portal to the service; a type
-// two services handle maps to "".
-func messageTypes(reg *message.Registry, services []Service) map[string]string {
+// messageTypes registers, in reg, each value type a service's bus.Mux
+// handles or replies with that reg does not name yet, as
+// "<service>.v1.<Type>", and maps the registered name of every type a
+// service handles (on its mux) or accepts through api.portal to the
+// service; a type two services handle maps to "".
+func messageTypes(reg *message.Registry, services []Service) (map[string]string, error) {
 	types := make(map[string]string)
 	add := func(name, svc string) {
 		if other, dup := types[name]; dup && other != svc {
@@ -92,8 +95,21 @@ func messageTypes(reg *message.Registry, services []Service) map[string]string {
 		if sm, ok := s.(interface{ handler() bus.Handler }); ok {
 			h = sm.handler()
 		}
-		for _, t := range busx.MuxTypes(h) {
-			if name, err := reg.NameOf(reflect.Zero(t).Interface()); err == nil {
+		reqs, replies := busx.MuxTypes(h)
+		for _, d := range slices.Concat(reqs, replies) {
+			if _, err := reg.NameOf(reflect.Zero(d.Type).Interface()); err == nil {
+				continue
+			}
+			name := s.Name() + ".v1." + d.Type.Name()
+			if !message.ValidTypeName(name) {
+				continue // unnamed: the caller's registration must name it
+			}
+			if err := d.Register(reg, name); err != nil {
+				return nil, fmt.Errorf("service: %s: %w", s.Name(), err)
+			}
+		}
+		for _, d := range reqs {
+			if name, err := reg.NameOf(reflect.Zero(d.Type).Interface()); err == nil {
 				add(name, s.Name())
 			}
 		}
@@ -105,5 +121,5 @@ func messageTypes(reg *message.Registry, services []Service) map[string]string {
 			}
 		}
 	}
-	return types
+	return types, nil
 }

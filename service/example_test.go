@@ -3,11 +3,8 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
-	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
@@ -15,47 +12,29 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
-// StartVm is an API message about a VM. It names the VM
-// (message.Routed), so every sender routes it to the VM's owner.
-type StartVm struct {
-	VMUUID string `json:"vm_uuid"`
-}
+// StartVm names the VM it is about, so it runs on the VM's owner.
+type StartVm struct{ VM string }
 
-// ResourceUUID returns the VM's UUID.
-func (m StartVm) ResourceUUID() string { return m.VMUUID }
+func (m StartVm) ResourceUUID() string { return m.VM }
 
-// VmStarted is its reply.
-type VmStarted struct {
-	VMUUID string `json:"vm_uuid"`
-	Node   string `json:"node"`
-}
+// Started is StartVm's reply.
+type Started struct{ Node string }
 
-// vmService is a stateless VM service: it accepts StartVm directly and
-// through api.portal.
-func vmService() service.Service {
-	mux := bus.NewMux()
-	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m StartVm) (VmStarted, error) {
-		return VmStarted{VMUUID: r.Resource(), Node: r.Node()}, nil
-	})
-	return service.API("vmInstance", mux)
-}
-
-// Two management nodes and a client in one process: the client's API
-// message goes to api.portal, a portal routes it to the VM's owner, and
-// the reply comes back.
+// Three management nodes host a "vmInstance" service; one call about a VM
+// runs on the VM's owner.
 func Example() {
 	ctx := context.Background()
-	reg := message.NewRegistry()
-	message.MustRegister[StartVm](reg, "example.v1.StartVm")
-	message.MustRegister[VmStarted](reg, "example.v1.VmStarted")
-	net, store := membus.New(), memstore.New(memstore.Config{})
-
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, r *bus.Request, m StartVm) (Started, error) {
+		return Started{Node: r.Node()}, nil // start the VM here
+	})
+	net, store, reg := membus.New(), memstore.New(memstore.Config{}), message.NewRegistry()
 	var nodes []*service.Node
-	for _, id := range []string{"3694776ab31a45709259254a018913ca", "5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c"} {
-		n, err := service.StartNode(ctx, service.Config{
-			Node: id, Prefix: "zstack", Transport: net.Transport(id), OwnTransport: true, Store: store.For(id),
-			Registry: reg, Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{vmService()},
-		})
+	for range 3 {
+		id := message.NewUUID()
+		n, err := service.StartNode(ctx, service.Config{Node: id, Transport: net.Transport(id), OwnTransport: true,
+			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.LocalConfig(),
+			Services: []service.Service{service.API("vmInstance", mux)}})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -63,32 +42,10 @@ func Example() {
 		defer n.Close()
 		nodes = append(nodes, n)
 	}
-	// Every ring copy learns of every node within a beat or two.
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := nodes[0].AwaitConverged(wctx); err != nil {
-		fmt.Println(err)
-		return
-	}
-	for _, q := range net.Queues() {
-		if q.Kind == driver.QueueDurable && strings.Contains(q.Name, ".message.") {
-			fmt.Println(q.Name)
-		}
-	}
-
-	tr := net.Transport("cli")
-	defer tr.Close()
-	client, _ := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: "zstack", Registry: reg})
-	defer client.Close()
-	vm := "932763162d054c04adaab6ab498c9139"
-	reply, err := service.Call[VmStarted](ctx, client, StartVm{VMUUID: vm})
+	_ = nodes[0].AwaitMembers(ctx, 3)
+	vm := message.NewUUID()
+	reply, err := service.Call[Started](ctx, nodes[0], StartVm{VM: vm})
 	owner, _ := nodes[0].Owner(vm)
-	fmt.Println(reply.VMUUID, reply.Node == owner, err)
-	// Output:
-	// zstack.message.api.portal
-	// zstack.message.cloudbus-membership.3694776ab31a45709259254a018913ca
-	// zstack.message.cloudbus-membership.5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c
-	// zstack.message.vmInstance.3694776ab31a45709259254a018913ca
-	// zstack.message.vmInstance.5a1e8b2c9d3f4e6a8b7c6d5e4f3a2b1c
-	// 932763162d054c04adaab6ab498c9139 true <nil>
+	fmt.Println(reply.Node == owner, err)
+	// Output: true <nil>
 }

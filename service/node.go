@@ -161,6 +161,11 @@ func NewNode(cfg Config) (*Node, error) {
 		changed:   make(chan struct{}),
 		sweepNow:  make(chan struct{}, 1),
 	}
+	types, err := messageTypes(cfg.Registry, cfg.Services)
+	if err != nil {
+		return nil, err
+	}
+	n.types = types
 	for _, s := range cfg.Services {
 		n.services[s.Name()] = s
 		if a, ok := s.(APIService); ok {
@@ -176,7 +181,6 @@ func NewNode(cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n.types = messageTypes(cfg.Registry, cfg.Services)
 	if _, err := heartbeat.NewMonitor(cfg.Store, n.id, cfg.Heartbeat, nil, nil); err != nil {
 		return nil, err // validates the timing now; each life makes its own monitor
 	}

@@ -124,8 +124,9 @@ type simpleAPI struct {
 
 func (s *simpleAPI) APIMessages() []any {
 	var protos []any
-	for _, t := range busx.MuxTypes(s.h) {
-		protos = append(protos, reflect.Zero(t).Interface())
+	reqs, _ := busx.MuxTypes(s.h)
+	for _, d := range reqs {
+		protos = append(protos, reflect.Zero(d.Type).Interface())
 	}
 	return protos
 }

@@ -93,11 +93,11 @@ type Engine interface {
 
 // Hooks are set once by package bus when it is initialized.
 type Hooks struct {
-	Engine     func(b any) Engine           // the Engine of a *bus.CloudBus (or a type embedding one)
-	Envelope   func(req any) *wire.Envelope // the envelope of a *bus.Request
-	NewRequest func(env *wire.Envelope) any // a *bus.Request carrying env, for tests
-	Receiver   func(req any) Engine         // the Engine of the bus that received a *bus.Request
-	MuxTypes   func(h any) []reflect.Type   // the request types of a *bus.Mux (or a type embedding one); nil for other handlers
+	Engine     func(b any) Engine                     // the Engine of a *bus.CloudBus (or a type embedding one)
+	Envelope   func(req any) *wire.Envelope           // the envelope of a *bus.Request
+	NewRequest func(env *wire.Envelope) any           // a *bus.Request carrying env, for tests
+	Receiver   func(req any) Engine                   // the Engine of the bus that received a *bus.Request
+	MuxTypes   func(h any) (reqs, replies []TypeDecl) // the types a *bus.Mux (or a type embedding one) handles and replies with
 }
 
 var hooks Hooks
@@ -117,9 +117,15 @@ func NewRequest(env *wire.Envelope) any { return hooks.NewRequest(env) }
 // Receiver returns the Engine of the bus that received req, a *bus.Request.
 func Receiver(req any) Engine { return hooks.Receiver(req) }
 
-// MuxTypes returns the request types handled on h if h is a *bus.Mux or
-// embeds one, and nil otherwise.
-func MuxTypes(h any) []reflect.Type { return hooks.MuxTypes(h) }
+// TypeDecl is a Go type a mux handles or replies with.
+type TypeDecl struct {
+	Type     reflect.Type                                   // a value type
+	Register func(reg *message.Registry, name string) error // message.Register of Type
+}
+
+// MuxTypes returns the types handled on h and replied with, if h is a
+// *bus.Mux or embeds one; nil otherwise.
+func MuxTypes(h any) (reqs, replies []TypeDecl) { return hooks.MuxTypes(h) }
 
 // Apply returns the options opts (bus.Option values) set.
 func Apply[O ~func(*CallOptions)](opts []O) CallOptions {
