@@ -281,7 +281,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 		Registry:  reg,
 		Services:  set.Services(),
 		Heartbeat: o.heartbeat,
-		Bus:       bus.Config{Observer: obs},
+		Observer:  obs,
 		Logger:    log,
 	})
 	if err != nil {

@@ -48,10 +48,13 @@ type Config struct {
 	// heartbeat.DefaultConfig().
 	Heartbeat heartbeat.Config
 
-	// Bus tunes the node's bus (timeouts, concurrency, sizes, observer);
-	// its Transport, Node, Prefix, Registry, Ring and Logger are set by
-	// the node.
-	Bus bus.Config
+	// Limits bound the node's bus: timeouts, sizes, concurrency and
+	// retries. Every zero field takes the bus's default (see bus.Limits).
+	Limits bus.Limits
+
+	// Observer, optional, sees every send, call, delivery and reply of
+	// the node's bus; see bus.Observer.
+	Observer bus.Observer
 
 	// NoRejoin makes Run return ErrEvicted when peers evict this live node,
 	// instead of joining again with a new epoch. Default: rejoin.

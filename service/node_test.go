@@ -218,7 +218,7 @@ func TestBusyWhenResourceLineFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := newJournal()
 		j.hold = make(chan struct{})
-		c, _ := startCluster(t, 2, j, servicetest.Options{Bus: bus.Config{Limits: bus.Limits{MaxQueuePerResource: 4}}})
+		c, _ := startCluster(t, 2, j, servicetest.Options{Limits: bus.Limits{MaxQueuePerResource: 4}})
 		ctx := t.Context()
 		res := message.NewUUID()
 		sender := c.Node(0)
@@ -464,7 +464,7 @@ func TestEvictedNodeRejoins(t *testing.T) {
 func TestPortalUnderSaturation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := newJournal()
-		c, _ := startCluster(t, 1, j, servicetest.Options{Bus: bus.Config{Limits: bus.Limits{MaxConcurrency: 2}}})
+		c, _ := startCluster(t, 1, j, servicetest.Options{Limits: bus.Limits{MaxConcurrency: 2}})
 		client := c.Client(t)
 		var wg sync.WaitGroup
 		errs := make(chan error, 20)
