@@ -36,9 +36,16 @@ type Config struct {
 	// Registry maps payload types to names. Default: a new registry.
 	Registry *message.Registry
 
-	// Ring is this node's ring copy; it must be empty. Default: the
-	// default ring of package ring. Every node of a cluster must use the
-	// same implementation and configuration.
+	// Ring is this node's ring copy; it must be empty. Every node of a
+	// cluster must use the same implementation and configuration. Default
+	// (nil): the partition table of package ring,
+	//
+	//	cfg.Ring, err = ring.New(ring.DefaultConfig())
+	//
+	// or the buraksezer/consistent ring (docs/design/ring.md compares
+	// them):
+	//
+	//	cfg.Ring, err = ring.NewConsistent(ring.DefaultConsistentConfig())
 	Ring ring.Ring
 
 	// Services are hosted by this node, each on its own queue.
