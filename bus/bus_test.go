@@ -45,7 +45,7 @@ func pair(t *testing.T, cfg bus.Config) (a, b *bus.CloudBus, net *membus.Network
 }
 
 func TestConfigValidate(t *testing.T) {
-	_, err := bus.Open(t.Context(), bus.Config{Node: "NOT-A-UUID", Prefix: "bad prefix", DefaultTimeout: -1, Prefetch: -1})
+	_, err := bus.Open(t.Context(), bus.Config{Node: "NOT-A-UUID", Prefix: "bad prefix", Limits: bus.Limits{DefaultTimeout: -1, Prefetch: -1}})
 	require.Error(t, err)
 	for _, want := range []string{"Transport is required", "not a canonical UUID", "Prefix", "DefaultTimeout", "Prefetch"} {
 		assert.Contains(t, err.Error(), want, "Validate must report every problem at once")
@@ -93,7 +93,7 @@ func TestUnregisterDeletesQueue(t *testing.T) {
 // overlap and keep their order; different resources run concurrently.
 func TestPerResourceSerialAndParallel(t *testing.T) {
 	const resources, each = 100, 5
-	a, b, _ := pair(t, bus.Config{MaxConcurrency: 32})
+	a, b, _ := pair(t, bus.Config{Limits: bus.Limits{MaxConcurrency: 32}})
 	var mu sync.Mutex
 	active := map[string]int{}
 	order := map[string][]string{}
@@ -141,7 +141,7 @@ func TestPerResourceSerialAndParallel(t *testing.T) {
 }
 
 func TestBusyWhenResourceQueueFull(t *testing.T) {
-	a, b, _ := pair(t, bus.Config{MaxQueuePerResource: 3})
+	a, b, _ := pair(t, bus.Config{Limits: bus.Limits{MaxQueuePerResource: 3}})
 	release := make(chan struct{})
 	started := make(chan struct{}, 10)
 	mux := bus.NewMux()
@@ -263,7 +263,7 @@ func TestCloseGivesBackHeldRetries(t *testing.T) {
 	net := membus.New()
 	tr := net.Transport("b")
 	defer tr.Close()
-	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), RetryBackoff: time.Hour, RetryBackoffMax: time.Hour})
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Limits: bus.Limits{RetryBackoff: time.Hour, RetryBackoffMax: time.Hour}})
 	require.NoError(t, err)
 	var ran atomic.Int32
 	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {

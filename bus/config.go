@@ -47,6 +47,23 @@ type Config struct {
 	// on one machine may use [LocalClock].
 	Clock Clock
 
+	// Logger receives the bus's logs; nil discards them.
+	Logger *slog.Logger
+
+	// Observer, optional, sees every send, call, delivery and reply; see
+	// [Observer].
+	Observer Observer
+
+	// Limits bound the bus's timeouts, sizes, concurrency and retries;
+	// their fields read as the Config's own (cfg.Prefetch).
+	Limits
+}
+
+// Limits are the bounds of a [CloudBus]: its timeouts, sizes,
+// concurrency and retries. Every zero field takes the default its comment
+// names; [Open] fills them and [Config.Validate] checks them. A
+// service.Node takes them as its Config.Limits.
+type Limits struct {
 	// DefaultTimeout bounds a Call whose ctx has no deadline, so a sender
 	// never hangs. Default 30 s: long enough for slow control-plane
 	// operations, short enough that a lost reply surfaces.
@@ -115,13 +132,6 @@ type Config struct {
 	// when full, event consumption pauses (events wait in the broker).
 	// Default 1024.
 	EventBuffer int
-
-	// Logger receives the bus's logs; nil discards them.
-	Logger *slog.Logger
-
-	// Observer, optional, sees every send, call, delivery and reply; see
-	// [Observer].
-	Observer Observer
 }
 
 func (c *Config) setDefaults() {

@@ -137,7 +137,7 @@ func TestUndecodableRequestIsAnswered(t *testing.T) {
 // caller gets a typed error reply, not a timeout.
 func TestReplyNeverTooLarge(t *testing.T) {
 	const limit = 64 << 10
-	a, b, _ := pair(t, bus.Config{MaxMessageSize: limit})
+	a, b, _ := pair(t, bus.Config{Limits: bus.Limits{MaxMessageSize: limit}})
 	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		return Greeting{Text: strings.Repeat("r", 8<<10)}, nil
 	})))

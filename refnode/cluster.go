@@ -100,9 +100,9 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		_ = tr.Close()
 		return err
 	}
-	var bc bus.Config
+	var obs bus.Observer
 	if cfg.observer != nil {
-		bc.Observer = cfg.observer(id)
+		obs = cfg.observer(id)
 	}
 	n, err := service.NewNode(service.Config{
 		Node:      id,
@@ -112,7 +112,7 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		Registry:  c.reg,
 		Services:  set.Services(),
 		Heartbeat: cfg.heartbeat,
-		Bus:       bc,
+		Observer:  obs,
 		Logger:    cfg.logger,
 	})
 	if err != nil {

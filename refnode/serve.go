@@ -31,6 +31,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
@@ -52,6 +53,9 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
   -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
   -vm-sweep d        how often a node checks the VMs it owns against the   REFNODE_VM_SWEEP
                      hypervisor and repairs their records (30s)
+  -ring kind         ring of resource owners: table, a partition table,    REFNODE_RING
+                     or consistent, buraksezer/consistent (table); every
+                     node of a cluster must use the same
 
 For audits and fault tests:
   -op-log path       append one JSON line per message this node handled,   REFNODE_OP_LOG
@@ -96,6 +100,7 @@ type serveOptions struct {
 	testPprof               bool          // -test-pprof
 	testHooks               bool          // -test-hooks
 	vmSweep                 time.Duration
+	ring                    string // -ring: table or consistent
 }
 
 func parseServe(args []string, getenv func(string) string) (serveOptions, error) {
@@ -119,12 +124,13 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.BoolVar(&o.testPprof, "test-pprof", false, "")
 	fs.BoolVar(&o.testHooks, "test-hooks", false, "")
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
+	fs.StringVar(&o.ring, "ring", "table", "")
 	err := parseFlags(fs, args, getenv, map[string]string{
 		"bus": "REFNODE_BUS", "db": "REFNODE_DB", "listen": "REFNODE_LISTEN", "prefix": "REFNODE_PREFIX",
 		"log-level": "REFNODE_LOG_LEVEL", "heartbeat": "REFNODE_HEARTBEAT", "evict-after": "REFNODE_EVICT_AFTER",
 		"ping-interval": "REFNODE_PING_INTERVAL", "op-log": "REFNODE_OP_LOG", "clock-skew": "REFNODE_CLOCK_SKEW",
 		"test-stall-vm-write": "REFNODE_TEST_STALL_VM_WRITE", "test-stall-vm-final-write": "REFNODE_TEST_STALL_VM_FINAL_WRITE",
-		"vm-sweep": "REFNODE_VM_SWEEP", "test-pprof": "REFNODE_TEST_PPROF", "test-hooks": "REFNODE_TEST_HOOKS",
+		"vm-sweep": "REFNODE_VM_SWEEP", "test-pprof": "REFNODE_TEST_PPROF", "test-hooks": "REFNODE_TEST_HOOKS", "ring": "REFNODE_RING",
 	})
 	if err != nil {
 		return o, err
@@ -156,7 +162,23 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	if !queuePrefix.MatchString(o.prefix) {
 		errs = append(errs, fmt.Errorf("-prefix %q: use letters, digits, '_' and '-' in dot-separated segments", o.prefix))
 	}
+	if _, err := newRing(o.ring); err != nil {
+		errs = append(errs, err)
+	}
 	return o, errors.Join(errs...)
+}
+
+// newRing returns an empty ring of the kind -ring names: "table", the
+// default partition table, or "consistent", buraksezer/consistent with the
+// library's defaults (docs/design/ring.md compares them).
+func newRing(kind string) (ring.Ring, error) {
+	switch kind {
+	case "table":
+		return ring.New(ring.DefaultConfig())
+	case "consistent":
+		return ring.NewConsistent(ring.DefaultConsistentConfig())
+	}
+	return nil, fmt.Errorf("-ring %q: use table or consistent", kind)
 }
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -234,6 +256,9 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if o.clockSkew != 0 {
 		fmt.Fprintf(stdout, "clock:   skewed by %s (-clock-skew, for fault tests)\n", o.clockSkew)
 	}
+	if o.ring != "table" {
+		fmt.Fprintf(stdout, "ring:    %s (-ring; every node of the cluster must use the same)\n", o.ring)
+	}
 
 	// Each store on its own pool, so that beats never wait for a
 	// connection behind the records' work (see openStores).
@@ -273,15 +298,20 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if err := api.Register(reg); err != nil {
 		return err
 	}
+	rg, err := newRing(o.ring)
+	if err != nil {
+		return err
+	}
 	node, err := service.NewNode(service.Config{
 		Node:      id,
 		Prefix:    o.prefix,
 		Transport: tr,
 		Store:     timedStore{Store: stores.hb, beats: beats},
 		Registry:  reg,
+		Ring:      rg,
 		Services:  set.Services(),
 		Heartbeat: o.heartbeat,
-		Bus:       bus.Config{Observer: obs},
+		Observer:  obs,
 		Logger:    log,
 	})
 	if err != nil {

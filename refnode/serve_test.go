@@ -22,6 +22,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/cloudbus-go/cloudbus/ring"
 )
 
 // password is a broker password that must never be printed.
@@ -52,11 +53,11 @@ func TestServeNeedsABus(t *testing.T) {
 // TestServeFlags: every bad flag is reported at once, with exit 2.
 func TestServeFlags(t *testing.T) {
 	code, _, errOut := runCmd(t, nil, "serve", "-bus", "http://u:"+password+"@127.0.0.1/", "-db", "sqlite::memory:",
-		"-log-level", "loud", "-heartbeat", "1s", "-evict-after", "1s", "-prefix", "a..b", "extra")
+		"-log-level", "loud", "-heartbeat", "1s", "-evict-after", "1s", "-prefix", "a..b", "-ring", "jump", "extra")
 	assert.Equal(t, 2, code)
 	for _, want := range []string{
 		`unexpected argument "extra"`, "is not an amqp:// or amqps:// URL", `-log-level "loud"`,
-		"EvictAfter 1s must be at least twice Interval 1s", "in-memory SQLite", `-prefix "a..b"`,
+		"EvictAfter 1s must be at least twice Interval 1s", "in-memory SQLite", `-prefix "a..b"`, `-ring "jump": use table or consistent`,
 	} {
 		assert.Contains(t, errOut, want)
 	}
@@ -65,7 +66,7 @@ func TestServeFlags(t *testing.T) {
 	code, out, _ := runCmd(t, nil, "serve", "-h")
 	assert.Equal(t, 0, code)
 	for _, v := range []string{"REFNODE_BUS", "REFNODE_DB", "REFNODE_LISTEN", "REFNODE_PREFIX", "REFNODE_LOG_LEVEL", "REFNODE_HEARTBEAT", "REFNODE_EVICT_AFTER",
-		"REFNODE_PING_INTERVAL", "REFNODE_OP_LOG", "REFNODE_CLOCK_SKEW", "REFNODE_TEST_HOOKS"} {
+		"REFNODE_PING_INTERVAL", "REFNODE_OP_LOG", "REFNODE_CLOCK_SKEW", "REFNODE_TEST_HOOKS", "REFNODE_RING"} {
 		assert.Contains(t, out, v, "serve -h names every variable")
 	}
 	def := heartbeat.DefaultConfig()
@@ -94,6 +95,7 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Empty(t, o.opLog, "no op log by default")
 	assert.Zero(t, o.clockSkew, "no clock skew by default")
 	assert.Equal(t, 30*time.Second, o.vmSweep)
+	assert.Equal(t, "table", o.ring, "the default partition table by default")
 	assert.Nil(t, o.heartbeat.Now, "the heartbeat reads time.Now by default")
 
 	e := &env{vars: map[string]string{
@@ -101,6 +103,7 @@ func TestServeEnvironment(t *testing.T) {
 		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
 		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
 		"REFNODE_CLOCK_SKEW": "-1s", "REFNODE_VM_SWEEP": "2s", "REFNODE_TEST_STALL_VM_FINAL_WRITE": "3s",
+		"REFNODE_RING": "consistent",
 	}}
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
@@ -108,7 +111,7 @@ func TestServeEnvironment(t *testing.T) {
 		bus: "amqps://broker/", db: "postgres://db/x", listen: "127.0.0.1:9999", prefix: "green", level: -4,
 		heartbeat:    heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
-		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second,
+		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second, ring: "consistent",
 	}, o, "variables fill the flags not given; a flag wins")
 	o, err = parseServe(nil, e.get)
 	require.NoError(t, err)
@@ -130,6 +133,23 @@ func TestServeWithoutBroker(t *testing.T) {
 	assert.Contains(t, errOut, "connect to the broker")
 	assert.Contains(t, errOut, "check -bus and that RabbitMQ runs")
 	assert.NotContains(t, out+errOut, password, "a password is never printed")
+}
+
+// TestServeRing: -ring picks the ring each node routes with, empty, and
+// serve says which when it is not the default.
+func TestServeRing(t *testing.T) {
+	for kind, want := range map[string]ring.Ring{"table": &ring.Table{}, "consistent": &ring.Consistent{}} {
+		r, err := newRing(kind)
+		require.NoError(t, err)
+		assert.IsType(t, want, r, kind)
+		assert.Empty(t, r.Members(), kind)
+	}
+	db := "sqlite:" + filepath.Join(t.TempDir(), "refnode.db")
+	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test", "-ring", "consistent")
+	assert.Equal(t, 1, code, "stderr: %s", errOut)
+	assert.Contains(t, out, "ring:    consistent (")
+	_, out, _ = runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test")
+	assert.NotContains(t, out, "ring:", "the default ring goes without saying")
 }
 
 // TestServeOpLog: with -op-log, serve appends its start line, naming the

@@ -80,14 +80,14 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	cc := &clientClock{sync: heartbeat.NewClockSync(time.Now)}
 	b, err := bus.Open(ctx, bus.Config{
-		Transport:      cfg.Transport,
-		ClientOnly:     true, // a reply queue and nothing else: the client broker user suffices
-		Prefix:         cfg.Prefix,
-		Registry:       cfg.Registry,
-		DefaultTimeout: cfg.DefaultTimeout,
-		Logger:         cfg.Logger,
-		Observer:       cfg.Observer,
-		Clock:          clockFunc(cc.sync.Now),
+		Transport:  cfg.Transport,
+		ClientOnly: true, // a reply queue and nothing else: the client broker user suffices
+		Prefix:     cfg.Prefix,
+		Registry:   cfg.Registry,
+		Limits:     bus.Limits{DefaultTimeout: cfg.DefaultTimeout},
+		Logger:     cfg.Logger,
+		Observer:   cfg.Observer,
+		Clock:      clockFunc(cc.sync.Now),
 	})
 	if err != nil {
 		return nil, err

@@ -37,9 +37,16 @@ type Config struct {
 	// Registry maps payload types to names. Default: a new registry.
 	Registry *message.Registry
 
-	// Ring is this node's ring copy; it must be empty. Default: the
-	// default ring of package ring. Every node of a cluster must use the
-	// same implementation and configuration.
+	// Ring is this node's ring copy; it must be empty. Every node of a
+	// cluster must use the same implementation and configuration. Default
+	// (nil): the partition table of package ring,
+	//
+	//	cfg.Ring, err = ring.New(ring.DefaultConfig())
+	//
+	// or the buraksezer/consistent ring (docs/design/ring.md compares
+	// them):
+	//
+	//	cfg.Ring, err = ring.NewConsistent(ring.DefaultConsistentConfig())
 	Ring ring.Ring
 
 	// Services are hosted by this node, each on its own queue.
@@ -49,10 +56,13 @@ type Config struct {
 	// heartbeat.DefaultConfig().
 	Heartbeat heartbeat.Config
 
-	// Bus tunes the node's bus (timeouts, concurrency, sizes, observer);
-	// its Transport, Node, Prefix, Registry, Ring and Logger are set by
-	// the node.
-	Bus bus.Config
+	// Limits bound the node's bus: timeouts, sizes, concurrency and
+	// retries. Every zero field takes the bus's default (see bus.Limits).
+	Limits bus.Limits
+
+	// Observer, optional, sees every send, call, delivery and reply of
+	// the node's bus; see bus.Observer.
+	Observer bus.Observer
 
 	// NoRejoin makes Run return ErrEvicted when peers evict this live node,
 	// instead of joining again with a new epoch. Default: rejoin.

@@ -94,7 +94,7 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 		c := servicetest.Start(t, servicetest.Options{
 			Nodes:    3,
 			Registry: reg,
-			Bus:      bus.Config{Prefetch: prefetch},
+			Limits:   bus.Limits{Prefetch: prefetch},
 			NoRejoin: true, // once it learns of its eviction it stops, leaving its queues to the survivors
 			Services: func(i int) []service.Service {
 				if i == 2 {

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
@@ -50,17 +51,49 @@ func uuids(n int) []string {
 	return out
 }
 
+// rings are the rings a node can use (service.Config.Ring), as
+// servicetest.Options.NewRing: nil is the default partition table.
+var rings = []struct {
+	name string
+	new  func() ring.Ring
+}{
+	{"default-table", nil},
+	{"consistent", func() ring.Ring {
+		r, err := ring.NewConsistent(ring.DefaultConsistentConfig())
+		if err != nil {
+			panic(err) // the library's defaults are valid
+		}
+		return r
+	}},
+}
+
 // TestRoutingAndTakeoverInVirtualTime is the heart of the design: 1,000
 // resource messages each handled by the owner Locate names; a node stops
 // beating without a goodbye; within the eviction threshold plus one check
 // interval every ring copy agrees without it, a call pending towards it
 // fails with node-left before its own timeout, and every message sent
-// afterwards is handled by the survivors.
+// afterwards is handled by the survivors. It runs on each ring.
 func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
+	for _, r := range rings {
+		t.Run(r.name, func(t *testing.T) { routingAndTakeover(t, r.new) })
+	}
+}
+
+// ringOf returns a new empty ring from newRing, or the default if nil.
+func ringOf(t *testing.T, newRing func() ring.Ring) ring.Ring {
+	if newRing != nil {
+		return newRing()
+	}
+	r, err := ring.New(ring.DefaultConfig())
+	require.NoError(t, err)
+	return r
+}
+
+func routingAndTakeover(t *testing.T, newRing func() ring.Ring) {
 	synctest.Test(t, func(t *testing.T) {
 		hb := heartbeat.LocalConfig()
 		j := newJournal()
-		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb, NoRejoin: true})
+		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb, NoRejoin: true, NewRing: newRing})
 		ctx := t.Context()
 		resources := uuids(1000)
 
@@ -83,6 +116,15 @@ func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
 			require.Equal(t, c.Owner(h.resource), h.node)
 		}
 		require.Len(t, owners, 3, "every node owns some of 1,000 resources: %v", owners)
+		// The owners are those of the ring the nodes were given: a fresh
+		// copy of it with the same members names the same owner for each.
+		want := ringOf(t, newRing)
+		require.NoError(t, ring.Sync(want, c.Node(0).Members()))
+		for _, res := range resources {
+			owner, err := want.Locate(res)
+			require.NoError(t, err)
+			require.Equal(t, owner, c.Owner(res), "resource %s: its owner on the configured ring", res)
+		}
 
 		// A call pending towards the victim: it blocks in the handler.
 		victim := c.Node(1)
@@ -219,7 +261,7 @@ func TestBusyWhenResourceLineFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := newJournal()
 		j.hold = make(chan struct{})
-		c, _ := startCluster(t, 2, j, servicetest.Options{Bus: bus.Config{MaxQueuePerResource: 4}})
+		c, _ := startCluster(t, 2, j, servicetest.Options{Limits: bus.Limits{MaxQueuePerResource: 4}})
 		ctx := t.Context()
 		res := message.NewUUID()
 		sender := c.Node(0)
@@ -465,7 +507,7 @@ func TestEvictedNodeRejoins(t *testing.T) {
 func TestPortalUnderSaturation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := newJournal()
-		c, _ := startCluster(t, 1, j, servicetest.Options{Bus: bus.Config{MaxConcurrency: 2}})
+		c, _ := startCluster(t, 1, j, servicetest.Options{Limits: bus.Limits{MaxConcurrency: 2}})
 		client := c.Client(t)
 		var wg sync.WaitGroup
 		errs := make(chan error, 20)

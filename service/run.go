@@ -177,16 +177,8 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	if err := n.monitor.Load().SyncClock(ctx); err != nil {
 		return fmt.Errorf("service: start node %s: measure the cluster time before taking messages: %w", n.id, err)
 	}
-	bc := n.cfg.Bus
-	bc.Transport = n.cfg.Transport
-	bc.Node = n.id
-	bc.Prefix = n.cfg.Prefix
-	bc.Registry = n.cfg.Registry
-	bc.Logger = n.cfg.Logger
-	if bc.Clock == nil {
-		bc.Clock = clockFunc(n.ClusterTime)
-	}
-	b, err := bus.Open(ctx, bc)
+	b, err := bus.Open(ctx, bus.Config{Transport: n.cfg.Transport, Node: n.id, Prefix: n.cfg.Prefix, Registry: n.cfg.Registry,
+		Clock: clockFunc(n.ClusterTime), Logger: n.cfg.Logger, Observer: n.cfg.Observer, Limits: n.cfg.Limits})
 	if err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}

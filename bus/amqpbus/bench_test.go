@@ -195,7 +195,7 @@ func benchBuses(b *testing.B, url, prefix string) (client, server *bus.CloudBus,
 		if err != nil {
 			b.Fatal(err)
 		}
-		bb, err := bus.Open(ctx, bus.Config{Transport: tr, Prefix: prefix, Registry: bustest.Registry(), Prefetch: benchPrefetch})
+		bb, err := bus.Open(ctx, bus.Config{Transport: tr, Prefix: prefix, Registry: bustest.Registry(), Limits: bus.Limits{Prefetch: benchPrefetch}})
 		if err != nil {
 			b.Fatal(err)
 		}

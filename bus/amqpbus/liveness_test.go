@@ -143,7 +143,7 @@ func TestBusNeverRunsAPausedDeliveryItLost(t *testing.T) {
 	id := message.NewUUID()
 	tr := e.dial(t, id, amqpbus.Config{Logger: testLogger(t)})
 	prefix := "amqpbus-test-" + id[:8]
-	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Node: id, Prefix: prefix, MaxConcurrency: 1, Clock: bus.LocalClock(),
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Node: id, Prefix: prefix, Clock: bus.LocalClock(), Limits: bus.Limits{MaxConcurrency: 1},
 		Logger: testLogger(t)})
 	require.NoError(t, err)
 	janitor := newEnv(t).dial(t, message.NewUUID(), amqpbus.Config{})

@@ -58,7 +58,7 @@ func testLateInQueue(t *testing.T, c *cluster) {
 func testLateBehindOthers(t *testing.T, c *cluster) {
 	clock := bus.LocalClock()
 	a := c.open("", bus.Config{Clock: clock})
-	b := c.open("", bus.Config{Clock: clock, MaxConcurrency: 1})
+	b := c.open("", bus.Config{Clock: clock, Limits: bus.Limits{MaxConcurrency: 1}})
 	bl := newBlocker()
 	require.NoError(t, b.Register(t.Context(), "svc", bl))
 	id := b.LocalID("svc")
@@ -110,7 +110,7 @@ func testUnrepliedRedelivered(t *testing.T, c *cluster) {
 	tr := &failReplies{Transport: c.env.Transport(t, id)}
 	tr.n.Store(2)
 	a := c.open("", bus.Config{})
-	b := c.open(id, bus.Config{Transport: tr, MaxDeliveries: 1})
+	b := c.open(id, bus.Config{Transport: tr, Limits: bus.Limits{MaxDeliveries: 1}})
 	var ran atomic.Int32
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e Echo) (Echoed, error) {

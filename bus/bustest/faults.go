@@ -53,7 +53,7 @@ func testDeadline(t *testing.T, c *cluster) {
 	eventually(t, 5*time.Second, "the handler's ctx must expire with the sender's deadline", func() bool { return bl.ctxDone.Load() == 1 })
 
 	// Without any deadline the configured default applies: never hang.
-	d := c.open("", bus.Config{DefaultTimeout: 200 * time.Millisecond})
+	d := c.open("", bus.Config{Limits: bus.Limits{DefaultTimeout: 200 * time.Millisecond}})
 	start = time.Now()
 	_, err = bus.Call[any](context.Background(), d.CloudBus, bus.ServiceID("svc", b.id), Echo{})
 	assert.ErrorIs(t, err, message.ErrTimeout)

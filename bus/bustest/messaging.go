@@ -176,7 +176,7 @@ func testNoRoute(t *testing.T, c *cluster) {
 
 func testOrdering(t *testing.T, c *cluster) {
 	const n = 200
-	a, b := c.open("", bus.Config{}), c.open("", bus.Config{MaxQueuePerResource: n})
+	a, b := c.open("", bus.Config{}), c.open("", bus.Config{Limits: bus.Limits{MaxQueuePerResource: n}})
 	var mu sync.Mutex
 	var order []int
 	done := make(chan struct{})
@@ -259,8 +259,8 @@ func testPanic(t *testing.T, c *cluster) {
 }
 
 func testOversize(t *testing.T, c *cluster) {
-	a := c.open("", bus.Config{MaxMessageSize: 4096})
-	b := c.open("", bus.Config{MaxMessageSize: 4096})
+	a := c.open("", bus.Config{Limits: bus.Limits{MaxMessageSize: 4096}})
+	b := c.open("", bus.Config{Limits: bus.Limits{MaxMessageSize: 4096}})
 	var handled atomic.Int32
 	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		handled.Add(1)

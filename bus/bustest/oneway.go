@@ -72,7 +72,7 @@ func noDeadLetter(t *testing.T, dead <-chan driver.Delivery, why string) {
 // until it succeeds.
 func testOneWayRetried(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
-	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, MaxDeliveries: 1})
+	b := c.open("", bus.Config{Limits: bus.Limits{RetryBackoff: 10 * time.Millisecond, MaxDeliveries: 1}})
 	h := newFailing(message.ErrInternal.Code, message.ErrNotOwner.Code, message.ErrUnavailable.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
@@ -92,7 +92,7 @@ func testOneWayRetried(t *testing.T, c *cluster) {
 // dead-lettered, and is counted.
 func testOneWayWrongEnds(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
-	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond})
+	b := c.open("", bus.Config{Limits: bus.Limits{RetryBackoff: 10 * time.Millisecond}})
 	h := newFailing(message.ErrNotFound.Code, message.ErrNotFound.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
@@ -109,7 +109,7 @@ func testOneWayWrongEnds(t *testing.T, c *cluster) {
 // number of attempts and its last error in the reason.
 func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
-	b := c.open("", bus.Config{RetryBackoff: 10 * time.Millisecond, RetryAttempts: 3})
+	b := c.open("", bus.Config{Limits: bus.Limits{RetryBackoff: 10 * time.Millisecond, RetryAttempts: 3}})
 	h := newFailing(message.ErrInternal.Code, message.ErrInternal.Code, message.ErrInternal.Code, message.ErrInternal.Code)
 	require.NoError(t, b.Register(t.Context(), "svc", h))
 	dead := deadLetters(t, c, b)
@@ -134,7 +134,7 @@ func testOneWayAttemptsSpent(t *testing.T, c *cluster) {
 func testOneWayDeadline(t *testing.T, c *cluster) {
 	clock := bus.LocalClock()
 	a := c.open("", bus.Config{Clock: clock})
-	b := c.open("", bus.Config{Clock: clock, RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, RetryAttempts: 1000})
+	b := c.open("", bus.Config{Clock: clock, Limits: bus.Limits{RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, RetryAttempts: 1000}})
 	codes := make([]message.Code, 1000)
 	for i := range codes {
 		codes[i] = message.ErrInternal.Code
@@ -267,7 +267,7 @@ func testRefusedNotSent(t *testing.T, c *cluster) {
 // the queue before the queue can look idle, so the delete keeps failing.
 func testCloseWhileDrained(t *testing.T, c *cluster) {
 	a := c.open("", bus.Config{})
-	b := c.open("", bus.Config{MaxConcurrency: 1})
+	b := c.open("", bus.Config{Limits: bus.Limits{MaxConcurrency: 1}})
 	bl := newBlocker()
 	ctx := t.Context()
 	require.NoError(t, b.Register(ctx, "svc", bl))

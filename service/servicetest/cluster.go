@@ -115,7 +115,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		Ring:      r,
 		Services:  svcs,
 		Heartbeat: c.opts.Heartbeat,
-		Bus:       c.opts.Bus,
+		Limits:    c.opts.Limits,
 		Logger:    c.opts.Logger,
 		NoRejoin:  c.opts.NoRejoin,
 	})

@@ -45,11 +45,10 @@ type Options struct {
 	// instance Heartbeat{Interval: 200 * time.Millisecond} alone, since
 	// LocalConfig's EvictAfter of 300 ms is less than twice that.
 	Heartbeat heartbeat.Config
-	// Bus tunes each node's bus (timeouts, concurrency, observer). It is
-	// passed to every node as given; the bus fills each zero field with
-	// its own default, field by field, and the node sets Transport, Node,
-	// Prefix, Registry, Ring and Logger.
-	Bus bus.Config
+	// Limits bound each node's bus (timeouts, concurrency, sizes): passed
+	// to every node as service.Config.Limits; the bus fills each zero
+	// field with its own default, field by field.
+	Limits bus.Limits
 	// Prefix of the queue names. Default "test".
 	Prefix string
 	// StoreClock is the heartbeat store's clock, to simulate the

@@ -26,6 +26,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
@@ -252,8 +253,31 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 // silently lose their traffic, and a writer is paused inside its
 // transaction while its node is evicted. Every call is recorded (unknown
 // outcomes as possibly applied up to their deadline) and each image's
-// history must be linearizable (package chaoscheck, porcupine).
+// history must be linearizable (package chaoscheck, porcupine). It runs
+// on each ring a node can use.
 func TestImageNamesLinearizable(t *testing.T) {
+	for _, r := range rings {
+		t.Run(r.name, func(t *testing.T) { imageNamesLinearizable(t, r.new) })
+	}
+}
+
+// rings are the rings a node can use (service.Config.Ring), as
+// servicetest.Options.NewRing: nil is the default partition table.
+var rings = []struct {
+	name string
+	new  func() ring.Ring
+}{
+	{"default-table", nil},
+	{"consistent", func() ring.Ring {
+		r, err := ring.NewConsistent(ring.DefaultConsistentConfig())
+		if err != nil {
+			panic(err) // the library's defaults are valid
+		}
+		return r
+	}},
+}
+
+func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	recs := make([]*chaoscheck.Recorder, chaosImages)
@@ -266,7 +290,7 @@ func TestImageNamesLinearizable(t *testing.T) {
 		require.NoError(t, err)
 		cc := &chaosCluster{db: memdb.New()}
 		st := &staller{}
-		cc.c = servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
+		cc.c = servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, NewRing: newRing, Services: func(i int) []service.Service {
 			s, err := services.New(services.Config{Store: cc.db.For(cc.view(i)), Hypervisor: hv, PingInterval: pingInterval,
 				StallImageWrite: st.stall})
 			if err != nil {
