@@ -128,7 +128,7 @@ func TestPortalForwardsBytes(t *testing.T) {
 		_, err = service.Call[VerbatimReply](t.Context(), client, Verbatim{Resource: message.NewUUID(), Note: "refuse"})
 		var e *message.Error
 		require.ErrorAs(t, err, &e)
-		assert.Equal(t, message.CodeNotFound, e.Code)
+		assert.Equal(t, message.ErrNotFound.Code, e.Code)
 		assert.Equal(t, "the owner's own words", e.Details)
 		assert.ErrorIs(t, e, message.ErrBusy, "with its cause")
 
