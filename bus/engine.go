@@ -46,6 +46,22 @@ func (e engine) RegisterShared(ctx context.Context, serviceID string, h any) err
 	return e.b.registerShared(ctx, serviceID, h.(Handler))
 }
 
+func (e engine) RegisterRaw(ctx context.Context, serviceID string, h any) error {
+	var raw Handler // nil stays nil, for serve to refuse
+	if h, _ := h.(Handler); h != nil {
+		raw = rawHandler{h}
+	}
+	return e.b.registerShared(ctx, serviceID, raw)
+}
+
+// rawHandler marks a handler registered with RegisterRaw: the bus hands
+// it its messages undecoded (see handle).
+type rawHandler struct{ Handler }
+
+func (e engine) CallRaw(ctx context.Context, target, typ string, body []byte, o busx.CallOptions) (busx.Raw, error) {
+	return e.b.callRaw(ctx, target, typ, body, o)
+}
+
 func (e engine) Unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
 	return e.b.unregister(ctx, serviceID, deleteQueue)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -125,8 +126,16 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		return
 	}
 
-	payload, err := b.reg.Decode(env.Type, env.Body)
-	if err == nil {
+	var payload any
+	var err error
+	if _, raw := s.handler.(rawHandler); raw {
+		// The handler forwards the body undecoded; the bus it forwards
+		// to decodes it and checks its resource before anything runs.
+		// A type nobody here registered is refused as decoding would.
+		if !b.reg.Known(env.Type) {
+			_, err = b.reg.Decode(env.Type, nil)
+		}
+	} else if payload, err = b.reg.Decode(env.Type, env.Body); err == nil {
 		err = checkResource(env, payload)
 	}
 	if err != nil {
@@ -261,12 +270,15 @@ func (b *CloudBus) refuse(serviceID string, env *wire.Envelope, d driver.Deliver
 	_ = d.Ack()
 }
 
-// sendReply publishes the reply to a request: resp, or err with its code.
-// It returns the publish's error.
+// sendReply publishes the reply to a request: resp (a busx.Raw as it is,
+// any other value encoded), or err with its code. It returns the
+// publish's error.
 func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err error) error {
 	reply := req.Reply()
 	reply.Source = b.node
-	if err == nil && !isNil(resp) {
+	if raw, ok := resp.(busx.Raw); err == nil && ok {
+		reply.Type, reply.Body = raw.Type, raw.Body // encoded already: sent as is
+	} else if err == nil && !isNil(resp) {
 		name, body, encErr := b.reg.Encode(resp)
 		if encErr != nil {
 			err = message.ErrInternal.WithDetails(fmt.Sprintf("handler of %s returned %T, which cannot be sent", req.Type, resp)).WithCause(encErr)

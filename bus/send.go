@@ -113,6 +113,37 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 		}
 		return typ, nil, err
 	}
+	reply, err := b.roundTrip(ctx, env, o)
+	return typ, reply, err
+}
+
+// callRaw is callAny with a body encoded already and the reply left
+// encoded (busx.Engine.CallRaw): a forward that neither decodes nor
+// encodes a payload.
+func (b *CloudBus) callRaw(ctx context.Context, target, typ string, body []byte, o busx.CallOptions) (busx.Raw, error) {
+	start := time.Now()
+	var reply *wire.Envelope
+	var err error = message.ErrClosed
+	if !b.isClosed() {
+		var env *wire.Envelope
+		if env, err = b.encoded(wire.KindRequest, target, typ, body, nil, o); err == nil {
+			reply, err = b.roundTrip(ctx, env, o)
+		}
+	}
+	var raw busx.Raw
+	if err == nil {
+		raw = busx.Raw{Type: reply.Type, Body: reply.Body}
+	} else {
+		err = fmt.Errorf("bus: call %s on %s: %w", typ, target, err)
+	}
+	b.observe(Observation{Op: OpCall, Type: typ, ServiceID: target, Duration: time.Since(start), Err: err})
+	return raw, err
+}
+
+// roundTrip publishes the request env and waits for its reply, bounded
+// by o's timeout, ctx's deadline, or the default timeout. A reply that
+// carries an error returns it.
+func (b *CloudBus) roundTrip(ctx context.Context, env *wire.Envelope, o busx.CallOptions) (*wire.Envelope, error) {
 	ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, true)
 	defer cancel()
 
@@ -120,33 +151,33 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 	// the message id, which several calls may share (WithID).
 	env.CorrelationID = message.NewUUID()
 	env.ReplyTo = b.reply
-	p := &pendingCall{typ: env.Type, target: target, done: make(chan struct{})}
-	if _, node, ok := SplitServiceID(target); ok {
+	p := &pendingCall{typ: env.Type, target: env.ServiceID, done: make(chan struct{})}
+	if _, node, ok := SplitServiceID(env.ServiceID); ok {
 		p.node = node
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return typ, nil, message.ErrClosed
+		return nil, message.ErrClosed
 	}
 	b.pending[env.CorrelationID] = p
 	b.mu.Unlock()
 	defer b.forget(env.CorrelationID)
 
 	if err := b.publish(ctx, env); err != nil {
-		return typ, nil, err
+		return nil, err
 	}
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return typ, nil, p.err
+			return nil, p.err
 		}
 		if p.reply.Error != nil {
-			return typ, nil, p.reply.Error
+			return nil, p.reply.Error
 		}
-		return typ, p.reply, nil
+		return p.reply, nil
 	case <-ctx.Done():
-		return typ, nil, ctxError(ctx)
+		return nil, ctxError(ctx)
 	}
 }
 
@@ -243,6 +274,17 @@ func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Optio
 	if err != nil {
 		return nil, o, err
 	}
+	env, err := b.encoded(kind, target, name, body, msg, o)
+	return env, o, err
+}
+
+// encoded builds the envelope of an outgoing message of type name whose
+// body is encoded already. msg is the payload, for the resource it names
+// (message.Routed); nil when only o names one (WithResource). It returns
+// the envelope built so far with an error. o.Headers, the call's own map,
+// becomes the envelope's.
+func (b *CloudBus) encoded(kind wire.Kind, target, name string, body []byte, msg any, o busx.CallOptions) (*wire.Envelope, error) {
+	var err error
 	env := &wire.Envelope{
 		Kind:      kind,
 		Type:      name,
@@ -252,14 +294,14 @@ func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Optio
 		Body:      body,
 	}
 	if env.ID, err = o.MessageID(); err != nil {
-		return env, o, err
+		return env, err
 	}
 	if env.ID == "" {
 		env.ID = message.NewUUID()
 	}
 	retry, err := o.Retries()
 	if err != nil {
-		return env, o, err
+		return env, err
 	}
 	if retry > 0 && kind != wire.KindEvent {
 		if env.Headers == nil { // o.Headers is this call's own map
@@ -270,16 +312,16 @@ func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Optio
 	if kind == wire.KindEvent {
 		if o.Resource != "" {
 			if env.ResourceUUID, err = message.NormalizeUUID(o.Resource); err != nil {
-				return env, o, err
+				return env, err
 			}
 		}
 	} else if env.ResourceUUID, err = busx.ResourceOf(msg, o); err != nil {
-		return env, o, err
+		return env, err
 	}
 	if kind != wire.KindEvent && target == "" {
-		return env, o, message.ErrBadRequest.WithDetails("empty target service id")
+		return env, message.ErrBadRequest.WithDetails("empty target service id")
 	}
-	return env, o, nil
+	return env, nil
 }
 
 // bound applies the per-call timeout to ctx; with always, a ctx without

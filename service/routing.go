@@ -27,7 +27,8 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 }
 
 // dispatch finds the resource msg is about and sends it to its owner, or
-// to this node if it is about none.
+// to this node if it is about none. A nil msg (a body forwarded encoded)
+// is about the resource opts name (bus.WithResource), if any.
 func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, sendVia func(b *bus.CloudBus, target string, o []bus.Option) error) error {
 	b, err := n.busForCall()
 	if err != nil {
@@ -257,7 +258,10 @@ func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error 
 // portal serves the shared api.portal queue: it forwards each API message
 // to the service that accepts its type, on the resource's owner or, for a
 // message about no resource, on this node, and returns the reply to the
-// original caller.
+// original caller. It reads only the envelope: the body is forwarded as it
+// arrived and the reply's body handed back as the owner sent it, neither
+// decoded nor encoded here (the bus does not decode api.portal's payloads:
+// busx.Engine.RegisterRaw).
 //
 // A portal whose node is fenced (it could not beat for longer than the
 // lease) or not serving cannot vouch for its ring: it gives the message
@@ -289,13 +293,17 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		opts = append(opts, bus.WithRetry(retries))
 	}
 	if res := r.Resource(); res != "" {
-		// The bus checked that a Routed payload names this resource.
+		// The message is routed by its envelope's resource. The owner's
+		// bus decodes the body and refuses it (bad_request) unrun if a
+		// message.Routed payload names another resource, or names one
+		// while the envelope names none (then it is sent to this node).
 		opts = append(opts, bus.WithResource(res))
 	}
-	var resp any
-	err := n.dispatch(ctx, service, r.Payload, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
+	env := busx.EnvelopeOf(r)
+	var reply busx.Raw
+	err := n.dispatch(ctx, service, nil, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
 		var err error
-		resp, err = bus.Call[any](ctx, b, target, r.Payload, o...)
+		reply, err = busx.Of(b).CallRaw(ctx, target, env.Type, env.Body, busx.Apply(o))
 		return err
 	})
 	var e *message.Error
@@ -305,7 +313,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 		// not this node's account of the forward.
 		return nil, e
 	}
-	return resp, err
+	return reply, err
 }
 
 // portalID returns the id under which the portal forwards a message

@@ -245,7 +245,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	n.memberJoined(n.id, epoch, "self")
 	// The portal routes by the ring, so it starts once the ring is filled;
 	// nothing routes to a node's portal, so starting it late loses nothing.
-	if err := busx.Of(b).RegisterShared(ctx, bus.APIPortal, handlerFunc(n.portal)); err != nil {
+	if err := busx.Of(b).RegisterRaw(ctx, bus.APIPortal, handlerFunc(n.portal)); err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}
 	if err := b.Broadcast(ctx, wire.NodeJoined{Node: n.id, Epoch: epoch}); err != nil {

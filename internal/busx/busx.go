@@ -79,6 +79,24 @@ type Engine interface {
 	// RegisterShared serves the shared queue of serviceID with h, a
 	// bus.Handler.
 	RegisterShared(ctx context.Context, serviceID string, h any) error
+	// RegisterRaw is RegisterShared for a handler that reads only the
+	// envelope and forwards the body as it arrived (CallRaw): the bus
+	// does not decode serviceID's payloads, so a request's Payload is
+	// nil. A type not registered on this bus is still refused with
+	// message.ErrUnknownMessage before h runs, as decoding would refuse
+	// it. Whether a message.Routed payload names the envelope's resource
+	// is checked by the bus that decodes it, where h forwards it, before
+	// anything runs there.
+	RegisterRaw(ctx context.Context, serviceID string, h any) error
+	// CallRaw is bus.Call with a body encoded already: it sends a request
+	// of type typ with body (its JSON, sent as is) to target, with o's
+	// id, headers and retry header; only o.Resource names its resource,
+	// and o.Headers becomes the envelope's. It waits as Call does (until
+	// ctx's deadline or o.Timeout, the earlier, or the default timeout if
+	// neither is set) and returns the reply's type and body as they
+	// arrived, undecoded, or the reply's error as its handler sent it (a
+	// *message.Error, wrapped), or why no reply came.
+	CallRaw(ctx context.Context, target, typ string, body []byte, o CallOptions) (Raw, error)
 	// Unregister stops consuming serviceID's queue, deleting it if asked.
 	Unregister(ctx context.Context, serviceID string, deleteQueue bool) error
 	// Services lists the service ids registered on the bus.
@@ -89,6 +107,17 @@ type Engine interface {
 	APIEntry() string
 	// Registry returns the bus's payload registry.
 	Registry() *message.Registry
+}
+
+// Raw is a payload still encoded. A handler may return a Raw as its
+// reply, which the bus sends as is, without encoding it; the zero Raw is
+// a reply without body.
+type Raw struct {
+	// Type is the registered name of the body's type; "" for no body.
+	Type string
+	// Body is the JSON of a value of Type; read-only once handed over,
+	// on either side.
+	Body []byte
 }
 
 // Hooks are set once by package bus when it is initialized.
