@@ -14,6 +14,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
+	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
@@ -51,22 +52,6 @@ func uuids(n int) []string {
 	return out
 }
 
-// rings are the rings a node can use (service.Config.Ring), as
-// servicetest.Options.NewRing: nil is the default partition table.
-var rings = []struct {
-	name string
-	new  func() ring.Ring
-}{
-	{"default-table", nil},
-	{"consistent", func() ring.Ring {
-		r, err := ring.NewConsistent(ring.DefaultConsistentConfig())
-		if err != nil {
-			panic(err) // the library's defaults are valid
-		}
-		return r
-	}},
-}
-
 // TestRoutingAndTakeoverInVirtualTime is the heart of the design: 1,000
 // resource messages each handled by the owner Locate names; a node stops
 // beating without a goodbye; within the eviction threshold plus one check
@@ -74,8 +59,8 @@ var rings = []struct {
 // fails with node-left before its own timeout, and every message sent
 // afterwards is handled by the survivors. It runs on each ring.
 func TestRoutingAndTakeoverInVirtualTime(t *testing.T) {
-	for _, r := range rings {
-		t.Run(r.name, func(t *testing.T) { routingAndTakeover(t, r.new) })
+	for _, r := range ringtest.Kinds() {
+		t.Run(r.Name, func(t *testing.T) { routingAndTakeover(t, r.New) })
 	}
 }
 

@@ -112,3 +112,31 @@ func shuffled(s []string) []string {
 	}
 	return out
 }
+
+// Kind is a ring this module offers, by name, with its constructor.
+type Kind struct {
+	Name string           // "table" or "consistent"
+	New  func() ring.Ring // a new empty ring of this kind
+}
+
+// Kinds returns the rings a node can use (service.Config.Ring): the
+// default partition table and the buraksezer/consistent ring, each with its
+// default configuration, so a test can run once per ring.
+func Kinds() []Kind {
+	return []Kind{
+		{"table", func() ring.Ring {
+			r, err := ring.New(ring.DefaultConfig())
+			if err != nil {
+				panic(err) // the defaults are valid
+			}
+			return r
+		}},
+		{"consistent", func() ring.Ring {
+			r, err := ring.NewConsistent(ring.DefaultConsistentConfig())
+			if err != nil {
+				panic(err) // the library's defaults are valid
+			}
+			return r
+		}},
+	}
+}

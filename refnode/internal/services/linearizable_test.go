@@ -27,6 +27,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/ring"
+	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
@@ -256,25 +257,9 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 // history must be linearizable (package chaoscheck, porcupine). It runs
 // on each ring a node can use.
 func TestImageNamesLinearizable(t *testing.T) {
-	for _, r := range rings {
-		t.Run(r.name, func(t *testing.T) { imageNamesLinearizable(t, r.new) })
+	for _, r := range ringtest.Kinds() {
+		t.Run(r.Name, func(t *testing.T) { imageNamesLinearizable(t, r.New) })
 	}
-}
-
-// rings are the rings a node can use (service.Config.Ring), as
-// servicetest.Options.NewRing: nil is the default partition table.
-var rings = []struct {
-	name string
-	new  func() ring.Ring
-}{
-	{"default-table", nil},
-	{"consistent", func() ring.Ring {
-		r, err := ring.NewConsistent(ring.DefaultConsistentConfig())
-		if err != nil {
-			panic(err) // the library's defaults are valid
-		}
-		return r
-	}},
 }
 
 func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
