@@ -38,7 +38,7 @@ func TestSkewedNodeClocks(t *testing.T) {
 					assert.NoError(t, s.Close())
 				}
 			})
-			base := heartbeat.Config{Interval: 50 * time.Millisecond, Lease: 200 * time.Millisecond, EvictAfter: 300 * time.Millisecond, OpTimeout: time.Second}
+			base := heartbeat.Config{Interval: 100 * time.Millisecond, Lease: 400 * time.Millisecond, EvictAfter: 600 * time.Millisecond, OpTimeout: time.Second}
 			var mu sync.Mutex
 			var evicted []string
 			type node struct {
@@ -77,8 +77,8 @@ func TestSkewedNodeClocks(t *testing.T) {
 					_ = n.m.Leave(context.Background())
 				}
 			})
-			// Twenty eviction thresholds of skewed clocks: nobody evicted.
-			deadline := time.Now().Add(20 * base.EvictAfter)
+			// Ten eviction thresholds of skewed clocks: nobody evicted.
+			deadline := time.Now().Add(10 * base.EvictAfter)
 			for time.Now().Before(deadline) {
 				for _, n := range nodes {
 					require.False(t, n.m.Fenced(), "a beating node must never be fenced, whatever its clock says")
@@ -108,7 +108,7 @@ func TestSkewedNodeClocks(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			t.Logf("%s: no false eviction over %s with clocks ±10 min off; the dead node evicted after %s",
-				c.name, 20*base.EvictAfter, time.Since(died).Round(time.Millisecond))
+				c.name, 10*base.EvictAfter, time.Since(died).Round(time.Millisecond))
 		})
 	}
 }
