@@ -31,7 +31,7 @@ type Options struct {
 	// result makes New fail.
 	Heartbeat heartbeat.Config
 	// Bus tunes every node's bus; the node sets its Transport, Node, Prefix,
-	// Registry, Ring and Logger.
+	// Registry and Logger, and its Clock if nil.
 	Bus bus.Config
 	// Prefix of the queue names. Default "test".
 	Prefix string
