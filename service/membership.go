@@ -151,7 +151,8 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 	}
 }
 
-// reconcileLoop heals the ring from the store (docs/design.md).
+// reconcileLoop heals the ring from the store (docs/design.md, "Heartbeats
+// and eviction").
 func (n *Node) reconcileLoop(ctx context.Context) {
 	interval := n.cfg.Heartbeat.Interval
 	t := time.NewTicker(interval)
