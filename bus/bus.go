@@ -29,8 +29,7 @@ type CloudBus struct {
 
 	scheds []*scheduler // one per service ever registered; guarded by mu
 
-	// base is the parent of every handler's ctx; cancel ends them on Close.
-	base   context.Context
+	base   context.Context // parent of every handler's ctx; cancel ends them
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -75,16 +74,12 @@ type service struct {
 	queue    string
 	handler  Handler
 	consumer driver.Consumer
-	sched    *scheduler // this service's handlers: a pool of its own, so a
-	// handler waiting on another service (a portal forwarding to the
-	// owner, a VM service asking the host service) never waits for a slot
-	// its own calls hold
+	sched    *scheduler // this service's own pool of handlers
 }
 
-// Open validates cfg, fills its defaults, declares this bus's reply and
-// event queues on the transport and starts consuming them. The returned
-// bus is ready: Send, Call, Broadcast and Register may be used at once.
-// If Open fails it leaves nothing behind.
+// Open fills cfg's defaults, validates it, and declares and consumes
+// the bus's reply and event queues; the bus is ready when it returns. On
+// error it leaves nothing behind.
 func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -119,7 +114,6 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 	return b, nil
 }
 
-// serviceQueueOptions are the options of durable service queues.
 func (b *CloudBus) serviceQueueOptions() driver.QueueOptions {
 	o := driver.QueueOptions{Kind: driver.QueueDurable}
 	if b.cfg.MaxDeliveries > 0 {
@@ -162,9 +156,8 @@ func (b *CloudBus) addConsumer(c driver.Consumer) {
 	b.mu.Unlock()
 }
 
-// onTransportState ends the calls in flight when the connection drops:
-// their reply queue died with it, so no reply can come. The outcome is
-// unknown (the request may have been delivered).
+// onTransportState fails the calls in flight when the connection drops:
+// their reply queue went with it.
 func (b *CloudBus) onTransportState(s driver.TransportState) {
 	if s != driver.TransportReconnecting {
 		return
@@ -187,23 +180,18 @@ func (b *CloudBus) DeadLetterQueue() string { return b.cfg.DeadLetterQueue }
 // Node returns this bus's node UUID.
 func (b *CloudBus) Node() string { return b.node }
 
-// registry returns the payload registry the bus encodes and decodes with.
 func (b *CloudBus) registry() *message.Registry { return b.reg }
 
 // LocalID returns the id of service on this node, "<service>.<node>".
-// Creation and other non-resource messages go there.
 func (b *CloudBus) LocalID(service string) string { return ServiceID(service, b.node) }
 
-// queueName returns the queue of a service id: "<prefix>.message.<id>",
-// e.g. "cloudbus.message.vmInstance.3694776ab31a45709259254a018913ca" or
-// "cloudbus.message.api.portal".
+// queueName returns the queue of a service id.
 func (b *CloudBus) queueName(serviceID string) string {
 	return b.cfg.Prefix + ".message." + serviceID
 }
 
-// Register declares the durable queue of service on this node,
-// <prefix>.message.<service>.<node>, and starts handing its messages to h.
-// Registering a service twice is an error.
+// Register declares the durable queue of service on this node and hands
+// its messages to h. A service registers once.
 func (b *CloudBus) Register(ctx context.Context, service string, h Handler) error {
 	if !validService(service) {
 		return fmt.Errorf("bus: register %q: service names use letters, digits, '_' and '-' (at most 64): %w", service, message.ErrBadRequest)
@@ -211,9 +199,8 @@ func (b *CloudBus) Register(ctx context.Context, service string, h Handler) erro
 	return b.serve(ctx, ServiceID(service, b.node), h)
 }
 
-// registerShared declares the durable queue of a service id shared by
-// every node, such as [APIPortal], and starts consuming it as one of its
-// competing consumers: the broker hands each message to one of them.
+// registerShared consumes the queue of a service id every node shares,
+// such as api.portal, as one of its competing consumers.
 func (b *CloudBus) registerShared(ctx context.Context, serviceID string, h Handler) error {
 	if serviceID != APIPortal && !validPrefix(serviceID) {
 		return fmt.Errorf("bus: register shared %q: invalid service id: %w", serviceID, message.ErrBadRequest)
@@ -252,8 +239,6 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 		return fmt.Errorf("bus: register %s: declare queue %s: %w", id, s.queue, err)
 	}
 	if id == APIPortal {
-		// Clients publish API messages through the entry, which reaches
-		// this queue and nothing else (see Transport.DeclareEntry).
 		if err := b.tr.DeclareEntry(ctx, b.apiEntry(), s.queue); err != nil {
 			undo()
 			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.apiEntry(), err)
@@ -276,11 +261,8 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	return nil
 }
 
-// unregister stops consuming the queue of a service id registered on this
-// bus (as "<service>.<node>" or a shared id). Messages already handed to
-// its handler still run and are acknowledged. With deleteQueue the queue
-// and any messages still in it are deleted: a node leaving the cluster
-// does this only after it has left every ring, so nobody routes to it.
+// unregister stops consuming a service id's queue; messages handed over
+// still run. With deleteQueue it deletes the queue and its messages.
 func (b *CloudBus) unregister(ctx context.Context, serviceID string, deleteQueue bool) error {
 	b.mu.Lock()
 	s, ok := b.services[serviceID]
@@ -305,8 +287,7 @@ func (b *CloudBus) unregister(ctx context.Context, serviceID string, deleteQueue
 	return errors.Join(errs...)
 }
 
-// serviceIDs returns the ids of the services registered on this bus, in no
-// particular order. The caller owns the slice.
+// serviceIDs returns the registered service ids; the caller owns the slice.
 func (b *CloudBus) serviceIDs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -319,38 +300,31 @@ func (b *CloudBus) serviceIDs() []string {
 
 // Stats is a snapshot of the bus's counters.
 type Stats struct {
-	// Pending is the number of calls waiting for a reply.
+	// Pending counts calls waiting for a reply.
 	Pending int
-	// Running is the number of handlers running.
+	// Running counts handlers running.
 	Running int
-	// Queued is the number of messages waiting for a handler slot or for
-	// the earlier messages about the same resource.
+	// Queued counts messages waiting for a handler.
 	Queued int
-	// LateReplies counts replies that arrived after their call ended.
+	// LateReplies counts replies that came after their call ended.
 	LateReplies uint64
-	// Rejected counts deliveries refused before a handler ran, Late ones
+	// Rejected counts deliveries refused before a handler ran, Late
 	// included.
 	Rejected uint64
-	// Late counts deliveries not run because their sender's deadline had
-	// passed before they could start (they waited in a queue, in a
-	// prefetch buffer, in a paused process or behind other messages).
+	// Late counts deliveries not run: their deadline passed first.
 	Late uint64
-	// Released counts deliveries given back to their queue unanswered
-	// (ErrRelease, or a reply that could not be published).
+	// Released counts deliveries given back unanswered (ErrRelease, or a
+	// reply that could not be published).
 	Released uint64
-	// Lost counts deliveries neither run nor settled because the
-	// transport no longer held them (see Delivery.Check): the broker
-	// handed them to another consumer.
+	// Lost counts deliveries the transport no longer held: not run.
 	Lost uint64
-	// Failed counts one-way messages ended by an error that says the
-	// message is wrong (its retry class is message.RetryNever or
-	// message.RetryRan): acknowledged, not tried again.
+	// Failed counts one-way messages ended by their error (rule 1 of
+	// "One-way messages").
 	Failed uint64
-	// Retried counts the times a one-way message whose handler failed
-	// was given back to its queue for another attempt.
+	// Retried counts one-way messages given back for another attempt.
 	Retried uint64
 	// DeadLettered counts one-way messages moved to the dead-letter
-	// queue: their attempts were spent, or their deadline passed.
+	// queue.
 	DeadLettered uint64
 }
 
@@ -380,9 +354,8 @@ func (b *CloudBus) Stats() Stats {
 	}
 }
 
-// Shutdown stops consuming, lets the handlers already holding messages
-// finish (until ctx ends), then closes the bus. Messages not yet started
-// when ctx ends go back to their queues.
+// Shutdown stops consuming, lets running handlers finish (until ctx
+// ends), then closes the bus.
 func (b *CloudBus) Shutdown(ctx context.Context) error {
 	b.stopConsumers(false, false) // replies keep flowing: draining handlers may call others
 	if err := b.drainHandlers(ctx); err != nil {
@@ -391,14 +364,11 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 	return b.Close()
 }
 
-// Close stops every consumer, fails pending calls with message.ErrClosed,
-// cancels the ctx of running handlers and waits for them to return,
-// returns messages that had not started to their queues and deletes the
-// bus's reply and event queues. Its consumers abort ([driver.Consumer.Abort]):
-// the transport takes back every message not yet settled at once, those
-// of running handlers included: such a message runs again elsewhere, since
-// its handler was canceled. It does not close the transport, which
-// the caller owns. Close is idempotent.
+// Close fails pending calls with message.ErrClosed, cancels running
+// handlers' contexts and waits for them, gives back every message it holds
+// unsettled as its consumers leave their queues (a canceled handler's
+// message runs again elsewhere), and deletes its reply and event queues.
+// It does not close the transport. It is idempotent.
 func (b *CloudBus) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
@@ -442,15 +412,14 @@ func (b *CloudBus) Close() error {
 	return b.closeErr
 }
 
-// schedulers returns every service's scheduler, including those of
-// services unregistered since (their handlers may still run).
+// schedulers returns every scheduler, unregistered services' included.
 func (b *CloudBus) schedulers() []*scheduler {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]*scheduler(nil), b.scheds...)
 }
 
-// drainHandlers waits until no handler of any service runs or waits.
+// drainHandlers waits until no handler runs or waits.
 func (b *CloudBus) drainHandlers(ctx context.Context) error {
 	for _, s := range b.schedulers() {
 		if err := s.drain(ctx); err != nil {
@@ -460,10 +429,8 @@ func (b *CloudBus) drainHandlers(ctx context.Context) error {
 	return nil
 }
 
-// stopConsumers cancels the service consumers and, with all, the reply
-// and event consumers too; each consumer is stopped once. With abort,
-// each consumer stops at once and gives back what it holds unsettled
-// ([driver.Consumer.Abort]), instead of waiting for the handlers to settle it.
+// stopConsumers stops the service consumers, with all the reply and event
+// ones too, each once; with abort they give back what they hold at once.
 func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Lock()
 	var cs []driver.Consumer
@@ -489,8 +456,7 @@ func (b *CloudBus) stopConsumers(all, abort bool) {
 	}
 }
 
-// isGone reports errors that mean the transport is already closed or
-// unreachable, which Close tolerates.
+// isGone reports the errors of a closed or unreachable transport.
 func isGone(err error) bool {
 	return errors.Is(err, message.ErrClosed) || errors.Is(err, message.ErrUnavailable)
 }

@@ -10,20 +10,16 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// headerDrain marks the drain marker a bus sends itself (see Drain).
+// headerDrain marks a drain marker, a message a bus sends itself.
 const headerDrain = "cloudbus-drain"
 
-// isMarker reports whether env is a drain marker: a one-way message of
-// the empty type with the drain header. A marker does nothing when
-// taken; it only tells its drainer that the messages before it were.
+// isMarker reports a drain marker: a one-way empty message with the header.
 func isMarker(env *wire.Envelope) bool {
 	return env.Headers[headerDrain] != "" && env.Kind == wire.KindSend && env.Type == message.TypeEmpty
 }
 
-// markerUnbounded reports whether a marker has no deadline, or one
-// further than markerTTL: no bus sends such a marker (each lives at most
-// markerTTL), and giving one back to its queue until it expires would
-// keep it circling between the broker and the consumers for good.
+// markerUnbounded reports a marker with no deadline or one past
+// markerTTL, which no bus sends.
 func markerUnbounded(env *wire.Envelope) bool {
 	return env.Timeout <= 0 && env.Deadline <= 0 || env.Timeout > markerTTL
 }
@@ -31,11 +27,8 @@ func markerUnbounded(env *wire.Envelope) bool {
 // maxMarkersSeen bounds the markers a bus remembers giving back.
 const maxMarkersSeen = 4096
 
-// markerExpired reports whether this bus has been giving the marker id
-// back for longer than markerTTL: a marker whose deadline restarts at
-// every delivery (one with a timeout and no cluster-time deadline) would
-// otherwise circle for good. It remembers at most maxMarkersSeen markers,
-// forgetting the expired ones first; past that, every new one expires.
+// markerExpired reports whether this bus has been giving marker id back
+// for longer than markerTTL; past maxMarkersSeen, every new one has.
 func (b *CloudBus) markerExpired(id string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -64,8 +57,7 @@ func (b *CloudBus) markerExpired(id string, now time.Time) bool {
 	return false
 }
 
-// refuseReservedHeader returns an error if env carries the drain header
-// without being a marker: the header is the bus's own.
+// refuseReservedHeader refuses the drain header on anything but a marker.
 func refuseReservedHeader(env *wire.Envelope) error {
 	if env.Headers[headerDrain] != "" && !isMarker(env) {
 		return message.ErrBadRequest.WithDetails("header " + headerDrain + " is reserved for the bus's drain markers")
@@ -73,19 +65,13 @@ func refuseReservedHeader(env *wire.Envelope) error {
 	return nil
 }
 
-// drainWaiters maps a marker token to the channel closed when the
-// marker comes back; guarded by CloudBus.mu.
+// drainWaiters maps a marker's token to its waiter; under CloudBus.mu.
 type drainWaiters map[string]chan struct{}
 
-// drain stops this bus's own (per-node) service queues cleanly: it puts a
-// marker at the tail of each queue, keeps consuming until every marker
-// came back (so every message sent before the call was taken), then
-// stops those consumers and waits until their handlers finished, or ctx
-// ends. Shared queues (api.portal) simply stop being consumed: their
-// other consumers carry on. Replies and events keep flowing, and the bus
-// stays open for calls; the queues stay too (delete them with
-// Unregister). A node leaving the cluster drains after it left every
-// ring, so that nothing sent to it is lost.
+// drain puts a marker at the tail of each of this node's own service
+// queues, consumes until every marker came back, then stops those
+// consumers and waits for their handlers, or ctx. Shared queues just stop
+// being consumed; queues stay, and the bus stays open.
 func (b *CloudBus) drain(ctx context.Context) error {
 	b.mu.Lock()
 	var own []*service
@@ -146,8 +132,7 @@ func (b *CloudBus) drain(ctx context.Context) error {
 	return nil
 }
 
-// drainPending reports whether tok is the marker of a drain of this bus
-// still waiting for it.
+// drainPending reports whether a drain of this bus waits for tok.
 func (b *CloudBus) drainPending(tok string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -155,8 +140,8 @@ func (b *CloudBus) drainPending(tok string) bool {
 	return ok
 }
 
-// takeDrainMarker reports whether env is this bus's drain marker, and if
-// so signals its waiter.
+// takeDrainMarker reports whether env is this bus's marker, and if so
+// wakes its drain.
 func (b *CloudBus) takeDrainMarker(env *wire.Envelope) bool {
 	tok := env.Headers[headerDrain]
 	if !isMarker(env) || env.Source != b.node {

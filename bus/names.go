@@ -4,22 +4,20 @@ import (
 	"strings"
 )
 
-// DefaultPrefix is the queue name prefix used when Config.Prefix is empty.
+// DefaultPrefix is the queue name prefix when Config.Prefix is empty.
 const DefaultPrefix = "cloudbus"
 
-// APIPortal is the well-known service id of the API portal. Its one queue,
-// <prefix>.message.api.portal, is shared by the API services of all nodes,
-// so the broker load-balances API messages among them.
+// APIPortal is the service id of the API portal, whose one queue,
+// <prefix>.message.api.portal, the API services of all nodes share.
 const APIPortal = "api.portal"
 
-// ServiceID returns the id of a service on a node: "<service>.<node>",
-// e.g. "vmInstance.3694776ab31a45709259254a018913ca".
+// ServiceID returns the id of a service on a node: "<service>.<node>".
 func ServiceID(service, node string) string {
 	return service + "." + node
 }
 
-// SplitServiceID splits "<service>.<node>" into its parts. It reports false
-// for the api.portal id and for ids without a node part.
+// SplitServiceID splits "<service>.<node>" into its parts; ok is false for
+// api.portal and ids without a node.
 func SplitServiceID(id string) (service, node string, ok bool) {
 	if id == APIPortal {
 		return "", "", false
@@ -31,8 +29,8 @@ func SplitServiceID(id string) (service, node string, ok bool) {
 	return id[:i], id[i+1:], true
 }
 
-// validService reports whether a service name is usable in a queue name:
-// non-empty, ASCII letters, digits, '_' and '-', at most 64 bytes.
+// validService reports a usable service name: 1 to 64 ASCII letters,
+// digits, '_' and '-'.
 func validService(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
@@ -46,15 +44,12 @@ func validService(s string) bool {
 	return true
 }
 
-// validPrefix reports whether a queue prefix is usable: like a service
-// name, but dots are allowed between segments.
+// validPrefix reports a usable prefix: dot-separated service names.
 func validPrefix(p string) bool {
 	if p == "" || len(p) > 128 {
 		return false
 	}
-	// RabbitMQ reserves "amq." names, and a prefix starting "amq.gen-"
-	// would make the bus's own queues look like broker-named reply queues
-	// to ValidReplyTo (found by FuzzEnvelopeAddresses).
+	// "amq" is reserved (docs/design.md, "Delivery rules").
 	if first, _, _ := strings.Cut(p, "."); strings.EqualFold(first, "amq") {
 		return false
 	}
@@ -66,6 +61,5 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// apiEntry returns the name of the entry api.portal sits behind
-// ([driver.Transport.DeclareEntry]): "<prefix>.api".
+// apiEntry returns the name of the entry api.portal sits behind.
 func (b *CloudBus) apiEntry() string { return b.cfg.Prefix + ".api" }

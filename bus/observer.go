@@ -5,13 +5,9 @@ import (
 	"time"
 )
 
-// Observer sees what the bus does, so metrics and traces can be added
-// without touching it (bus imports no metrics library).
-//
-// Observe is called synchronously on the send and receive paths, possibly
-// from many goroutines at once: it must be safe for concurrent use, must
-// not block, and must not keep the Observation's Err beyond the call if it
-// mutates it (it should not).
+// Observer sees what the bus does, for metrics and traces. Observe is
+// called on the send and receive paths, from many goroutines at once: it
+// must be safe for concurrent use and must not block.
 type Observer interface {
 	// Observe records one observation.
 	Observe(Observation)
@@ -28,36 +24,30 @@ type Op uint8
 
 // The observed operations.
 const (
-	// OpSend: a one-way message was published (Err if it failed).
+	// OpSend: a one-way message was published.
 	OpSend Op = iota + 1
-	// OpCall: a call completed; Duration is the round trip.
+	// OpCall: a call ended; Duration is the round trip.
 	OpCall
-	// OpBroadcast: an event was published to the fan-out.
+	// OpBroadcast: an event was published.
 	OpBroadcast
-	// OpHandle: a handler finished; Duration is its run time, Queued the
-	// time the message waited on this node before it ran.
+	// OpHandle: a handler returned; Duration is its run, Queued its wait.
 	OpHandle
-	// OpReply: a reply was published (Err if publishing failed).
+	// OpReply: a reply was published.
 	OpReply
-	// OpEvent: a subscriber received a broadcast event.
+	// OpEvent: subscribers received an event.
 	OpEvent
-	// OpLateReply: a reply arrived for a call that had already ended
-	// (timed out, canceled, abandoned); it was dropped.
+	// OpLateReply: a reply came after its call ended and was dropped.
 	OpLateReply
-	// OpReject: a delivery was refused before any handler ran: undecodable,
-	// unknown type, busy, its sender's deadline had passed (Err matches
-	// message.ErrTimeout), or the transport no longer held it (a
-	// Delivery.Check said so). Err says why.
+	// OpReject: a delivery was refused before a handler ran; Err says why
+	// (message.ErrTimeout if it was late).
 	OpReject
-	// OpRelease: a delivery was given back to its queue unanswered: its
-	// handler returned ErrRelease, or its reply could not be published.
+	// OpRelease: a delivery was given back unanswered.
 	OpRelease
-	// OpRetry: a one-way message whose handler failed (Err) is given
-	// back to its queue for another attempt, after a pause.
+	// OpRetry: a failed one-way message was given back for another
+	// attempt.
 	OpRetry
-	// OpDeadLetter: a one-way message was moved to the dead-letter
-	// queue: its attempts were spent or its deadline passed (Err says
-	// the last failure).
+	// OpDeadLetter: a one-way message was dead-lettered; Err is its last
+	// failure.
 	OpDeadLetter
 )
 
@@ -97,26 +87,24 @@ type Observation struct {
 	Op Op
 	// Type is the message type name, when known.
 	Type string
-	// ServiceID is the target service id (for events, empty).
+	// ServiceID is the target service id; empty for events.
 	ServiceID string
-	// Duration is the latency of the operation (see each Op).
+	// Duration is the operation's latency (see each Op).
 	Duration time.Duration
-	// Queued is, for OpHandle, the time the message waited on this node.
+	// Queued is, for OpHandle, how long the message waited on this node.
 	Queued time.Duration
-	// ID is the envelope id of the message handled, refused, released or
-	// replied to (OpHandle, OpReject, OpRelease, OpReply).
+	// ID is the message id (OpHandle, OpReject, OpRelease, OpReply).
 	ID string
 	// Resource is the resource the message is about, if any.
 	Resource string
 	// Headers are the message's headers (OpHandle, OpReject, OpRelease);
 	// read-only.
 	Headers map[string]string
-	// Start is when the handler started (OpHandle, OpRelease), when the
-	// message was refused (OpReject), or when the reply was published
-	// (OpReply), on this process's clock.
+	// Start is when the handler started, the message was refused or the
+	// reply published, on this process's clock.
 	Start time.Time
-	// Deadline is the message's deadline on this process's clock (zero if
-	// it has none), for OpHandle, OpReject and OpRelease.
+	// Deadline is the message's deadline on this process's clock, or zero
+	// (OpHandle, OpReject, OpRelease).
 	Deadline time.Time
 	// Err is the error, if the operation failed.
 	Err error

@@ -5,16 +5,8 @@ import (
 	"time"
 )
 
-// Logging refused messages without letting a flood of them flood the log.
-//
-// Every message the bus refuses before a handler runs (undecodable, a
-// reply address that is not a reply queue, a kind that has no business
-// in the queue) is logged at WARN, for the operator who must find the
-// misbehaving sender. Anyone who may publish to a queue can send such
-// messages by the thousand; the log then costs more than the refusals.
-// The bus logs at most refusalBurst of them at once and refusalRate per
-// second after that, and the next one logged says how many were not
-// (suppressed). Stats.Rejected counts them all.
+// Refused messages are logged at WARN, at most refusalBurst at once and
+// refusalRate a second after that (docs/design.md, "Delivery rules").
 const (
 	refusalBurst = 20
 	refusalRate  = 5 // per second
@@ -49,7 +41,7 @@ func (l *logLimiter) allow(now time.Time) (bool, int) {
 	return true, n
 }
 
-// warnRefused logs a refused message at WARN, within the limits above.
+// warnRefused logs a refused message at WARN, within the limits.
 func (b *CloudBus) warnRefused(msg string, args ...any) {
 	ok, suppressed := b.refusals.allow(time.Now())
 	if !ok {

@@ -13,8 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Reroute goes round at most rerouteRounds times, rerouteRoundPause
-// apart, before it gives up on a queue that does not become idle.
+// Reroute rounds and drain markers (docs/design.md, "Delivery rules").
 const (
 	rerouteRounds     = 20
 	rerouteRoundPause = 50 * time.Millisecond
@@ -22,16 +21,13 @@ const (
 	markerWait        = 2 * time.Second  // a round waits this long for its marker
 )
 
-// reroute empties queue, a durable queue nobody consumes any more: each
-// message's envelope goes to route, which sets its ServiceID (and may add
-// headers); the message is published there and acknowledged. Late
-// messages are dropped (requests) or dead-lettered (one-way); undecodable
-// ones and those route refuses with busx.ErrDrop are dropped; any other
-// route or publish error puts the message back and ends reroute. It knows
-// it took every message present when the marker it put at the queue's
-// tail comes back; then, unless keep, it deletes the queue once idle
-// (no message, no consumer), going round again for late arrivals (at
-// most rerouteRounds, then message.ErrBusy).
+// reroute empties queue, which nobody consumes any more: route sets each
+// envelope's ServiceID, and the message is moved there. Late messages are
+// dropped (requests) or dead-lettered (one-way); undecodable ones and
+// those route refuses with busx.ErrDrop are dropped; another error puts
+// the message back and ends reroute. Once its tail marker came back,
+// unless keep, it deletes the queue if idle, going round again at most
+// rerouteRounds times (then message.ErrBusy).
 func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (busx.RerouteStats, error) {
 	var (
 		mu    sync.Mutex
@@ -93,10 +89,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 				case markerUnbounded(env) || b.deadlineOf(env, now).late(now):
 					_ = d.Ack() // a marker of a drain that ended long ago, or no bus's
 				case env.Source == b.node && !b.drainPending(tok):
-					// Left by one of this bus's earlier rounds, which
-					// ended without it: giving it back would only bring
-					// it back here, ahead of this round's marker.
-					_ = d.Ack()
+					_ = d.Ack() // an earlier round's
 				default:
 					giveBack(d) // another drainer's: let it come back to it
 				}
@@ -165,10 +158,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 		select {
 		case <-back:
 		case <-ctx.Done():
-		case <-time.After(markerWait):
-			// The marker did not come back (another consumer kept it, or
-			// it is still behind messages another consumer holds): end the
-			// round, and the next one puts a new marker.
+		case <-time.After(markerWait): // the next round puts a new marker
 			end(nil)
 		}
 		_ = c.Cancel()
@@ -194,8 +184,7 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 	}
 }
 
-// giveBack returns d to its queue without counting it as a failed
-// delivery ([driver.Delivery.Release]): Reroute never crashed on it.
+// giveBack returns d to its queue without counting a failed delivery.
 func giveBack(d driver.Delivery) {
 	_ = d.Release()
 }

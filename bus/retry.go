@@ -10,12 +10,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// One-way messages are kept until they run: the rules are in the package
-// documentation ("One-way messages"), numbered as the code below cites them.
-
-// endsOneWay reports whether err, a one-way message's failure, says the
-// message is wrong or already ran (rule 1), so that it must not be tried
-// again.
+// endsOneWay reports whether err ends a one-way message (rule 1).
 func endsOneWay(err error) bool {
 	switch message.CodeOf(err).Retry() {
 	case message.RetryNever, message.RetryRan:
@@ -24,8 +19,7 @@ func endsOneWay(err error) bool {
 	return false
 }
 
-// retryPause returns the pause before attempt n+1 of a one-way message
-// whose attempt n (from 1) failed.
+// retryPause returns the pause after failed attempt n (from 1).
 func (b *CloudBus) retryPause(n int) time.Duration {
 	p := b.cfg.RetryBackoff
 	for i := 1; i < n && p < b.cfg.RetryBackoffMax; i++ {
@@ -34,9 +28,7 @@ func (b *CloudBus) retryPause(n int) time.Duration {
 	return min(p, b.cfg.RetryBackoffMax)
 }
 
-// attemptsOf returns how many times d's message failed before this
-// delivery (HeaderAttempts), 0 if never. A forged value cannot make it
-// negative.
+// attemptsOf returns the failed attempts before d, never negative.
 func attemptsOf(d driver.Delivery) int {
 	n, err := strconv.Atoi(d.Header(driver.HeaderAttempts))
 	if err != nil || n < 0 {
@@ -45,9 +37,8 @@ func attemptsOf(d driver.Delivery) int {
 	return n
 }
 
-// failOneWay settles a one-way message that failed with err: it ends, is
-// tried again after a pause, or goes to the dead-letter queue (see the
-// rules above). start is when its handler started (zero if none ran).
+// failOneWay settles a failed one-way message by the rules of "One-way
+// messages"; start is when its handler started, zero if none ran.
 func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d driver.Delivery, dl deadline, start time.Time, err error) {
 	obs := Observation{Type: env.Type, ServiceID: serviceID, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Err: err}
@@ -88,7 +79,7 @@ func (b *CloudBus) failOneWay(serviceID string, env *wire.Envelope, d driver.Del
 	})
 }
 
-// deadLetter moves a one-way message to the dead-letter queue with why.
+// deadLetter moves a one-way message to the dead-letter queue.
 func (b *CloudBus) deadLetter(serviceID string, env *wire.Envelope, d driver.Delivery, obs Observation, why string) {
 	b.deadLettered.Add(1)
 	obs.Op = OpDeadLetter
@@ -100,14 +91,13 @@ func (b *CloudBus) deadLetter(serviceID string, env *wire.Envelope, d driver.Del
 	}
 }
 
-// held is a delivery held on this node before it is given back.
+// held is a delivery held before it is given back.
 type held struct {
 	t    *time.Timer
 	give func()
 }
 
-// hold runs give after pause, on a timer that Close fires at once and
-// waits for; once the bus is closing, at once.
+// hold runs give after pause, or at once once the bus is closing.
 func (b *CloudBus) hold(pause time.Duration, give func()) {
 	b.mu.Lock()
 	if b.closed {
@@ -137,9 +127,8 @@ func (b *CloudBus) unhold(h *held) {
 	}
 }
 
-// releaseHeld gives back every held delivery at once and waits until
-// each was given back. Close calls it while the consumers still run, so
-// the deliveries can still be settled on their channels.
+// releaseHeld gives back every held delivery and waits; Close calls it
+// while the consumers can still settle them.
 func (b *CloudBus) releaseHeld() {
 	b.mu.Lock()
 	hs := make([]*held, 0, len(b.held))

@@ -9,11 +9,9 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// scheduler runs handler jobs: jobs with the same key (resource UUID) one
-// at a time in submission order, different keys and unkeyed jobs in
-// parallel, at most maxConc at once. Each key's waiting line holds at most
-// perKey jobs; submit refuses more with message.ErrBusy, so memory stays
-// bounded (the transport's prefetch bounds the unkeyed ones).
+// scheduler runs jobs with one key (resource UUID) one at a time in
+// order, others in parallel, at most maxConc at once; a key holds at most
+// perKey waiting jobs (more: message.ErrBusy).
 type scheduler struct {
 	maxConc, perKey int
 
@@ -28,20 +26,18 @@ type scheduler struct {
 	wg      sync.WaitGroup
 }
 
-// task is a job together with its line.
 type task struct {
 	l *line
 	j *job
 }
 
-// line is the waiting line of one key (or of one unkeyed job).
+// line is the waiting line of one key, or of one unkeyed job.
 type line struct {
 	key     string
 	jobs    []*job
 	running bool
 }
 
-// job is one delivery waiting for a handler slot.
 type job struct {
 	run     func() // handles, replies, acknowledges
 	requeue func() // gives the delivery back if it never runs
@@ -51,7 +47,7 @@ func newScheduler(maxConc, perKey int) *scheduler {
 	return &scheduler{maxConc: maxConc, perKey: perKey, keys: make(map[string]*line)}
 }
 
-// submit queues j under key ("" for no key). It never blocks.
+// submit queues j under key ("" for none); it never blocks.
 func (s *scheduler) submit(key string, j *job) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,8 +74,7 @@ func (s *scheduler) submit(key string, j *job) error {
 	return nil
 }
 
-// take removes the next ready job and counts it as running. s.mu is held
-// and a slot is free.
+// take starts the next ready job; s.mu is held and a slot is free.
 func (s *scheduler) take() task {
 	l := s.ready[0]
 	s.ready[0] = nil
@@ -93,13 +88,12 @@ func (s *scheduler) take() task {
 	return task{l: l, j: j}
 }
 
-// canRun reports whether a ready job may start now. s.mu is held.
+// canRun reports whether a ready job may start; s.mu is held.
 func (s *scheduler) canRun() bool {
 	return !s.closed && s.running < s.maxConc && len(s.ready) > 0
 }
 
-// pump hands ready jobs to parked workers, or starts workers, while slots
-// are free. s.mu is held.
+// pump starts ready jobs while slots are free; s.mu is held.
 func (s *scheduler) pump() {
 	for s.canRun() {
 		t := s.take()
@@ -114,9 +108,8 @@ func (s *scheduler) pump() {
 	}
 }
 
-// work runs tasks until none is ready, then parks until handed another
-// or the scheduler closes. Workers are reused so that handlers start on a
-// grown stack instead of a fresh goroutine each time.
+// work runs tasks, then parks until handed another; workers are reused so
+// handlers start on a grown stack.
 func (s *scheduler) work(t task) {
 	defer s.wg.Done()
 	inbox := make(chan task, 1)
@@ -143,12 +136,10 @@ func (s *scheduler) work(t task) {
 	}
 }
 
-// workerIdle is how long a parked worker waits for a task before it
-// exits, so that a burst does not leave MaxConcurrency goroutines behind.
+// workerIdle is how long a parked worker waits before it exits.
 const workerIdle = time.Second
 
-// park waits for a task on inbox; it reports false when the worker should
-// exit (the scheduler closed, or nothing came for workerIdle).
+// park waits for a task; false means exit.
 func (s *scheduler) park(inbox chan task) (task, bool) {
 	timer := time.NewTimer(workerIdle)
 	defer timer.Stop()
@@ -163,12 +154,11 @@ func (s *scheduler) park(inbox chan task) (task, bool) {
 		s.parked = slices.Delete(s.parked, i, i+1)
 		return task{}, false
 	}
-	// pump handed us a task (or close closed inbox) as the timer fired.
 	t, ok := <-inbox
 	return t, ok
 }
 
-// finish ends the running job of l. s.mu is held.
+// finish ends l's running job; s.mu is held.
 func (s *scheduler) finish(l *line) {
 	l.running = false
 	s.running--
@@ -186,14 +176,13 @@ func (s *scheduler) finish(l *line) {
 	}
 }
 
-// load returns the running and queued job counts.
 func (s *scheduler) load() (running, queued int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running, s.queued
 }
 
-// drain waits until no job is running or queued, or ctx ends.
+// drain waits until no job runs or waits, or ctx ends.
 func (s *scheduler) drain(ctx context.Context) error {
 	s.mu.Lock()
 	if s.running == 0 && s.queued == 0 {
@@ -211,8 +200,8 @@ func (s *scheduler) drain(ctx context.Context) error {
 	}
 }
 
-// close refuses new jobs, gives back the jobs that never started and
-// waits for the running ones. It is idempotent.
+// close refuses new jobs, gives back those that never started and waits
+// for the running ones. It is idempotent.
 func (s *scheduler) close() {
 	s.mu.Lock()
 	s.closed = true

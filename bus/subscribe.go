@@ -13,11 +13,8 @@ import (
 
 // subEvent is a broadcast delivered to a subscriber.
 type subEvent struct {
-	// Envelope holds the event's headers and source; read-only.
-	Envelope *wire.Envelope
-	// Payload is the decoded body: a pointer to a value of the registered
-	// type named by Envelope.Type.
-	Payload any
+	Envelope *wire.Envelope // read-only
+	Payload  any            // a pointer to the decoded body
 }
 
 type subscription struct {
@@ -33,8 +30,7 @@ type eventJob struct {
 
 var subscriptionIDs atomic.Uint64
 
-// subscribe calls fn for every broadcast event of the registered type
-// eventType.
+// subscribe calls fn for every event of the registered type eventType.
 func (b *CloudBus) subscribe(eventType string, fn func(ctx context.Context, ev *subEvent)) (unsubscribe func(), err error) {
 	if !b.reg.Known(eventType) {
 		return nil, fmt.Errorf("bus: subscribe %q: %w", eventType, message.ErrUnknownMessage.WithDetails("register the event type first"))
@@ -60,11 +56,10 @@ func (b *CloudBus) subscribe(eventType string, fn func(ctx context.Context, ev *
 }
 
 // Subscribe calls fn for every broadcast event of the registered type E
-// that b receives. Subscribers run one at a time, in arrival order, on the
-// bus's event dispatcher, off the receive path: a slow subscriber delays
-// other events, never service messages. fn must not block forever; its
-// ctx is canceled when the bus closes; a panic is recovered and logged.
-// The returned function unsubscribes; it is idempotent.
+// that b receives, one event at a time, in arrival order, off the receive
+// path: a slow subscriber delays other events, never service messages. fn
+// must not block forever; its ctx ends when the bus closes; a panic is
+// logged. unsubscribe is idempotent.
 func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscribe func(), err error) {
 	name, err := message.NameFor[E](b.reg)
 	if err != nil {
@@ -77,8 +72,7 @@ func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscr
 	})
 }
 
-// onEvent takes an event off this bus's event queue and queues it for the
-// dispatcher, waiting while the dispatcher's buffer is full.
+// onEvent queues an event for the dispatcher, waiting while it is full.
 func (b *CloudBus) onEvent(d driver.Delivery) {
 	env, err := wire.DecodeEnvelope(d.Body(), b.cfg.MaxMessageSize)
 	_ = d.Ack()
@@ -98,7 +92,6 @@ func (b *CloudBus) onEvent(d driver.Delivery) {
 	}
 }
 
-// dispatchEvents runs subscribers until the bus closes.
 func (b *CloudBus) dispatchEvents() {
 	defer close(b.eventDone)
 	for {

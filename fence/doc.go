@@ -1,6 +1,7 @@
 // Package fence makes ownership authorize writes, and messages idempotent,
 // in the user's database transactions: fence/sqlfence in SQL,
-// fence/memfence in memory. For the reasons, see docs/design.md.
+// fence/memfence in memory. For the reasons, see docs/design.md,
+// "Fencing".
 //
 // A [Claim] holds while its node's heartbeat record is live at its epoch;
 // a write whose claim does not hold fails with a [*StaleError].

@@ -1,7 +1,7 @@
 // Package heartbeat is the membership of the management nodes: each node
 // beats in a shared [Store], and its [Monitor] evicts the nodes that stop
 // beating and reports changes to a [Listener]. Design and figures:
-// docs/design.md, "Heartbeats".
+// docs/design.md, "Heartbeats and eviction".
 //
 // [Monitor.Join] registers the node (a new epoch) and returns the
 // members; [Monitor.Run] loops every Interval: beat, list, evict, report;

@@ -9,104 +9,47 @@ import (
 	"strings"
 )
 
-// Code classifies an error so that it survives the wire: a reply decoded on
-// another node still matches the sentinel of its code with errors.Is.
-// Codes are stable lower-case strings; [Codes] lists every code this
-// package defines. A code unknown to this version (sent by a newer node)
-// is kept as is and treated as [RetryUnknown].
-//
-// Each code belongs to one retry class ([Retry], reported by [Code.Retry]):
-// [RetrySafe] (nothing happened, a retry may succeed), [RetryNever]
-// (nothing happened, a retry fails the same way), [RetryUnknown] (the
-// operation may have happened) or [RetryRan] (the operation happened).
+// Code classifies an error so that it survives the wire. Codes are stable
+// lower-case strings ([Codes]); one unknown to this version (from a newer
+// node) is kept and counts as [RetryUnknown].
 type Code string
 
-// The codes, one table. Each states whether retrying is safe, that is
-// whether the failed operation may nevertheless have happened.
+// The codes; codeTable gives each its retry class.
 const (
-	// codeTimeout: the deadline passed before a reply arrived. The handler
-	// may have run, may be running, or may never run: outcome unknown.
-	codeTimeout Code = "timeout"
-	// codeCanceled: the caller canceled. Outcome unknown, as for a timeout.
-	codeCanceled Code = "canceled"
-	// codeNoRoute: no queue exists for the target service id, so nothing
-	// was delivered. Retrying is safe (usually after the ring changes).
-	codeNoRoute Code = "no_route"
-	// codeUnknownMessage: the receiver has no registered type or handler for
-	// the message type. Nothing ran; retrying fails the same way until the
-	// receiver is upgraded.
+	codeTimeout        Code = "timeout"
+	codeCanceled       Code = "canceled"
+	codeNoRoute        Code = "no_route"
 	codeUnknownMessage Code = "unknown_message"
-	// codeBadReply: the handler ran and replied, but its reply could not be
-	// read as the type the caller asked for (a typed call whose reply is of
-	// another registered type, or does not decode into the requested Go
-	// type). The operation happened: do not retry unless repeating it is
-	// intended; fix the caller's or the handler's reply type instead.
-	codeBadReply Code = "bad_reply"
-	// codeNodeLeft: the node the message went to left the cluster (goodbye or
-	// eviction) before replying. Outcome unknown: the message may still run,
-	// on that node or on the new owner. Retry only idempotent operations.
-	codeNodeLeft Code = "node_left"
-	// codeNotOwner: the receiver does not own the resource on its ring copy
-	// and refused the message before running it. Retrying is safe once the
-	// ring copies agree.
-	codeNotOwner Code = "not_owner"
-	// codeBusy: the receiver's queue for the resource is full and it refused
-	// the message before running it. Retrying later is safe.
-	codeBusy Code = "busy"
-	// codeBadRequest: the request is malformed or invalid. Nothing ran;
-	// retrying the same request fails the same way.
-	codeBadRequest Code = "bad_request"
-	// codeInvalidUUID: a resource or node UUID is malformed. Nothing ran;
-	// retrying the same request fails the same way.
-	codeInvalidUUID Code = "invalid_uuid"
-	// codeNotFound: the resource does not exist. Retrying fails the same way
-	// unless the resource is created meanwhile.
-	codeNotFound Code = "not_found"
-	// codeTooLarge: the message exceeds the size limit and was not sent.
-	// Retrying the same message fails the same way.
-	codeTooLarge Code = "too_large"
-	// codeInternal: the handler failed or panicked. It may have done part of
-	// its work: outcome unknown.
-	codeInternal Code = "internal"
-	// codeClosed: the bus or node is closed. A message not yet sent was not
-	// sent, but a call in flight when the bus closed has an unknown outcome,
-	// so the code as a whole is outcome unknown.
-	codeClosed Code = "closed"
-	// codeUnavailable: the transport lost its connection to the broker.
-	// A call in flight may or may not have been delivered: outcome unknown.
-	codeUnavailable Code = "unavailable"
-	// codeNotSent: the transport refused the message before sending it
-	// (it was reconnecting to the broker, or the broker refused the
-	// publish), so nothing was delivered and nothing ran. Retrying is
-	// safe. A transport's refusal also matches [ErrUnavailable], so code
-	// that tests for a broker problem keeps working.
-	codeNotSent Code = "not_sent"
+	codeBadReply       Code = "bad_reply"
+	codeNodeLeft       Code = "node_left"
+	codeNotOwner       Code = "not_owner"
+	codeBusy           Code = "busy"
+	codeBadRequest     Code = "bad_request"
+	codeInvalidUUID    Code = "invalid_uuid"
+	codeNotFound       Code = "not_found"
+	codeTooLarge       Code = "too_large"
+	codeInternal       Code = "internal"
+	codeClosed         Code = "closed"
+	codeUnavailable    Code = "unavailable"
+	codeNotSent        Code = "not_sent"
 )
 
-// Retry says whether retrying an operation that failed with a code is
-// safe, by what is known of whether the operation happened: not at all
-// ([RetrySafe], [RetryNever]), maybe ([RetryUnknown]) or certainly
-// ([RetryRan]). Values are stable: new classes are only ever added after
-// the existing ones.
+// Retry is what is known of whether a failed operation happened, and so
+// whether retrying is safe. Classes are only ever added after these.
 type Retry int
 
 const (
-	// RetryUnknown: the operation may have happened (outcome unknown).
-	// Retry only operations that are idempotent.
+	// RetryUnknown: it may have happened; retry only if idempotent.
 	RetryUnknown Retry = iota
-	// RetrySafe: the operation did not happen; retrying is safe and may succeed.
+	// RetrySafe: it did not happen; a retry may succeed.
 	RetrySafe
-	// RetryNever: the operation did not happen and retrying the same request
-	// fails the same way; fix the request instead.
+	// RetryNever: it did not happen, and a retry fails the same way.
 	RetryNever
-	// RetryRan: the operation happened on the receiver; only its outcome
-	// could not be delivered in the form the caller asked for (see
-	// [CodeBadReply]). Retrying repeats it: do so only if that is intended.
+	// RetryRan: it happened; a retry repeats it.
 	RetryRan
 )
 
-// String returns the name of r, or "Retry(n)" for a value this package
-// does not define.
+// String describes r, or returns "Retry(n)" for an unknown value.
 func (r Retry) String() string {
 	switch r {
 	case RetryUnknown:
@@ -122,8 +65,7 @@ func (r Retry) String() string {
 	}
 }
 
-// Codes lists every code this package defines, in table order. The caller
-// owns the returned slice.
+// Codes lists every code, in table order; the caller owns the slice.
 func Codes() []Code {
 	out := make([]Code, len(codeTable))
 	for i, c := range codeTable {
@@ -154,8 +96,7 @@ var codeTable = []struct {
 	{codeNotSent, RetrySafe},
 }
 
-// Retry reports whether retrying after an error with code c is safe.
-// Codes this package does not define report [RetryUnknown].
+// Retry returns c's retry class: [RetryUnknown] for an unknown code.
 func (c Code) Retry() Retry {
 	for _, e := range codeTable {
 		if e.code == c {
@@ -168,28 +109,29 @@ func (c Code) Retry() Retry {
 // String returns the code itself.
 func (c Code) String() string { return string(c) }
 
-// Error is the structured error carried by replies: a code, a description
-// for people, optional details and an optional cause. It marshals to JSON
-// and back without losing its code, and [Error.Is] compares codes, so
-//
-//	errors.Is(err, message.ErrNotFound)
-//
-// holds for an error decoded on another node. Values are safe to share once
-// built; the With methods return copies.
+// Error is the coded error a reply carries: a code, a description for
+// people, and optional details and cause. It keeps its code through JSON,
+// and [Error.Is] compares codes. It is safe to share once built; the With
+// methods return copies.
 type Error struct {
-	// Code classifies the error; see the Code constants.
+	// Code classifies the error.
 	Code Code
-	// Description says what failed, for people.
+	// Description says what failed.
 	Description string
-	// Details adds specifics (the offending value, the limit), optional.
+	// Details adds specifics; optional.
 	Details string
-	// Cause is the underlying error, optional. On the wire it becomes an
-	// *Error (see [AsError]), so its code survives too.
+	// Cause is the underlying error; optional.
 	Cause error
 }
 
-// The coded sentinels, one per code. Match them with errors.Is; never
-// compare errors with ==. Each code's doc says whether retrying is safe.
+// The sentinels, one per code; match them with errors.Is, never ==. By
+// retry class: nothing happened and a retry may succeed with ErrNoRoute,
+// ErrNotOwner, ErrBusy and ErrNotSent (which also matches
+// ErrUnavailable); nothing happened and a retry fails the same way with
+// ErrUnknownMessage, ErrBadRequest, ErrInvalidUUID, ErrNotFound and
+// ErrTooLarge; the outcome is unknown with ErrTimeout, ErrCanceled,
+// ErrNodeLeft, ErrInternal, ErrClosed and ErrUnavailable; the handler
+// ran with ErrBadReply.
 var (
 	ErrTimeout        = &Error{Code: codeTimeout, Description: "deadline exceeded"}
 	ErrCanceled       = &Error{Code: codeCanceled, Description: "canceled by the caller"}
@@ -214,9 +156,8 @@ func NewError(code Code, description string) *Error {
 	return &Error{Code: code, Description: description}
 }
 
-// Errorf returns an error with the given code and a description formatted
-// as by fmt.Sprintf. If the format wraps an error with %w, that error
-// becomes the Cause.
+// Errorf returns an error with code and a description formatted by
+// fmt.Sprintf; an error wrapped with %w becomes the Cause.
 func Errorf(code Code, format string, args ...any) *Error {
 	wrapped := fmt.Errorf(format, args...)
 	e := &Error{Code: code, Description: wrapped.Error()}
@@ -240,8 +181,7 @@ func (e *Error) WithCause(cause error) *Error {
 	return &c
 }
 
-// Error formats the error as "code: description: details: cause",
-// leaving out empty parts.
+// Error formats "code: description: details: cause", leaving out empty parts.
 func (e *Error) Error() string {
 	var b strings.Builder
 	add := func(s string) {
@@ -262,9 +202,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is an *Error with the same code. A timeout also
-// matches context.DeadlineExceeded and a cancellation context.Canceled, so
-// code written against the context package keeps working.
+// Is reports whether target is an *Error with the same code. A timeout
+// also matches context.DeadlineExceeded, a cancellation context.Canceled.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case context.DeadlineExceeded:
@@ -282,8 +221,7 @@ func (e *Error) Unwrap() error { return e.Cause }
 // Retry reports whether retrying is safe; see [Code.Retry].
 func (e *Error) Retry() Retry { return e.Code.Retry() }
 
-// maxCauseDepth bounds the cause chain put on the wire, so a cyclic or
-// very deep chain cannot make a reply unbounded.
+// maxCauseDepth bounds the cause chain put on the wire.
 const maxCauseDepth = 8
 
 type wireError struct {
@@ -301,9 +239,7 @@ func toWire(e *Error, depth int) *wireError {
 	return w
 }
 
-// causeToWire keeps the chain of an *Error cause, the code (and full text)
-// of a cause that wraps one or is a context error, and only the text of a
-// plain Go error: a cause never gains a code it did not have.
+// causeToWire keeps a cause's code only if it is or wraps one.
 func causeToWire(err error, depth int) *wireError {
 	if e, ok := err.(*Error); ok {
 		return toWire(e, depth)
@@ -327,17 +263,14 @@ func fromWire(w *wireError, depth int) *Error {
 	return e
 }
 
-// MarshalJSON encodes e with its cause chain (at most 8 deep). A cause
-// that is not an *Error keeps its text, and its code only if it wraps an
-// *Error or a context error; a plain Go cause is sent without a code, so
-// it matches no sentinel on the other side.
+// MarshalJSON encodes e with its causes, at most 8 deep. A cause keeps
+// its code only if it is or wraps an *Error or a context error.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	return json.Marshal(toWire(e, 0))
 }
 
-// UnmarshalJSON decodes an error encoded by [Error.MarshalJSON]. An empty
-// top-level code becomes [codeInternal], so a decoded error always has a
-// code; causes deeper than 8 are dropped.
+// UnmarshalJSON decodes [Error.MarshalJSON]'s output; an empty top-level
+// code becomes "internal" and causes past 8 deep are dropped.
 func (e *Error) UnmarshalJSON(data []byte) error {
 	var w wireError
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -347,17 +280,11 @@ func (e *Error) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// AsError converts any error into an *Error for the wire. nil stays nil.
-// An *Error is returned as is. An error that wraps one (fmt.Errorf with
-// %w, errors.Join) is sent as the first *Error it wraps: its code,
-// description and cause, so that a client in any language reads the same
-// fields whichever node answered (a call forwarded by api.portal, or
-// refused while being decoded). The details are those of every *Error
-// the chain wraps, joined by "; ", after the text that wraps the first
-// one, if it wraps nothing else ("read vm: vm x" for
-// fmt.Errorf("read vm: %w", ErrNotFound.WithDetails("vm x"))). context.DeadlineExceeded becomes [codeTimeout],
-// context.Canceled [codeCanceled]; anything else becomes [codeInternal],
-// with the error's text as the description.
+// AsError converts err for the wire; nil stays nil and an *Error is
+// returned as is. An error that wraps *Errors becomes the first one's code,
+// description and cause, with the text wrapping it and every wrapped
+// *Error's details as details. A context error becomes a timeout or a
+// cancellation, anything else internal with err's text.
 func AsError(err error) *Error {
 	if err == nil {
 		return nil
@@ -394,8 +321,7 @@ func AsError(err error) *Error {
 	return &Error{Code: codeInternal, Description: err.Error()}
 }
 
-// collectErrors appends the *Errors err wraps, outermost first, without
-// looking inside an *Error (its Cause is its own).
+// collectErrors appends the *Errors err wraps, outermost first.
 func collectErrors(err error, into *[]*Error, depth int) {
 	if err == nil || depth > maxCauseDepth {
 		return

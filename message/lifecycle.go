@@ -3,10 +3,8 @@ package message
 // TypeEmpty is the name of [Empty], registered in every [Registry].
 const TypeEmpty = "cloudbus.v1.Empty"
 
-// Empty is a payload with no fields, for requests that need no arguments
-// and replies that carry no result.
+// Empty is a payload with no fields, for requests and replies without any.
 type Empty struct{}
 
-// DefaultMaxSize is the default limit, in bytes, of an encoded envelope
-// (4 MiB). Transports may set their own limit.
+// DefaultMaxSize is the default limit of an encoded envelope: 4 MiB.
 const DefaultMaxSize = 4 << 20

@@ -10,16 +10,11 @@ import (
 	"unicode/utf8"
 )
 
-// maxTypeNameLen bounds type names so a hostile envelope cannot carry an
-// arbitrarily long one through lookups and error messages.
 const maxTypeNameLen = 128
 
-// ValidTypeName reports whether name is a well-formed message type name:
-// at most 128 characters, dot-separated segments, a version segment
-// ("v1") just before the final segment, e.g. "refnode.v1.StartVm".
-//
-// It matches ^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)*\.v[0-9]+\.[A-Za-z][A-Za-z0-9_]*$
-// without a regular expression, since every envelope is checked.
+// ValidTypeName reports a well-formed type name: at most 128 characters
+// matching ^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)*\.v[0-9]+\.[A-Za-z][A-Za-z0-9_]*$,
+// such as "refnode.v1.StartVm".
 func ValidTypeName(name string) bool {
 	if len(name) > maxTypeNameLen {
 		return false
@@ -40,7 +35,6 @@ func ValidTypeName(name string) bool {
 	return true
 }
 
-// validSegment: a letter, then letters, digits, '_' (and '-' if dash).
 func validSegment(s string, dash bool) bool {
 	if s == "" || !isLetter(s[0]) {
 		return false
@@ -54,7 +48,6 @@ func validSegment(s string, dash bool) bool {
 	return true
 }
 
-// isVersion: "v" and one or more digits.
 func isVersion(s string) bool {
 	if len(s) < 2 || s[0] != 'v' {
 		return false
@@ -69,15 +62,9 @@ func isVersion(s string) bool {
 
 func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// Registry maps stable, versioned type names to Go types. Decoding only
-// ever instantiates a registered type: an envelope naming anything else,
-// including the name of a real Go type that was not registered, fails
-// with [ErrUnknownMessage].
-//
-// A Registry is safe for concurrent use. Register types at start-up,
-// before the bus delivers messages; there is no global registry, pass
-// one to the bus. A new Registry already holds the lifecycle events
-// ([NodeJoined], [NodeLeft]) and [Empty].
+// Registry maps stable, versioned type names to Go types; decoding a name
+// not registered fails with [ErrUnknownMessage]. It is safe for concurrent
+// use; register types before messages flow. A new Registry holds [Empty].
 type Registry struct {
 	mu     sync.RWMutex
 	byName map[string]reflect.Type
@@ -94,12 +81,10 @@ func NewRegistry() *Registry {
 	return r
 }
 
-// Register registers T under name. Registering the same type under the
-// same name again is a no-op; reusing a name for another type, or a type
-// under a second name, is an error, as is a malformed name or a pointer,
-// interface, func or chan type (register the value type; pointers to it
-// encode the same). Names are part of the wire format: never change one,
-// add a new version instead.
+// Register registers the value type T under name; the same pair again is
+// a no-op. A malformed name, a name or type already registered otherwise,
+// or a pointer, interface, func or chan type is an error. Names are wire
+// format: never change one, register a new version.
 func Register[T any](r *Registry, name string) error {
 	t := reflect.TypeFor[T]()
 	if !ValidTypeName(name) {
@@ -125,17 +110,15 @@ func Register[T any](r *Registry, name string) error {
 	return nil
 }
 
-// MustRegister is like [Register] but panics on error. Use it at
-// start-up, where a bad registration is a programming error.
+// MustRegister is [Register], panicking on error.
 func MustRegister[T any](r *Registry, name string) {
 	if err := Register[T](r, name); err != nil {
 		panic(err)
 	}
 }
 
-// NameOf returns the registered name of v's type; a pointer is looked up
-// by the type it points to. An unregistered type fails with
-// [ErrUnknownMessage].
+// NameOf returns the registered name of v's type, or of the type it
+// points to; an unregistered one fails with [ErrUnknownMessage].
 func (r *Registry) NameOf(v any) (string, error) {
 	t := reflect.TypeOf(v)
 	if t != nil && t.Kind() == reflect.Pointer {
@@ -176,8 +159,8 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-// Encode returns the registered name of v's type and its JSON body.
-// v may be a value or a non-nil pointer to one.
+// Encode returns the registered name of v's type and v as JSON; v may be
+// a non-nil pointer.
 func (r *Registry) Encode(v any) (name string, body []byte, err error) {
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
 		return "", nil, ErrBadRequest.WithDetails("cannot encode a nil pointer")
@@ -193,13 +176,11 @@ func (r *Registry) Encode(v any) (name string, body []byte, err error) {
 	return name, body, nil
 }
 
-// Decode instantiates the type registered as name and decodes body into
-// it, returning a pointer to the new value (*T for a type registered as
-// T). An unregistered name fails with [ErrUnknownMessage] before anything
-// is instantiated; a body that is not valid UTF-8 JSON of that type, or
-// has trailing data, fails with [ErrBadRequest]. An empty body decodes to
-// the zero value. Unknown JSON fields are ignored, so a newer sender may
-// add optional fields without a new version.
+// Decode decodes body into a new value of the type registered as name and
+// returns a pointer to it. An unregistered name fails with
+// [ErrUnknownMessage] before anything is made; a body that is not valid
+// UTF-8 JSON of the type, or has trailing data, with [ErrBadRequest]. An
+// empty body gives the zero value; unknown fields are ignored.
 func (r *Registry) Decode(name string, body []byte) (any, error) {
 	r.mu.RLock()
 	t, ok := r.byName[name]
@@ -214,8 +195,7 @@ func (r *Registry) Decode(name string, body []byte) (any, error) {
 	return p.Interface(), nil
 }
 
-// DecodeAs decodes body as T, checking that name is the name T is
-// registered under; a mismatch or an unregistered name fails with
+// DecodeAs decodes body as T, which must be registered as name, else
 // [ErrUnknownMessage].
 func DecodeAs[T any](r *Registry, name string, body []byte) (T, error) {
 	var zero T

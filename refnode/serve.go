@@ -170,7 +170,7 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 
 // newRing returns an empty ring of the kind -ring names: "table", the
 // default partition table, or "consistent", buraksezer/consistent with the
-// library's defaults (docs/design/ring.md compares them).
+// library's defaults (docs/design.md, "The ring", compares them).
 func newRing(kind string) (ring.Ring, error) {
 	switch kind {
 	case "table":

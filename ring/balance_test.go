@@ -12,7 +12,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 )
 
-// Balance targets of the default ring (docs/design.md).
+// Balance targets of the default ring (docs/design.md, "The ring").
 const (
 	balanceKeys     = 1_000_000
 	maxMeanSmall    = 1.10 // at 3 and 10 members
@@ -160,7 +160,7 @@ const compareEnv = "CLOUDBUS_RING_COMPARE"
 
 // TestRingComparison logs the same figures for the buraksezer/consistent
 // option, with its defaults and with BalancedConsistentConfig, for the
-// side-by-side table in docs/design.md. It asserts nothing about
+// side-by-side table in docs/design.md ("The ring"). It asserts nothing about
 // their balance and takes about ten seconds, so it runs only when
 // CLOUDBUS_RING_COMPARE=1:
 //

@@ -45,7 +45,8 @@ func DefaultConsistentConfig() ConsistentConfig {
 }
 
 // BalancedConsistentConfig returns settings with which a [Consistent] ring
-// meets the balance targets of docs/design.md, with slow changes.
+// meets the balance targets in docs/design.md ("The ring"), with slow
+// changes.
 func BalancedConsistentConfig() ConsistentConfig {
 	return ConsistentConfig{
 		PartitionCount:    65521, // the largest prime below 2^16

@@ -1,7 +1,7 @@
 // Package ring maps resources to the management node that owns them. Every
 // node keeps its own [Ring] of live node UUIDs, and a message about a
 // resource goes to Locate(resourceUUID). For the design and its
-// measurements, see docs/design.md.
+// measurements, see docs/design.md, "The ring".
 //
 // Every [Ring] follows these rules, which ring/ringtest checks:
 //

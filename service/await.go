@@ -20,18 +20,14 @@ func (n *Node) ringState() wire.RingState {
 	return wire.RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
 }
 
-// ErrNotRunning is returned by the waits of a node that stopped, or
-// never ran, while they waited. Errors wrapping it carry Err's reason.
+// ErrNotRunning is returned by the waits of a node that stopped or never
+// ran; it wraps [Node.Err]'s reason, if any.
 var ErrNotRunning = errors.New("service: node is not running")
 
-// AwaitMembers waits until the node serves and its ring copy holds at
-// least count nodes (this one included), so a program can start a
-// cluster and wait for it without polling. It returns nil then; ctx's
-// error (wrapped, naming how many members the ring holds) if ctx ends
-// first; or an error matching [ErrNotRunning] if the node stops.
-//
-// Holding count members says nothing about the other nodes' copies; use
-// [Node.AwaitConverged] to wait until every copy agrees.
+// AwaitMembers waits until the node serves with at least count nodes in
+// its ring, itself included. It returns nil then, ctx's error (wrapped)
+// if ctx ends first, or an error matching [ErrNotRunning] if the node
+// stops.
 func (n *Node) AwaitMembers(ctx context.Context, count int) error {
 	for {
 		changed := n.watch()
@@ -44,23 +40,13 @@ func (n *Node) AwaitMembers(ctx context.Context, count int) error {
 	}
 }
 
-// AwaitConverged waits until every ring copy of the cluster agrees, as
-// far as this node can check: it serves; its ring holds exactly the live
-// nodes of a read of the heartbeat store made after the call began; and
-// every other node
-// in it answers, over the bus, that it serves with a ring copy of the
-// same fingerprint (a [RingQuery] to the node's internal membership
-// service, each bounded by the eviction threshold). Then every node
-// routes every resource to the same owner.
-//
-// It re-checks at every change of this node's ring and at least every
-// heartbeat interval. It returns nil once all agree; ctx's error
-// (wrapped, saying what still differed) if ctx ends first; or an error
-// matching [ErrNotRunning] if the node stops. A node that joins or
-// leaves afterwards starts a new convergence.
+// AwaitConverged waits until every ring copy agrees, as far as this node
+// can check: it serves, its ring holds exactly the live nodes of a read of
+// the heartbeat store made after the call began, and every other member
+// answers over the bus that it serves with a ring of the same fingerprint.
+// It returns nil then, ctx's error (wrapped, saying what differs) if ctx
+// ends first, or an error matching [ErrNotRunning] if the node stops.
 func (n *Node) AwaitConverged(ctx context.Context) error {
-	// Only a read of the store made after this call began counts: a
-	// node that joined just before must be seen.
 	m0 := n.monitor.Load()
 	var lists0 uint64
 	if m0 != nil {
@@ -78,8 +64,6 @@ func (n *Node) AwaitConverged(ctx context.Context) error {
 	}
 }
 
-// waitChange waits for changed, for poll if positive, for ctx or for the
-// node to stop.
 func (n *Node) waitChange(ctx context.Context, changed <-chan struct{}, poll time.Duration) error {
 	var tick <-chan time.Time
 	if poll > 0 {
@@ -101,9 +85,7 @@ func (n *Node) waitChange(ctx context.Context, changed <-chan struct{}, poll tim
 	return nil
 }
 
-// disagreement returns "" if every copy agrees, or what differs. The
-// store must have been read since lists0 reads by monitor m0 (a later
-// life's monitor read it afresh).
+// disagreement returns what differs, or "".
 func (n *Node) disagreement(ctx context.Context, m0 *heartbeat.Monitor, lists0 uint64) string {
 	if st := n.State(); st != StateServing {
 		return "this node is " + st.String()

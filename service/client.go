@@ -13,16 +13,15 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// ClientConfig configures a [Client]. Transport is required.
+// ClientConfig configures a [Client].
 type ClientConfig struct {
-	// Transport connects to the cluster's broker; required. The caller
-	// owns it and closes it after the client.
+	// Transport reaches the cluster's broker; required. The caller closes it.
 	Transport driver.Transport
-	// Prefix must match the cluster's. Default bus.DefaultPrefix.
+	// Prefix must be the cluster's. Default bus.DefaultPrefix.
 	Prefix string
-	// Registry must hold the API message types. Default: a new registry.
+	// Registry holds the API message types. Default: a new registry.
 	Registry *message.Registry
-	// DefaultTimeout bounds a call whose ctx has no deadline. Default 30 s.
+	// DefaultTimeout bounds a call whose ctx has none. Default 30 s.
 	DefaultTimeout time.Duration
 	// Logger receives the client's logs; nil discards them.
 	Logger *slog.Logger
@@ -30,34 +29,20 @@ type ClientConfig struct {
 	Observer bus.Observer
 	// OwnTransport makes Close close the transport too.
 	OwnTransport bool
-	// ClockSyncTimeout bounds NewClient's first measurement of the
-	// cluster time (a ClusterTimeQuery round trip through api.portal).
-	// If no node answers by then, NewClient returns anyway and the client
-	// keeps trying every half second in the background; until it
-	// succeeds, its messages carry only the time left, which a receiver
-	// counts from arrival. Default 2 s; negative: do not wait at all.
+	// ClockSyncTimeout bounds NewClient's first measurement of the cluster
+	// time; until one succeeds, messages carry only the time left. Default
+	// 2 s; negative: do not wait.
 	ClockSyncTimeout time.Duration
 }
 
-// Client clock timing: the cluster time is measured again every
-// clientClockPeriod (the estimate keeps the best of the recent round
-// trips), every clientClockRetry while unknown.
 const (
 	clientClockPeriod = 10 * time.Second
 	clientClockRetry  = 500 * time.Millisecond
 )
 
-// Client is a process that is not a management node (a test, a CLI, a
-// third-party program) calling the cluster through api.portal. It does
-// not join the ring or the membership: the portal of whichever node takes
-// a message routes it to the resource's owner, and the reply comes back
-// to the client. Safe for concurrent use.
-//
-// A client writes its deadlines in cluster time, like a node, so a call's
-// message that waits anywhere (api.portal's queue, a paused node) never
-// runs after the call's deadline: it measures its offset to the cluster
-// clock through api.portal when it opens and every ten seconds after
-// ([Client.ClusterTime]).
+// Client calls the cluster through api.portal from a process that is not
+// a node, in cluster time measured through a node. It is safe for
+// concurrent use.
 type Client struct {
 	b     *bus.CloudBus
 	tr    driver.Transport // closed by Close if owned
@@ -111,18 +96,16 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// ClusterTime returns the cluster time as this client estimates it, the
-// bound of the estimate's error, and false while no node answered a
-// ClusterTimeQuery in the last minute.
+// ClusterTime returns the cluster time as this client estimates it and
+// its error bound; ok is false while no node answered in the last minute.
 func (c *Client) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return c.clock.sync.Now()
 }
 
-// Bus returns the client's bus, e.g. to subscribe to broadcast events.
+// Bus returns the client's bus.
 func (c *Client) Bus() *bus.CloudBus { return c.b }
 
-// Close closes the client's bus, and its transport if the client owns it
-// (ClientConfig.OwnTransport). Idempotent.
+// Close closes the client, and its transport if it owns it. Idempotent.
 func (c *Client) Close() error {
 	c.stop()
 	<-c.done

@@ -11,7 +11,6 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// registerClockTypes registers the clock messages in reg.
 func registerClockTypes(reg *message.Registry) error {
 	if err := message.Register[wire.ClusterTimeQuery](reg, wire.TypeClusterTimeQuery); err != nil {
 		return err
@@ -19,12 +18,9 @@ func registerClockTypes(reg *message.Registry) error {
 	return message.Register[wire.ClusterTime](reg, wire.TypeClusterTime)
 }
 
-// ClusterTime returns the cluster time as this node measures it: the
-// heartbeat store's clock, estimated at every beat from the round trip
-// (heartbeat.Monitor.ClusterTime), with the bound of the estimate's
-// error. ok is false before the node's first round trip to the store, or
-// if the store tells no time. The node's bus writes and checks deadlines
-// in this time.
+// ClusterTime returns the cluster time as this node measures it against
+// the heartbeat store, and its error bound; ok is false before the first
+// measurement.
 func (n *Node) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	m := n.monitor.Load()
 	if m == nil {
@@ -33,7 +29,6 @@ func (n *Node) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 	return m.ClusterTime()
 }
 
-// clusterTimeReply answers a ClusterTimeQuery.
 func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 	now, bound, ok := n.ClusterTime()
 	if !ok {
@@ -42,14 +37,11 @@ func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 	return wire.ClusterTime{NowNS: now.UnixNano(), ErrorNS: int64(bound), Node: n.id}, nil
 }
 
-// clientClock keeps a Client's estimate of the cluster time, sampled by
-// ClusterTimeQuery round trips through api.portal.
 type clientClock struct {
 	sync *heartbeat.ClockSync
 	b    *bus.CloudBus
 }
 
-// sample measures one round trip; it reports whether it succeeded.
 func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
 	sent := time.Now()
 	t, err := bus.Call[wire.ClusterTime](ctx, c.b, bus.APIPortal, wire.ClusterTimeQuery{}, bus.WithTimeout(timeout))
@@ -61,8 +53,6 @@ func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// run samples every period, and every retry while the cluster time is
-// unknown, until ctx ends.
 func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Duration) {
 	for {
 		wait := period
@@ -78,7 +68,6 @@ func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Durat
 	}
 }
 
-// clockFunc adapts a function to bus.Clock.
 type clockFunc func() (now time.Time, bound time.Duration, ok bool)
 
 func (f clockFunc) ClusterTime() (time.Time, time.Duration, bool) { return f() }

@@ -43,7 +43,7 @@ type Config struct {
 	//
 	//	cfg.Ring, err = ring.New(ring.DefaultConfig())
 	//
-	// or the buraksezer/consistent ring (docs/design/ring.md compares
+	// or the buraksezer/consistent ring (docs/design.md, "The ring", compares
 	// them):
 	//
 	//	cfg.Ring, err = ring.NewConsistent(ring.DefaultConsistentConfig())

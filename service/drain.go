@@ -14,34 +14,28 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// DrainStats counts what a node did with the queues of nodes that died,
-// were evicted or left without emptying their queues.
+// DrainStats counts what a node did with the queues of nodes that left
+// without emptying them.
 type DrainStats struct {
-	// Queues is the number of such queues this node emptied and deleted.
+	// Queues counts the queues emptied and deleted.
 	Queues int
-	// Moved is the number of messages it moved to the resources' current
-	// owners.
+	// Moved counts messages moved to their resources' owners.
 	Moved int
-	// Late is the number of messages it dropped because their sender's
-	// deadline had passed.
+	// Late counts messages dropped or dead-lettered as late.
 	Late int
-	// Dropped is the number of messages it dropped as undecodable or
-	// internal (a dead node's membership messages).
+	// Dropped counts undecodable or internal messages dropped.
 	Dropped int
 }
 
-// DrainStats returns what this node drained so far, in all its lives.
+// DrainStats returns what this node drained, in all its lives.
 func (n *Node) DrainStats() DrainStats {
 	n.drainMu.Lock()
 	defer n.drainMu.Unlock()
 	return n.drained
 }
 
-// errNodeBack ends the drain of a node that is a member again.
 var errNodeBack = errors.New("service: the node is back in the ring; it consumes its queues itself")
 
-// ownQueues returns the durable queues of this node's services, the
-// internal membership service included.
 func (n *Node) ownQueues(b *bus.CloudBus) []string {
 	qs := []string{busx.Of(b).QueueName(bus.ServiceID(membershipService, n.id))}
 	for _, s := range n.cfg.Services {
@@ -50,8 +44,6 @@ func (n *Node) ownQueues(b *bus.CloudBus) []string {
 	return qs
 }
 
-// recordQueues records this node's queues in the store, so that
-// survivors find them if this node dies.
 func (n *Node) recordQueues(ctx context.Context) {
 	b := n.Bus()
 	if b == nil {
@@ -62,7 +54,6 @@ func (n *Node) recordQueues(ctx context.Context) {
 	}
 }
 
-// forgetQueues removes queues of node from the store's records.
 func (n *Node) forgetQueues(ctx context.Context, node string, queues []string) {
 	if len(queues) == 0 {
 		return
@@ -72,10 +63,7 @@ func (n *Node) forgetQueues(ctx context.Context, node string, queues []string) {
 	}
 }
 
-// emptyOwnQueues moves what is left in this leaving node's queues (sent
-// after its drain markers) to the resources' owners and deletes the
-// queues; it returns how many messages it moved and how many queues it
-// had to keep.
+// emptyOwnQueues returns the messages moved and the queues kept.
 func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 	b := n.Bus()
 	var gone []string
@@ -93,11 +81,7 @@ func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 	return moved, kept
 }
 
-// rerouteTarget returns the route function that moves a message of
-// node's queue (a node that left, or this node leaving) to the service
-// on the current owner of its resource, or for a message about no
-// resource to a member chosen by its id. A dead node's membership
-// messages are dropped; if node is a member again, draining stops.
+// rerouteTarget fails once node is a member again.
 func (n *Node) rerouteTarget(node string) func(env *wire.Envelope) error {
 	return func(env *wire.Envelope) error {
 		svc, _, ok := bus.SplitServiceID(env.ServiceID)
@@ -128,7 +112,6 @@ func (n *Node) rerouteTarget(node string) func(env *wire.Envelope) error {
 	}
 }
 
-// kickSweep asks the sweep loop for a sweep now.
 func (n *Node) kickSweep() {
 	select {
 	case n.sweepNow <- struct{}{}:
@@ -136,11 +119,8 @@ func (n *Node) kickSweep() {
 	}
 }
 
-// sweepLoop drains the queues of nodes that are no longer members: at
-// the start of each life, when a node leaves or is evicted, and every
-// EvictAfter. Each absent node's queues are drained by one node, the
-// owner of its UUID on the ring, so survivors do not compete; if that
-// node dies too, the next owner takes over at its next sweep.
+// sweepLoop drains absent nodes' queues, each node's by the owner of its
+// UUID (docs/design.md, "Delivery rules").
 func (n *Node) sweepLoop(ctx context.Context) {
 	period := n.cfg.Heartbeat.WithDefaults().EvictAfter
 	t := time.NewTicker(period)
@@ -164,39 +144,21 @@ func (n *Node) sweepLoop(ctx context.Context) {
 			case <-n.sweepNow:
 				next = true
 			case node := <-done:
-				// A drain that kept its queues runs again at the next
-				// sweep, not at once.
 				delete(drains, node)
 			}
 		}
 	}
 }
 
-// drainGraceBeats is how many EvictAfter periods a node must have been
-// absent before its queues are deleted, not only drained: see sweep.
+// drainGraceBeats × EvictAfter after a node left, its queues are deleted.
 const drainGraceBeats = 3
 
-// sweep starts the drains this node owes and stops those of nodes that
-// came back. It runs on the sweep loop's goroutine.
-//
-// A drain moves the messages of an absent node's queues to their
-// resources' owners at once, but deletes the queues only once this node
-// has found the node absent for drainGraceBeats × EvictAfter (9 s by
-// default), draining them again at every sweep meanwhile: RabbitMQ
-// confirms a message published to a queue that is deleted while the
-// message is on its way, and drops it, so a queue must not be deleted
-// while someone may still publish to it. An evicted node that rejoins
-// (within seconds of learning it was evicted) consumes its queues again,
-// and senders whose rings still named it have long caught up when the
-// queues go.
 func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, done chan<- string, wg *sync.WaitGroup) {
 	if n.State() != StateServing || n.Fenced() {
 		return
 	}
 	n.recordQueues(ctx)
-	// The queues first, then the records: a node records its queues
-	// after registering, so one whose queues are read here and that is
-	// still a member shows in the records read after.
+	// Queues before records: a node registers before it records.
 	opTimeout := n.cfg.Heartbeat.WithDefaults().OpTimeout
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	all, err := n.cfg.Store.Queues(opCtx)
@@ -256,8 +218,6 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 	}
 }
 
-// drain moves the messages of node's queues to their current owners and,
-// with deleteQueues, deletes the queues, forgetting them in the store.
 func (n *Node) drain(ctx context.Context, node string, queues []string, deleteQueues bool) {
 	b := n.Bus()
 	if b == nil {

@@ -6,7 +6,6 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 )
 
-// handlerFunc adapts a function to bus.Handler.
 type handlerFunc func(ctx context.Context, r *bus.Request) (any, error)
 
 func (f handlerFunc) Handle(ctx context.Context, r *bus.Request) (any, error) { return f(ctx, r) }

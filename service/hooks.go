@@ -9,10 +9,7 @@ import (
 	"time"
 )
 
-// hooks runs the services' listeners off the message path. Ring changes
-// that arrive while a listener runs are coalesced into one RingChange, so
-// the backlog is bounded by the number of nodes, never by the rate of
-// changes.
+// hooks runs the services' listeners off the message path.
 type hooks struct {
 	n *Node
 
@@ -42,7 +39,6 @@ func newHooks(n *Node) *hooks {
 	}
 }
 
-// ringChanged records a join (true) or leave (false) of node.
 func (h *hooks) ringChanged(node string, joined bool) {
 	h.mu.Lock()
 	h.changed[node] = joined
@@ -64,14 +60,10 @@ func (h *hooks) signal() {
 	}
 }
 
-// start runs the dispatcher goroutine; close stops it.
 func (h *hooks) start() {
 	h.start1.Do(func() { go h.run() })
 }
 
-// close lets the dispatcher deliver what is pending (for at most the
-// node's LeaveTimeout), then cancels listeners' ctx and waits. It is
-// idempotent and safe if start was never called.
 func (h *hooks) close() {
 	h.once.Do(func() {
 		started := true
@@ -104,7 +96,6 @@ func (h *hooks) run() {
 	}
 }
 
-// deliver hands the coalesced pending change to every listener.
 func (h *hooks) deliver() {
 	h.mu.Lock()
 	var ch RingChange

@@ -15,17 +15,12 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring"
 )
 
-// membershipService is the internal service every node hosts so that a
-// leaving node can have each peer confirm it dropped the node from its
-// ring before the node deletes its queues.
 const membershipService = "cloudbus-membership"
 
-// maxTombstones bounds the memory of nodes seen leaving, kept so that a
-// late NodeJoined of a departed life cannot re-add it.
+// maxTombstones bounds the departed lives remembered.
 const maxTombstones = 4096
 
-// memberJoined adds node (life epoch) to the ring unless that life, or a
-// later one, was already seen leaving.
+// memberJoined adds a life unless it, or a later one, left.
 func (n *Node) memberJoined(node string, epoch int64, why string) {
 	n.mu.Lock()
 	if e, ok := n.gone[node]; ok && epoch <= e {
@@ -60,8 +55,7 @@ const (
 	abandonLater        // unknown (its record vanished): fail them after LeaveTimeout
 )
 
-// memberLeft removes node (life epoch) from the ring and deals with the
-// calls pending towards it as calls says. Duplicates are harmless.
+// memberLeft removes a life; calls says what its pending calls get.
 func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 	n.mu.Lock()
 	if e, ok := n.members[node]; ok && e > epoch {
@@ -103,7 +97,6 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 	}
 }
 
-// abandon fails the calls pending towards node with node-left.
 func (n *Node) abandon(node, why string) {
 	if b := n.Bus(); b != nil {
 		if k := busx.Of(b).AbandonCalls(node, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
@@ -112,9 +105,7 @@ func (n *Node) abandon(node, why string) {
 	}
 }
 
-// abandonDue fails the calls towards nodes whose record vanished more
-// than LeaveTimeout ago: a node saying goodbye has answered by then, so
-// what is still pending went to a node that died.
+// abandonDue fails calls to nodes whose record vanished LeaveTimeout ago.
 func (n *Node) abandonDue(now time.Time) {
 	n.mu.Lock()
 	var due []string
@@ -130,8 +121,7 @@ func (n *Node) abandonDue(now time.Time) {
 	}
 }
 
-// onHeartbeat turns the monitor's findings into ring changes. It runs on
-// the monitor's goroutine and does not block for long.
+// onHeartbeat runs on the monitor's goroutine: it must not block long.
 func (n *Node) onHeartbeat(ev heartbeat.Event) {
 	r := ev.Record
 	switch ev.Kind {
@@ -161,12 +151,8 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 	}
 }
 
-// reconcileLoop heals a ring copy that missed an event: when the ring's
-// membership differs from the store's live records in the same way in
-// two successive reads of the store (a transient difference while events
-// travel is normal), the ring is set to the store's view. A stale view
-// (the store could not be read since the last check) never counts, so a
-// database outage cannot make a node drop its peers.
+// reconcileLoop heals the ring from the store (docs/design.md, "Heartbeats
+// and eviction").
 func (n *Node) reconcileLoop(ctx context.Context) {
 	interval := n.cfg.Heartbeat.Interval
 	t := time.NewTicker(interval)
@@ -217,10 +203,6 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 		for id, e := range want {
 			n.mu.Lock()
 			if g, ok := n.gone[id]; ok && g >= e && !n.goodbye[id] {
-				// The store is the truth: this life was dropped on a
-				// stale view of the store (or a stale event), yet its
-				// record is there. Only a node's own goodbye keeps it
-				// out while its record outlives its leave.
 				delete(n.gone, id)
 				n.log.Warn("re-adding a live member dropped on a stale view of the store", "member", id, "epoch", e)
 			}
@@ -231,8 +213,6 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// membershipHandler serves LeaveNotice (drop the node, then confirm) and
-// RingQuery (report this node's ring copy).
 func (n *Node) membershipHandler() bus.Handler {
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, l wire.LeaveNotice) (message.Empty, error) {
@@ -245,15 +225,8 @@ func (n *Node) membershipHandler() bus.Handler {
 	return mux
 }
 
-// confirmLeave asks every peer to drop this node and waits for their
-// replies, at most two beat intervals; it returns the peers that did not
-// confirm. A peer that does not answer drops the node when it sees the
-// NodeLeft broadcast or the record gone.
+// confirmLeave returns the peers that did not confirm in two beats.
 func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (silent []string) {
-	// A live peer answers within a round trip; one that does not (it
-	// died a moment ago, its record still fresh) drops this node from the
-	// NodeLeft broadcast or the store instead. Two beat intervals bound
-	// the wait.
 	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.Heartbeat.WithDefaults().Interval)
 	defer cancel()
 	b := n.Bus()
@@ -277,8 +250,6 @@ func (n *Node) confirmLeave(ctx context.Context, peers []string, epoch int64) (s
 	return silent
 }
 
-// record reads node's membership record from the store now, bounded by
-// the heartbeat's OpTimeout.
 func (n *Node) record(ctx context.Context, node string) (heartbeat.Record, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Heartbeat.WithDefaults().OpTimeout)
 	defer cancel()
@@ -294,11 +265,7 @@ func (n *Node) record(ctx context.Context, node string) (heartbeat.Record, bool,
 	return heartbeat.Record{}, false, nil
 }
 
-// onNodeJoined adds the node a NodeJoined names only if the store holds
-// its record with that epoch: a replayed or forged event about a life
-// that is not live changes nothing. If the store cannot be read, the
-// event is dropped: the heartbeat monitor adds the node from its next
-// read of the store.
+// onNodeJoined and onNodeLeft apply an event the store confirms.
 func (n *Node) onNodeJoined(ctx context.Context, ev wire.NodeJoined) {
 	r, found, err := n.record(ctx, ev.Node)
 	switch {
@@ -312,15 +279,6 @@ func (n *Node) onNodeJoined(ctx context.Context, ev wire.NodeJoined) {
 	}
 }
 
-// onNodeLeft drops the node a NodeLeft names only if the store no longer
-// holds a record of it: a node whose record is there is live by the
-// store, whatever the event says (a forged or replayed event, or a
-// leaving node's goodbye, which its LeaveNotice calls and its record's
-// deletion carry). Only the life in this node's ring is dropped and
-// remembered as gone, never the epoch the event names, so an event
-// naming a far-future epoch cannot keep the node out for good. If the
-// store cannot be read, the event is dropped: the monitor's next read of
-// the store decides.
 func (n *Node) onNodeLeft(ctx context.Context, ev wire.NodeLeft) {
 	r, found, err := n.record(ctx, ev.Node)
 	switch {

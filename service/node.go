@@ -17,10 +17,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring"
 )
 
-// ErrEvicted is returned by Run when peers evicted this node (it stopped
-// beating for longer than the eviction threshold, or its record was
-// removed). The node has stopped serving; start a new node to serve
-// again. It matches heartbeat.ErrEvicted.
+// ErrEvicted is why a node stops when evicted with Config.NoRejoin; it
+// matches heartbeat.ErrEvicted.
 var ErrEvicted = fmt.Errorf("service: %w", heartbeat.ErrEvicted)
 
 // State is where a node is in its life.
@@ -62,14 +60,10 @@ func (s State) String() string {
 	}
 }
 
-// Node is a management node: it hosts every service in one process,
-// keeps a ring copy of the live nodes and routes messages about a
-// resource to the resource's owner. Nodes share nothing but the
-// heartbeat store and the ring's membership.
-//
-// Use [NewNode], then [Node.Run] (blocking) or [Node.Start] (returns once
-// ready); [Node.Close] leaves in order. All methods are safe for
-// concurrent use.
+// Node is a management node: it hosts every service and routes each
+// message about a resource to its owner by its ring. Start it with
+// [StartNode] or [NewNode]; [Node.Close] leaves in order. Its methods are
+// safe for concurrent use.
 type Node struct {
 	cfg      Config
 	id       string
@@ -91,8 +85,7 @@ type Node struct {
 	members map[string]int64   // node -> epoch of the members in the ring
 	gone    map[string]int64   // node -> highest epoch seen leaving
 	goodbye map[string]bool    // nodes whose tombstone came from the node itself (a leave)
-	// abandonAt: nodes whose record vanished -> when to fail the calls
-	// still pending towards them
+	// abandonAt: nodes whose record vanished -> when to fail their calls
 	abandonAt map[string]time.Time
 	epoch     int64
 	changed   chan struct{} // closed and replaced at every change of state or ring; guarded by mu
@@ -103,8 +96,6 @@ type Node struct {
 	hooks     *hooks
 }
 
-// setState moves the node to s and wakes the waiters of AwaitMembers and
-// AwaitConverged.
 func (n *Node) setState(s State) {
 	n.state.Store(int32(s))
 	n.mu.Lock()
@@ -112,20 +103,19 @@ func (n *Node) setState(s State) {
 	n.mu.Unlock()
 }
 
-// signalLocked wakes everyone waiting on n.changed; n.mu is held.
+// signalLocked wakes the waiters on n.changed; n.mu is held.
 func (n *Node) signalLocked() {
 	close(n.changed)
 	n.changed = make(chan struct{})
 }
 
-// watch returns a channel closed at the next change of state or ring.
 func (n *Node) watch() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.changed
 }
 
-// NewNode validates cfg and returns a node ready to Run. It does no I/O.
+// NewNode validates cfg and returns a node ready to run, doing no I/O.
 func NewNode(cfg Config) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -191,20 +181,18 @@ func NewNode(cfg Config) (*Node, error) {
 // UUID returns the node's UUID.
 func (n *Node) UUID() string { return n.id }
 
-// State returns the node's current state.
+// State returns the node's state.
 func (n *Node) State() State { return State(n.state.Load()) }
 
-// Ready is closed once the node serves: its queues exist, it is in the
-// membership and its ring copy holds the live nodes.
+// Ready is closed once the node serves: its queues exist and its ring
+// holds the live nodes.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
-// Done is closed when Run has returned; [Node.Err] then says why.
+// Done is closed when Run has returned.
 func (n *Node) Done() <-chan struct{} { return n.done }
 
-// Err returns why Run returned, once Done is closed: nil after an orderly
-// leave, [ErrEvicted] when peers evicted the node and Config.NoRejoin is
-// set, or the error that stopped it (a failed start). While the node
-// runs it returns nil.
+// Err returns why Run returned: nil after an orderly leave, [ErrEvicted],
+// or what stopped it. It is nil while the node runs.
 func (n *Node) Err() error {
 	select {
 	case <-n.done:
@@ -217,9 +205,8 @@ func (n *Node) Err() error {
 // Bus returns the node's bus, or nil before Run opened it.
 func (n *Node) Bus() *bus.CloudBus { return n.bus.Load() }
 
-// TransportState returns the state of the node's broker connection
-// (connected, reconnecting, closed); driver.TransportClosed when the node
-// does not run.
+// TransportState returns the state of the node's broker connection;
+// closed when the node does not run.
 func (n *Node) TransportState() driver.TransportState {
 	if n.Bus() != nil && n.State() != StateStopped {
 		return n.cfg.Transport.State()
@@ -227,22 +214,21 @@ func (n *Node) TransportState() driver.TransportState {
 	return driver.TransportClosed
 }
 
-// Epoch returns the node's registration epoch (0 before it joined).
+// Epoch returns the node's heartbeat epoch, 0 before it joined.
 func (n *Node) Epoch() int64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.epoch
 }
 
-// Members returns the node UUIDs in this node's ring copy, sorted.
+// Members returns the node UUIDs of this node's ring, sorted.
 func (n *Node) Members() []string { return n.ring.Members() }
 
-// Fingerprint returns the fingerprint of this node's ring copy; two nodes
-// whose fingerprints are equal agree on every owner.
+// Fingerprint returns the fingerprint of this node's ring: equal ones
+// give every resource the same owner.
 func (n *Node) Fingerprint() ring.Fingerprint { return n.ring.Fingerprint() }
 
-// Owner returns the node that owns resourceUUID on this node's ring copy.
-// The UUID is normalized first.
+// Owner returns the owner of resourceUUID on this node's ring.
 func (n *Node) Owner(resourceUUID string) (string, error) {
 	id, err := message.NormalizeUUID(resourceUUID)
 	if err != nil {
@@ -255,17 +241,15 @@ func (n *Node) Owner(resourceUUID string) (string, error) {
 	return owner, nil
 }
 
-// Fenced reports whether the node refuses messages about resources
-// because it could not write its heartbeat for longer than the lease
-// (heartbeat.Config.Lease): peers may be about to evict it.
+// Fenced reports whether the node refuses messages about resources: it
+// could not beat for longer than the lease.
 func (n *Node) Fenced() bool {
 	m := n.monitor.Load()
 	return m != nil && n.State() == StateServing && m.Fenced()
 }
 
-// Owns reports whether this node serves, is not fenced, and owns
-// resourceUUID on its ring copy. Services use it to take over resources
-// after a ring change.
+// Owns reports whether this node serves, is not fenced and owns
+// resourceUUID on its ring.
 func (n *Node) Owns(resourceUUID string) bool {
 	if n.State() != StateServing || n.Fenced() {
 		return false
@@ -274,10 +258,8 @@ func (n *Node) Owns(resourceUUID string) bool {
 	return err == nil && owner == n.id
 }
 
-// StartNode creates a node from cfg ([NewNode]) and starts it
-// ([Node.Start]): it returns the node once it serves. The caller closes
-// it. A node that could not start has released what it held, its
-// transport too if cfg.OwnTransport.
+// StartNode is [NewNode] then [Node.Start]. A node that could not start
+// has released what it held, the transport too if cfg.OwnTransport.
 func StartNode(ctx context.Context, cfg Config) (*Node, error) {
 	n, err := NewNode(cfg)
 	if err != nil {
@@ -292,10 +274,8 @@ func StartNode(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Start runs the node in the background and returns once it is ready,
-// or with Run's error if it could not start (ctx bounds the start only).
-// Close stops it; if it stops by itself (evicted with Config.NoRejoin),
-// Done is closed, Err says why and the error is logged.
+// Start runs the node in the background and returns once it serves, or
+// with Run's error; ctx bounds the start only.
 func (n *Node) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	started := make(chan struct{})
@@ -324,11 +304,8 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 }
 
-// Close leaves the cluster in order (see Run) and waits until Run
-// returned. It returns Run's error, as [Node.Err] does: nil after an
-// orderly leave, [ErrEvicted] if the node had already stopped because
-// peers evicted it. It is idempotent; it returns nil if the node never
-// ran.
+// Close leaves in order and waits for Run, returning [Node.Err]. It is
+// idempotent, and returns nil for a node that never ran.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	cancel := n.cancel

@@ -2,7 +2,7 @@
 // github.com/rabbitmq/amqp091-go. It passes the same conformance suite
 // (bus/bustest) as the in-memory bus, so code tested on membus behaves the
 // same here. Why it is built as it is, with its figures, is in the
-// repository's docs/design.md ("The RabbitMQ transport").
+// repository's docs/design.md, "RabbitMQ transport".
 //
 //	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: "amqp://user:password@127.0.0.1:5672/"})
 //	...

@@ -28,7 +28,7 @@ type Cutter interface {
 }
 
 // testRerouteKilledQueue: the one-way messages queued for a killed node
-// are each moved to the new owner by Reroute, none lost, and the dead
+// are each moved to the new owner by a survivor, none lost, and the dead
 // node's queue is deleted once empty.
 func testRerouteKilledQueue(t *testing.T, c *cluster) {
 	if !c.h.Features.KilledQueuesPersist {

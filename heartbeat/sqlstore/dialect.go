@@ -14,7 +14,7 @@ const schemaVersion = 2
 var clockResolution = map[Dialect]time.Duration{Postgres: time.Microsecond, SQLite: time.Millisecond, MySQL: time.Microsecond}
 
 // statements are one dialect's SQL for one table, explained in
-// docs/design.md, "The SQL store".
+// docs/design.md, "Heartbeats and eviction", "The SQL store".
 type statements struct {
 	// migrations[v] takes version v to v+1; every step must be able to
 	// run again on tables it already migrated.

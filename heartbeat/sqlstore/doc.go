@@ -1,7 +1,7 @@
 // Package sqlstore is a [heartbeat.Store] in SQL tables, on SQLite (one
 // file shared by the processes of one machine), PostgreSQL or
 // MySQL/MariaDB, over database/sql. Design and figures: docs/design.md,
-// "The SQL store".
+// "Heartbeats and eviction", "The SQL store".
 //
 //	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: "sqlite:/var/lib/cloudbus/heartbeat.db"})
 //	// or URL: "postgres://cloudbus:secret@db:5432/cloudbus?sslmode=require"

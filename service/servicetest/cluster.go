@@ -16,8 +16,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 )
 
-// Cluster is a running test cluster. Its methods are safe for concurrent
-// use; those that wait take a testing.TB and fail the test on timeout.
+// Cluster is a running test cluster, safe for concurrent use. Its Wait
+// methods fail the test on timeout.
 type Cluster struct {
 	opts    Options
 	net     *membus.Network
@@ -36,8 +36,8 @@ type member struct {
 	parted bool // off the bus, from Partition(true) to Partition(false)
 }
 
-// Start starts a cluster with [New], fails t if it cannot, and closes it
-// when the test ends.
+// Start starts a cluster with [New], failing t if it cannot, and closes
+// it when the test ends.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c, err := New(context.Background(), opts)
@@ -48,11 +48,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// New starts opts.Nodes nodes and waits until every ring copy agrees
-// (bounded by ctx and by ten eviction thresholds). It first fills the
-// defaults of opts (see [Options]) and returns every problem with them at
-// once, starting nothing. The caller closes the cluster; on error New has
-// closed what it started.
+// New starts opts.Nodes nodes and waits until every ring agrees (bounded
+// by ctx and ten eviction thresholds). It reports every problem with opts
+// at once, starting nothing. The caller closes the cluster; on error New
+// has closed what it started.
 func New(ctx context.Context, opts Options) (*Cluster, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -79,7 +78,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// AddNode starts one more node like [Cluster.Add], failing t if it cannot.
+// AddNode is [Cluster.Add], failing t if it cannot.
 func (c *Cluster) AddNode(t testing.TB) *service.Node {
 	t.Helper()
 	n, err := c.Add(context.Background())
@@ -89,8 +88,8 @@ func (c *Cluster) AddNode(t testing.TB) *service.Node {
 	return n
 }
 
-// Add starts one more node and returns it once it is ready (other rings
-// may still be adding it: see AwaitConverged).
+// Add starts one more node and returns it once it serves; other rings
+// may still be adding it.
 func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	c.mu.Lock()
 	i := c.started
@@ -139,17 +138,17 @@ func (c *Cluster) Network() *membus.Network { return c.net }
 // Store returns the in-memory heartbeat store.
 func (c *Cluster) Store() *memstore.Store { return c.store }
 
-// Registry returns the registry shared by the cluster.
+// Registry returns the cluster's registry.
 func (c *Cluster) Registry() *message.Registry { return c.opts.Registry }
 
-// Node returns the i-th node started (0-based), dead or alive.
+// Node returns the i-th node started, from 0, dead or alive.
 func (c *Cluster) Node(i int) *service.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[i].node
 }
 
-// NodeByUUID returns the node with the given UUID, or nil.
+// NodeByUUID returns the node with that UUID, or nil.
 func (c *Cluster) NodeByUUID(id string) *service.Node {
 	if m := c.member(id); m != nil {
 		return m.node
@@ -157,11 +156,8 @@ func (c *Cluster) NodeByUUID(id string) *service.Node {
 	return nil
 }
 
-// Live returns the live nodes, in start order: those that serve, were not
-// killed, are not cut off from the heartbeat store (StopHeartbeat until
-// ResumeHeartbeat) and are not fenced. See "Live nodes" in the package
-// documentation for what each fault does. The caller owns the slice;
-// the answer may change as soon as it is returned.
+// Live returns the live nodes (see the package documentation), in start
+// order. The caller owns the slice.
 func (c *Cluster) Live() []*service.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -179,8 +175,7 @@ func (m *member) liveLocked() bool {
 	return !m.killed && !m.cut && !m.parted && m.node.State() == service.StateServing && !m.node.Fenced()
 }
 
-// LiveUUIDs returns the UUIDs of the live nodes (see [Cluster.Live]),
-// sorted.
+// LiveUUIDs returns the live nodes' UUIDs, sorted.
 func (c *Cluster) LiveUUIDs() []string {
 	var ids []string
 	for _, n := range c.Live() {
@@ -210,9 +205,8 @@ func (c *Cluster) mustMember(id string) *member {
 }
 
 // Kill crashes the node: its consumers vanish, its queues stay, it stops
-// beating and says no goodbye. It is no longer live; peers evict it after
-// the threshold, and it never serves again (ResumeHeartbeat does not
-// revive it). It panics if the cluster has no node id.
+// beating and says no goodbye. It is not live from then on, and peers
+// evict it after the threshold. It panics if the cluster has no node id.
 func (c *Cluster) Kill(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -222,16 +216,11 @@ func (c *Cluster) Kill(id string) {
 	c.net.Kill(id)
 }
 
-// StopHeartbeat cuts the node off from the heartbeat store, as a lost
-// database connection would: it keeps running and consuming its queues
-// but cannot beat. It is no longer live from this call on (it also
-// fences itself after the lease), yet it stays in the other nodes' rings
-// until a peer evicts it, EvictAfter to EvictAfter+Interval after its
-// last beat: wait for that with [Cluster.AwaitGone] or
-// [Cluster.WaitGone], then for the rings to agree with
-// [Cluster.AwaitConverged] or [Cluster.WaitConverged]. The node itself
-// learns of its eviction only once ResumeHeartbeat lets it reach the
-// store again. It panics if the cluster has no node id.
+// StopHeartbeat cuts the node off from the heartbeat store: it keeps
+// consuming but cannot beat, and fences itself after the lease. It is not
+// live from then on; peers evict it EvictAfter to EvictAfter+Interval
+// after its last beat, which it learns only after [Cluster.ResumeHeartbeat].
+// It panics if the cluster has no node id.
 func (c *Cluster) StopHeartbeat(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -240,13 +229,10 @@ func (c *Cluster) StopHeartbeat(id string) {
 	c.store.SetUnreachable(id, true)
 }
 
-// ResumeHeartbeat undoes StopHeartbeat: the node reaches the store again.
-// If peers have not evicted it yet, it is live again as soon as it is
-// unfenced (at once if it was cut for less than the lease, else after its
-// next beat). If they have, it notices at its next beat, stops serving
-// and, unless Options.NoRejoin is set, joins again with a new epoch one
-// interval later; it is live again once it serves. It does not revive a
-// killed node. It panics if the cluster has no node id.
+// ResumeHeartbeat undoes StopHeartbeat. A node not yet evicted is live
+// again once unfenced; an evicted one rejoins with a new epoch one
+// interval after its next beat, unless Options.NoRejoin. A killed node
+// stays dead. It panics if the cluster has no node id.
 func (c *Cluster) ResumeHeartbeat(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -258,20 +244,16 @@ func (c *Cluster) ResumeHeartbeat(id string) {
 	}
 }
 
-// Drop silently loses the node's bus traffic while on: what it sends
-// vanishes and messages for it wait in its queues. It goes on beating,
+// Drop silently loses the node's bus traffic while on; it goes on beating,
 // so it stays live and in every ring.
 func (c *Cluster) Drop(id string, on bool) { c.net.Drop(id, on) }
 
-// Partition cuts the node off from the bus while on, its database link
-// untouched: its sends fail with message.ErrUnavailable, messages for it
-// wait in its queues, and its transport reports the cut. It is not live
-// from this call on; it goes on beating, reporting its bus down, so a
-// peer evicts it (a zombie) heartbeat.Config.BusDownAfter after that,
-// plus up to two intervals, and the survivors drain its queues. After
-// Partition(id, false) it rejoins with a new epoch (unless
-// Options.NoRejoin) and is live again once it serves. It panics if the
-// cluster has no node id.
+// Partition cuts the node off from the bus while on, its store link
+// untouched: its sends fail with message.ErrUnavailable and its transport
+// reports the cut. It is not live from then on; a peer evicts it
+// heartbeat.Config.BusDownAfter later, plus up to two intervals, and the
+// survivors drain its queues. Healed, it rejoins with a new epoch unless
+// Options.NoRejoin. It panics if the cluster has no node id.
 func (c *Cluster) Partition(id string, on bool) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -280,17 +262,13 @@ func (c *Cluster) Partition(id string, on bool) {
 	c.net.Partition(id, on)
 }
 
-// Stop closes the node in order (goodbye) and waits until it left: it is
-// not live once it starts leaving, and every peer that answers has
-// dropped it from its ring before Stop returns (the node waits for their
-// confirmations, bounded by its leave timeout). It returns the node's
+// Stop closes the node in order: it is not live once it starts leaving,
+// and every peer that answers has dropped it before Stop returns its
 // Close error. It panics if the cluster has no node id.
 func (c *Cluster) Stop(id string) error { return c.mustMember(id).node.Close() }
 
-// Owner returns the owner of resourceUUID on the ring copy of the first
-// live node (see [Cluster.Live]), or "" if no node is live or the UUID is
-// invalid. A node that is not live may hold a stale ring, so it is never
-// asked. After AwaitConverged every live node agrees.
+// Owner returns the owner of resourceUUID on the first live node's ring,
+// or "" if none is live or the UUID is invalid.
 func (c *Cluster) Owner(resourceUUID string) string {
 	live := c.Live()
 	if len(live) == 0 {
@@ -303,12 +281,8 @@ func (c *Cluster) Owner(resourceUUID string) string {
 	return owner
 }
 
-// Converged reports whether every live node's ring holds exactly the
-// live nodes (see [Cluster.Live]): no live node misses another, and none
-// still holds a node that was killed, cut off, fenced, stopped or
-// evicted. It is false from StopHeartbeat, Kill or Partition until peers
-// evict the node, and true again afterwards (the faulty node's own stale
-// ring does not count: it is not live). Drop leaves it true.
+// Converged reports whether every live node's ring holds exactly the live
+// nodes; a faulty node's own ring does not count.
 func (c *Cluster) Converged() bool {
 	live := c.Live()
 	ids := make([]string, 0, len(live))
@@ -324,8 +298,6 @@ func (c *Cluster) Converged() bool {
 	return true
 }
 
-// rings describes the live nodes and every node's ring copy, for
-// failure messages.
 func (c *Cluster) rings() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -349,8 +321,7 @@ func (c *Cluster) rings() string {
 	return b.String()
 }
 
-// AwaitConverged waits until [Cluster.Converged] holds, or returns an
-// error wrapping ctx's when ctx ends.
+// AwaitConverged waits until [Cluster.Converged], or ctx ends.
 func (c *Cluster) AwaitConverged(ctx context.Context) error {
 	return c.Await(ctx, "every ring copy holds exactly the live nodes", c.Converged)
 }
@@ -365,8 +336,7 @@ func (c *Cluster) WaitConverged(t testing.TB, timeout time.Duration) {
 	}
 }
 
-// Gone reports whether no live node other than id holds id in its ring
-// copy (see [Cluster.Live]).
+// Gone reports whether no live node other than id holds id in its ring.
 func (c *Cluster) Gone(id string) bool {
 	for _, n := range c.Live() {
 		if n.UUID() != id && slices.Contains(n.Members(), id) {
@@ -376,9 +346,7 @@ func (c *Cluster) Gone(id string) bool {
 	return true
 }
 
-// AwaitGone waits until no other live node's ring holds the node id (it
-// left, or was evicted after StopHeartbeat or Kill), or returns an error
-// wrapping ctx's when ctx ends.
+// AwaitGone waits until [Cluster.Gone], or ctx ends.
 func (c *Cluster) AwaitGone(ctx context.Context, id string) error {
 	return c.Await(ctx, "no ring holds node "+id, func() bool { return c.Gone(id) })
 }
@@ -393,8 +361,7 @@ func (c *Cluster) WaitGone(t testing.TB, id string, timeout time.Duration) {
 	}
 }
 
-// Await polls cond every millisecond until it holds, or returns an error
-// naming what when ctx ends.
+// Await polls cond every millisecond until it holds, or ctx ends.
 func (c *Cluster) Await(ctx context.Context, what string, cond func() bool) error {
 	for !cond() {
 		select {
@@ -406,8 +373,7 @@ func (c *Cluster) Await(ctx context.Context, what string, cond func() bool) erro
 	return nil
 }
 
-// WaitFor polls cond every millisecond until it holds, failing t after
-// timeout with what.
+// WaitFor is Await bounded by timeout, failing t with what.
 func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -417,8 +383,7 @@ func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond
 	}
 }
 
-// Client returns a client-mode process calling through api.portal,
-// closed when the test ends.
+// Client returns a client closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *service.Client {
 	t.Helper()
 	cl, err := c.NewClient(context.Background())
@@ -429,8 +394,7 @@ func (c *Cluster) Client(t testing.TB) *service.Client {
 	return cl
 }
 
-// NewClient returns a client-mode process calling through api.portal.
-// Closing the client also closes its transport.
+// NewClient returns a client that closes its transport with it.
 func (c *Cluster) NewClient(ctx context.Context) (*service.Client, error) {
 	tr := c.net.Transport("client-" + message.NewUUID())
 	cl, err := service.NewClient(ctx, service.ClientConfig{
@@ -443,7 +407,7 @@ func (c *Cluster) NewClient(ctx context.Context) (*service.Client, error) {
 	return cl, nil
 }
 
-// Close stops every node (in order for the live ones) and closes the
+// Close stops every node, in order for the live ones, and closes the
 // transports. It is idempotent.
 func (c *Cluster) Close() {
 	c.mu.Lock()

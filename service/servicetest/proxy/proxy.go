@@ -1,44 +1,18 @@
 // Package proxy is a TCP proxy a test puts between its code and a real
 // server (a broker, a database) to inject network faults into its own
-// connections without disturbing the shared server that other tests use.
+// connections without disturbing the server other tests share.
 //
 //	p, url := proxy.NewURL(t, os.Getenv("CLOUDBUS_AMQP_URL"))
 //	// connect through url ...
 //	p.Cut()  // the broker "dies": every connection is reset
 //	p.Heal() // the broker is back: new connections go through
 //
-// # Faults
-//
-//   - [Proxy.Cut] resets every connection the proxy holds, with a TCP RST
-//     and no FIN, as a dead peer or a broken network looks to the client.
-//     That includes a connection accepted before Cut whose upstream dial
-//     was still in progress: it is reset when the dial completes, even
-//     if Heal came in between. Until [Proxy.Heal], new connections are
-//     accepted and reset at once, without dialing the target (the port
-//     stays open, so a client sees "connection reset", not "refused").
-//   - [Proxy.Stall] stops forwarding bytes in both directions while
-//     keeping every socket open, as a hung server or a black-holed
-//     network looks: reads wait until their deadlines, and so do writes
-//     once the socket buffers are full. Bytes the proxy already read are
-//     delivered after Heal, in order.
-//   - [Proxy.SetLatency] delays the bytes of each direction by a fixed
-//     delay plus a random jitter, as a slow or distant network looks:
-//     a delay line, not a pause per read, so round trips in flight
-//     overlap and throughput is not limited by the delay; bytes keep
-//     their order. A request/response round trip gains the delays of
-//     both directions: SetLatency(Latency{Delay: 50ms, Jitter: 25ms},
-//     Latency{Delay: 50ms, Jitter: 25ms}) adds 100 to 150 ms to each.
-//   - [Proxy.Heal] undoes all three: new connections go through, stalled
-//     ones flow again, and the latency is gone (bytes already delayed
-//     keep their delivery time). Connections reset by Cut stay reset.
-//
-// A clean close on one side (FIN) is passed on to the other side; both
-// sockets of a pair are closed once both directions are done. An error
-// on either side resets both.
-//
-// The proxy listens on 127.0.0.1 and dials the target afresh for every
-// connection it accepts, bounded by 5 s; if that dial fails, the client's
-// connection is reset. The package example shows a cut and a heal.
+// The faults are [Proxy.Cut], [Proxy.Stall] and [Proxy.SetLatency];
+// [Proxy.Heal] undoes them. A clean close (FIN) on one side is passed on
+// to the other, and a pair closes once both directions are done; an error
+// on either side resets both. The proxy listens on
+// 127.0.0.1 and dials the target for every connection it accepts, within
+// 5 s; a failed dial resets the client's connection.
 package proxy
 
 import (
@@ -55,26 +29,22 @@ import (
 	"time"
 )
 
-// dialTimeout bounds each upstream dial.
 const dialTimeout = 5 * time.Second
 
-// lineChunks bounds the reads a delayed direction holds (each at most
-// 32 KiB, so 8 MiB in all); past it the reader waits, as it would on a
-// full socket buffer.
+// lineChunks bounds the reads a delayed direction holds (8 MiB); past it
+// the reader waits, as on a full socket buffer.
 const lineChunks = 256
 
-// Latency is a delay the proxy adds to the bytes of one direction (see
-// [Proxy.SetLatency]). The zero value adds none.
+// Latency is a delay the proxy adds to one direction's bytes; the zero
+// value adds none.
 type Latency struct {
 	// Delay is how long each byte is held at least.
 	Delay time.Duration
-	// Jitter adds a random part of [0, Jitter) to each read's delay.
-	// Bytes still keep their order: a read is never delivered before
-	// the one read before it.
+	// Jitter adds a random part of [0, Jitter) to each read's delay; bytes
+	// keep their order.
 	Jitter time.Duration
 }
 
-// direction is which way a pipe copies.
 type direction int
 
 const (
@@ -82,9 +52,8 @@ const (
 	toClient                  // target to client
 )
 
-// Proxy is a TCP proxy between a test's code and a real server. Create
-// one with [New] or [NewURL] in a test, or [Listen] outside one. All
-// methods are safe for concurrent use.
+// Proxy is a TCP proxy between a test's code and a real server, made by
+// [New], [NewURL] or [Listen]. It is safe for concurrent use.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -101,11 +70,9 @@ type Proxy struct {
 	wg      sync.WaitGroup     // the accept loop, dials and pipes
 }
 
-// dialFunc dials the target; tests replace it to control when a dial
-// completes.
+// dialFunc dials the target; tests replace it.
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// pair is a client connection and its upstream connection.
 type pair struct {
 	client, upstream net.Conn
 	cut              chan struct{} // closed by reset: wakes stalled pipes
@@ -113,8 +80,7 @@ type pair struct {
 	open             atomic.Int32 // directions not yet finished
 }
 
-// New starts a proxy to target ("host:port") and closes it when the test
-// ends. It fails t if it cannot listen.
+// New starts a proxy to target ("host:port"), closed when the test ends.
 func New(t testing.TB, target string) *Proxy {
 	t.Helper()
 	p, err := listen(target, nil)
@@ -125,12 +91,11 @@ func New(t testing.TB, target string) *Proxy {
 	return p
 }
 
-// NewURL starts a proxy to the host of rawURL, which must name a port
-// ("amqp://user:pass@host:5672/vhost"), and returns it with rawURL
-// rewritten to go through it; the user, password, path and query are
-// kept. It fails t, never printing the password, if rawURL has no host
-// or no port. A TLS client then sees the server name 127.0.0.1 and must
-// be told the real one. The proxy is closed when the test ends.
+// NewURL starts a proxy to the host and port of rawURL and returns rawURL
+// rewritten to go through it, keeping user, password, path and query. It
+// fails t, hiding the password, if rawURL names no host or port. A TLS
+// client then sees the server name 127.0.0.1 and must be told the real
+// one. The proxy is closed when the test ends.
 func NewURL(t testing.TB, rawURL string) (*Proxy, string) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
@@ -145,8 +110,7 @@ func NewURL(t testing.TB, rawURL string) (*Proxy, string) {
 	return p, u.String()
 }
 
-// Listen starts a proxy to target ("host:port") for use outside a test
-// (a TestMain, a demo). The caller must Close it.
+// Listen starts a proxy outside a test; the caller closes it.
 func Listen(target string) (*Proxy, error) {
 	return listen(target, nil)
 }
@@ -169,8 +133,7 @@ func listen(target string, dial dialFunc) (*Proxy, error) {
 	return p, nil
 }
 
-// redact returns rawURL for an error message, hiding the password, the
-// query (which may hold one) and an opaque part (which may be a DSN).
+// redact hides the password, query and opaque part of rawURL.
 func redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	switch {
@@ -185,7 +148,7 @@ func redact(rawURL string) string {
 	return u.Redacted()
 }
 
-// Addr returns the proxy's listening address, "127.0.0.1:port".
+// Addr returns the proxy's address, "127.0.0.1:port".
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *Proxy) accept() {
@@ -200,8 +163,7 @@ func (p *Proxy) accept() {
 	}
 }
 
-// serve dials the target for the accepted connection c and forwards
-// between them, unless a Cut comes first.
+// serve forwards c to the target, unless a Cut comes first.
 func (p *Proxy) serve(c net.Conn) {
 	defer p.wg.Done()
 	p.mu.Lock()
@@ -220,7 +182,6 @@ func (p *Proxy) serve(c net.Conn) {
 	pr.open.Store(2)
 	p.mu.Lock()
 	if p.gen != gen {
-		// A Cut came while we dialed: it cut this connection too.
 		p.mu.Unlock()
 		pr.reset()
 		return
@@ -232,17 +193,14 @@ func (p *Proxy) serve(c net.Conn) {
 	go p.pipe(pr, up, c, toClient)
 }
 
-// chunk is one read in a delay line: its bytes (nil for the FIN) and
-// when they are due.
+// chunk is one read in a delay line; nil data is the FIN.
 type chunk struct {
 	data []byte
 	due  time.Time
 }
 
-// pipe copies src to dst, waiting while the proxy is stalled. Until dir
-// is first delayed it writes each read itself; from then on it hands
-// every read, stamped with its due time, to a delay line (deliver), so
-// that reads keep their order.
+// pipe copies src to dst; once dir is delayed, it hands reads to a delay
+// line (deliver), so they keep their order.
 func (p *Proxy) pipe(pr *pair, src, dst net.Conn, dir direction) {
 	defer p.wg.Done()
 	var line chan chunk // nil until dir is first delayed
@@ -301,8 +259,7 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn, dir direction) {
 	}
 }
 
-// deliver writes the reads of a delay line to dst, each at its due time
-// and once the proxy is not stalled, until the FIN (nil data) or a cut.
+// deliver writes a delay line's reads to dst when due and not stalled.
 func (p *Proxy) deliver(pr *pair, dst net.Conn, line <-chan chunk) {
 	defer p.wg.Done()
 	timer := time.NewTimer(0)
@@ -336,8 +293,7 @@ func (p *Proxy) deliver(pr *pair, dst net.Conn, line <-chan chunk) {
 	}
 }
 
-// finish passes a FIN on to dst and closes the pair once both
-// directions are done.
+// finish passes a FIN on and closes the pair once both directions end.
 func (p *Proxy) finish(pr *pair, dst net.Conn) {
 	closeWrite(dst)
 	if pr.open.Add(-1) == 0 {
@@ -345,15 +301,13 @@ func (p *Proxy) finish(pr *pair, dst net.Conn) {
 	}
 }
 
-// latencyOf returns the latency of dir now.
 func (p *Proxy) latencyOf(dir direction) Latency {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.latency[dir]
 }
 
-// waitUnstalled waits while the proxy is stalled; it reports false if
-// the pair was cut meanwhile.
+// waitUnstalled waits while stalled; false if the pair was cut.
 func (p *Proxy) waitUnstalled(pr *pair) bool {
 	p.mu.Lock()
 	stall := p.stalled
@@ -369,7 +323,7 @@ func (p *Proxy) waitUnstalled(pr *pair) bool {
 	}
 }
 
-// drop forgets pr and resets it (abort) or closes it cleanly.
+// drop forgets pr and resets it (abort) or closes it.
 func (p *Proxy) drop(pr *pair, abort bool) {
 	p.mu.Lock()
 	delete(p.pairs, pr)
@@ -385,7 +339,6 @@ func (p *Proxy) drop(pr *pair, abort bool) {
 	})
 }
 
-// reset closes both sockets with an RST.
 func (pr *pair) reset() {
 	pr.once.Do(func() {
 		close(pr.cut)
@@ -394,9 +347,11 @@ func (pr *pair) reset() {
 	})
 }
 
-// Cut resets every connection (an RST, no FIN, as a dead peer or a
-// broken network looks), including those accepted but still dialing the
-// target, and resets new ones at once until Heal. It does not block.
+// Cut resets every connection (an RST, no FIN, as a dead peer looks),
+// including one still dialing the target, which is reset when its dial
+// completes even if Heal came in between. Until Heal, new connections are
+// accepted and reset at once without dialing: a client sees "connection
+// reset", not "refused". It does not block.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.refuse = true
@@ -409,7 +364,10 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Stall stops forwarding bytes, keeping the sockets open, until Heal.
+// Stall stops forwarding bytes in both directions, keeping every socket
+// open, until Heal, as a hung server looks: reads wait until their
+// deadlines, and writes too once the socket buffers are full. Bytes
+// already read are delivered after Heal, in order.
 func (p *Proxy) Stall() {
 	p.mu.Lock()
 	if p.stalled == nil {
@@ -418,17 +376,14 @@ func (p *Proxy) Stall() {
 	p.mu.Unlock()
 }
 
-// SetLatency delays every byte the proxy reads from now on, on every
-// connection, open or new: toTarget the bytes from the client to the
-// target, toClient the target's. Each read is held for its direction's
-// Delay plus a random part of its Jitter, and never delivered before the
-// read before it, so bytes keep their order; reads already held keep
-// their delivery time. The delay is a delay line, not a pause per read:
-// a connection's reads in flight are held at once, so throughput does
-// not fall with the delay (up to 8 MiB in flight per direction of a
-// connection). A request/response round trip gains both directions'
-// delays. Zero values remove the latency; so does [Proxy.Heal]. A
-// stalled proxy holds delayed bytes until Heal too.
+// SetLatency delays the bytes read from now on, on every connection:
+// toTarget those from the client, toClient the target's. Each read is held
+// its direction's Delay plus a random part of Jitter, never before the
+// read before it, in a delay line: reads in flight overlap, so throughput
+// does not fall with the delay (up to 8 MiB in flight per direction). A
+// round trip gains both delays: 50 ms with a 25 ms jitter each way adds
+// 100 to 150 ms. Zero values, or Heal, remove the latency; reads already
+// held keep their time, and a stalled proxy holds them until Heal.
 func (p *Proxy) SetLatency(toTarget, toClient Latency) {
 	p.mu.Lock()
 	p.latency = [2]Latency{toTarget, toClient}
@@ -436,8 +391,8 @@ func (p *Proxy) SetLatency(toTarget, toClient Latency) {
 }
 
 // Heal undoes Cut, Stall and SetLatency: new connections go through,
-// stalled bytes flow again, and bytes read from now on are not delayed.
-// Connections already reset stay reset.
+// stalled bytes flow and later reads are not delayed. Connections reset
+// by Cut stay reset.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.refuse = false
@@ -449,8 +404,8 @@ func (p *Proxy) Heal() {
 	p.mu.Unlock()
 }
 
-// Close stops listening, aborts dials in progress, resets every
-// connection and waits for the proxy's goroutines. It is idempotent.
+// Close stops listening, aborts dials, resets every connection and waits
+// for the proxy's goroutines. It is idempotent.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.cancel()
@@ -458,7 +413,7 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
-// reset closes c with an RST instead of a FIN.
+// reset closes c with an RST.
 func reset(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
@@ -466,7 +421,7 @@ func reset(c net.Conn) {
 	_ = c.Close()
 }
 
-// closeWrite sends a FIN on c, or closes it if it cannot half-close.
+// closeWrite sends a FIN on c, or closes it.
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
