@@ -124,7 +124,7 @@ type Limits struct {
 	// RetryAttempts bounds the attempts of a one-way message whose
 	// handler keeps failing: after that many, or once the next attempt
 	// would start past its deadline, it goes to DeadLetterQueue with its
-	// last error. Default 20 (with the default backoff, about 76 s of
+	// last error. Default 20 (with the default backoff, about 71 s of
 	// pauses).
 	RetryAttempts int
 

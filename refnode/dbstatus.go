@@ -18,9 +18,7 @@ const beatWindow = 30 * time.Second
 const beatLog = 320
 
 // timedStore is the heartbeat store with its beats timed, for GET
-// /status. Every other method, and every optional interface the node
-// looks for (heartbeat.TimeSource, BusReporter, QueueBook), is the
-// store's own.
+// /status. Every other method is the store's own.
 type timedStore struct {
 	*sqlstore.Store
 	beats *beatStats

@@ -39,7 +39,7 @@ const (
 // sends 200 one-way SetImageName messages (20 a second, each naming its
 // own new name, deadline 1 min) about 20 images that node X owns: half
 // through api.portal (service.Client.Send), half straight into X's image
-// service queue (a bus of the test's own, routing as service.Node.Send
+// service queue (a bus of the test's own, routing as service.Send from a node
 // does: to the owner on the ring without X while X's queue is gone).
 // From 1 s after the first until 7 s, X's database link is cut: X fails
 // its writes (internal), fences itself, is evicted and rejoins. A
@@ -224,7 +224,7 @@ func opLinesOf(files []string, id string) string {
 }
 
 // sendRouted sends msg one-way into the image service queue of owners[0]
-// as service.Node.Send does: while that queue is gone (its node was
+// as service.Send from a node does: while that queue is gone (its node was
 // evicted, its queues drained and deleted) the send is refused (no_route,
 // nothing sent) and goes to the owner of the ring without it, owners[1],
 // and so on in turn, a few times, every attempt with the same id.
@@ -245,7 +245,7 @@ func sendRouted(ctx context.Context, b *bus.CloudBus, msg api.SetImageName, id s
 }
 
 // directBus opens a bus of the test's own on the cluster's prefix, to
-// send into a node's queue as service.Node.Send does; closed at cleanup.
+// send into a node's queue as service.Send from a node does; closed at cleanup.
 func directBus(t *testing.T, ctx context.Context, broker, prefix string) *bus.CloudBus {
 	t.Helper()
 	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: broker, ConnectionName: "refnode one-way test"})

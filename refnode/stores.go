@@ -18,7 +18,7 @@ import (
 // with record transactions within 1.2 s; the beats then timed out
 // waiting for a connection, and the node fenced itself and was evicted
 // 4.2-4.6 s after the slowdown, though each beat took only 200-300 ms
-// once it had a connection (issue 23). The fence's checks stay on the
+// once it had a connection. The fence's checks stay on the
 // record pool: they run inside the record transactions and decide
 // whether a write commits, not whether the node is live (package fence,
 // "Writes, not liveness").

@@ -166,11 +166,11 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 // guard wraps a service's handler: it refuses every message once the node
 // was evicted, while it is fenced, and any message about a resource that
 // this node does not own by its own ring, whoever routed it and whether or
-// not it carries an owner header ([HeaderOwner]). Messages about no
+// not it carries an owner header (wire.HeaderOwner). Messages about no
 // resource (creations) run where they arrive.
 //
 // A request refused so is answered message.ErrNotOwner, which its caller
-// may retry (service.Node.Call and the portal do). A one-way message has
+// may retry (service.Call and the portal do). A one-way message has
 // nobody to retry it, so it is never dropped for these reasons: if this
 // node's ring names another owner, the message is forwarded there as is
 // (at most maxForwardHops times, while rings converge); otherwise it is
@@ -318,7 +318,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 
 // portalID returns the id under which the portal forwards a message
 // whose id is id: id itself, normalized. A message from a sender that
-// broke the contract of wire.Envelope.ID (not a UUID) gets a UUID
+// broke the envelope id's contract (not a UUID) gets a UUID
 // derived from its id, so that its redeliveries still share one id.
 func portalID(id string) string {
 	if u, err := message.NormalizeUUID(id); err == nil {

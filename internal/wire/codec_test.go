@@ -375,7 +375,7 @@ func TestEncodeBaselineMatches(t *testing.T) {
 // hand-written one, used by DecodeEnvelope, and encoding/json) side by
 // side, in one run. Compare with
 //
-//	go test ./message -run '^$' -bench '^BenchmarkEnvelope$' -count 10 > bench.txt
+//	go test ./internal/wire -run '^$' -bench '^BenchmarkEnvelope$' -count 10 > bench.txt
 //	benchstat -col /impl bench.txt
 func BenchmarkEnvelope(b *testing.B) {
 	e := benchEnvelope()

@@ -5,8 +5,8 @@
 //
 // A message about an existing resource (StartVm, AddHost, SetImageName, …)
 // implements message.Routed: the SDK routes it to its service on the node
-// that owns the resource's UUID on the ring (service.Node.Call,
-// service.Client.Call), and every receiver refuses it if it arrives
+// that owns the resource's UUID on the ring (service.Call, from a
+// node or a client), and every receiver refuses it if it arrives
 // without that resource. A creation message (CreateVm) and a message
 // about no resource (AllocateHost) go to the local node's service. API
 // messages reach either through api.portal: the portal of whichever node
