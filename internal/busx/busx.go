@@ -1,7 +1,7 @@
 // Package busx is the plumbing of a bus.CloudBus that only the SDK's own
 // packages use: the node's router reads the options a caller gave, forwards
 // and reroutes messages, drains and serves the shared api.portal queue.
-// Package bus sets [Of] when it is initialized.
+// Package bus installs its hooks ([Set]) when it is initialized.
 package busx
 
 import (
