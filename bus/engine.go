@@ -14,6 +14,7 @@ func init() {
 		Envelope:   func(r any) *wire.Envelope { return r.(*Request).env },
 		NewRequest: func(env *wire.Envelope) any { return &Request{env: env} },
 		Receiver:   func(r any) busx.Engine { return engine{r.(*Request).bus} },
+		Options:    func(opts any) busx.CallOptions { return applyOptions(opts.([]Option)) },
 		MuxTypes: func(h any) (reqs, replies []busx.TypeDecl) {
 			if m, ok := h.(interface{ muxSelf() *Mux }); ok {
 				return m.muxSelf().types()

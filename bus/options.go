@@ -6,25 +6,37 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 )
 
-// Option is a per-call knob for Send, Call and Broadcast.
-type Option func(*busx.CallOptions)
+// Option is a per-call knob for Send, Call and Broadcast, made by one of
+// the With functions.
+type Option struct{ apply func(*busx.CallOptions) }
+
+// applyOptions returns the options opts set.
+func applyOptions(opts []Option) busx.CallOptions {
+	var o busx.CallOptions
+	for _, opt := range opts {
+		if opt.apply != nil {
+			opt.apply(&o)
+		}
+	}
+	return o
+}
 
 // WithTimeout bounds the call by d as well as by ctx (the earlier wins).
 // Default: ctx's deadline, or Config.DefaultTimeout if it has none. The
 // handler's ctx gets the same deadline.
 func WithTimeout(d time.Duration) Option {
-	return func(o *busx.CallOptions) { o.Timeout = d }
+	return Option{func(o *busx.CallOptions) { o.Timeout = d }}
 }
 
 // WithHeader adds a header that passes through the bus untouched, such as
 // a W3C traceparent. Default: none.
 func WithHeader(key, value string) Option {
-	return func(o *busx.CallOptions) {
+	return Option{func(o *busx.CallOptions) {
 		if o.Headers == nil {
 			o.Headers = make(map[string]string)
 		}
 		o.Headers[key] = value
-	}
+	}}
 }
 
 // WithResource names the resource the message is about, for a payload
@@ -33,7 +45,7 @@ func WithHeader(key, value string) Option {
 // contradicts a Routed payload with message.ErrBadRequest, before anything
 // is sent. Default: the resource the payload names, or none.
 func WithResource(resourceUUID string) Option {
-	return func(o *busx.CallOptions) { o.Resource = resourceUUID }
+	return Option{func(o *busx.CallOptions) { o.Resource = resourceUUID }}
 }
 
 // WithID gives the message id (see [Request.ID]) instead of a fresh UUID,
@@ -41,7 +53,7 @@ func WithResource(resourceUUID string) Option {
 // message.ErrInvalidUUID before anything is sent. Messages may share an
 // id: each Call still gets its own reply. Default: a fresh UUID.
 func WithID(id string) Option {
-	return func(o *busx.CallOptions) { o.ID, o.IDSet = id, true }
+	return Option{func(o *busx.CallOptions) { o.ID, o.IDSet = id, true }}
 }
 
 // HeaderRetry carries [WithRetry]'s max with the message, in decimal, for
@@ -61,5 +73,5 @@ const HeaderRetry = "cloudbus-retry"
 // on a node, and the API portal. [Call] and [CloudBus.Send] only carry max
 // as [HeaderRetry].
 func WithRetry(max int) Option {
-	return func(o *busx.CallOptions) { o.Retry, o.RetrySet = max, true }
+	return Option{func(o *busx.CallOptions) { o.Retry, o.RetrySet = max, true }}
 }

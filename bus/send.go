@@ -266,7 +266,7 @@ func (b *CloudBus) abandonCalls(node string, cause error) int {
 
 // envelope builds the envelope of an outgoing message.
 func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Option) (*wire.Envelope, busx.CallOptions, error) {
-	o := busx.Apply(opts)
+	o := applyOptions(opts)
 	if b.isClosed() {
 		return nil, o, message.ErrClosed
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -284,7 +283,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	// The forward keeps the message's id, so a handler sees the same id
 	// however often api.portal redelivers the message, and applies the
 	// retry its sender allowed (bus.WithRetry travels as a header).
-	opts := []bus.Option{withHeaders(busx.EnvelopeOf(r).Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID()))}
+	opts := append(withHeaders(busx.EnvelopeOf(r).Headers), bus.WithHeader(HeaderPortal, n.id), bus.WithID(portalID(r.ID())))
 	if v := r.Header(bus.HeaderRetry); v != "" {
 		retries, err := strconv.Atoi(v)
 		if err != nil || retries < 1 {
@@ -344,15 +343,11 @@ const portalReleasePause = 100 * time.Millisecond
 // whose portal forwarded it.
 const HeaderPortal = "cloudbus-portal"
 
-// withHeaders adds all of h as headers.
-func withHeaders(h map[string]string) bus.Option {
-	return func(o *busx.CallOptions) {
-		if len(h) == 0 {
-			return
-		}
-		if o.Headers == nil {
-			o.Headers = make(map[string]string, len(h))
-		}
-		maps.Copy(o.Headers, h)
+// withHeaders returns an option per header of h.
+func withHeaders(h map[string]string) []bus.Option {
+	opts := make([]bus.Option, 0, len(h))
+	for k, v := range h {
+		opts = append(opts, bus.WithHeader(k, v))
 	}
+	return opts
 }

@@ -126,6 +126,7 @@ type Hooks struct {
 	Envelope   func(req any) *wire.Envelope           // the envelope of a *bus.Request
 	NewRequest func(env *wire.Envelope) any           // a *bus.Request carrying env, for tests
 	Receiver   func(req any) Engine                   // the Engine of the bus that received a *bus.Request
+	Options    func(opts any) CallOptions             // the options a []bus.Option sets
 	MuxTypes   func(h any) (reqs, replies []TypeDecl) // the types a *bus.Mux (or a type embedding one) handles and replies with
 }
 
@@ -156,14 +157,8 @@ type TypeDecl struct {
 // *bus.Mux or embeds one; nil otherwise.
 func MuxTypes(h any) (reqs, replies []TypeDecl) { return hooks.MuxTypes(h) }
 
-// Apply returns the options opts (bus.Option values) set.
-func Apply[O ~func(*CallOptions)](opts []O) CallOptions {
-	var o CallOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
-}
+// Apply returns the options opts, a []bus.Option, set.
+func Apply(opts any) CallOptions { return hooks.Options(opts) }
 
 // ResourceOf returns the canonical UUID of the resource msg is about: the
 // one its type names (message.Routed) or, for other types, the one
