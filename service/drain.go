@@ -68,8 +68,8 @@ func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 	b := n.Bus()
 	var gone []string
 	for _, q := range n.ownQueues(b) {
-		st, err := busx.Of(b).Reroute(ctx, q, n.rerouteTarget(n.id), false)
-		moved += st.Moved
+		m, err := n.rerouteOwn(ctx, b, q)
+		moved += m
 		if err != nil {
 			kept++
 			n.log.Warn("leave: queue kept for the survivors to drain", "queue", q, "err", err)
@@ -79,6 +79,30 @@ func (n *Node) emptyOwnQueues(ctx context.Context) (moved, kept int) {
 	}
 	n.forgetQueues(ctx, n.id, gone)
 	return moved, kept
+}
+
+// rerouteOwn empties q, one of this node's queues, as it leaves. A
+// broker connection lost meanwhile ends the attempt; it tries again once
+// the connection is back, up to three attempts within ctx.
+func (n *Node) rerouteOwn(ctx context.Context, b *bus.CloudBus, q string) (moved int, err error) {
+	for attempt := 1; ; attempt++ {
+		st, err := busx.Of(b).Reroute(ctx, q, n.rerouteTarget(n.id), false)
+		moved += st.Moved
+		if err == nil || attempt == 3 || !errors.Is(err, message.ErrUnavailable) {
+			return moved, err
+		}
+		n.log.Info("leave: the broker connection dropped while emptying a queue; trying again once it is back", "queue", q, "err", err)
+		t := time.NewTicker(50 * time.Millisecond)
+		for !n.transportUp() {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return moved, err
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	}
 }
 
 // rerouteTarget fails once node is a member again.

@@ -1,5 +1,7 @@
 package service
 
+import "context"
+
 // DropMemberOnStaleView removes member from n's ring as reconciling from
 // a stale read of the store would (a read that started before the
 // member's record was written), for tests.
@@ -8,4 +10,9 @@ func (n *Node) DropMemberOnStaleView(member string) {
 	e := n.members[member]
 	n.mu.Unlock()
 	n.memberLeft(member, e, "test: a stale view of the store", abandonCalls)
+}
+
+// RerouteOwn empties q, one of n's own queues, as n's leave does, for tests.
+func (n *Node) RerouteOwn(ctx context.Context, q string) (int, error) {
+	return n.rerouteOwn(ctx, n.Bus(), q)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/ring/ringtest"
@@ -514,4 +515,38 @@ func TestPortalUnderSaturation(t *testing.T) {
 // failLogger logs to the test's output, shown when it fails (or with -v).
 func failLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// TestLeaveEmptiesQueuesAcrossABrokerDrop: a broker connection lost while
+// a leaving node empties its own queue does not leave the queue behind:
+// the node tries again once the connection is back.
+func TestLeaveEmptiesQueuesAcrossABrokerDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := startCluster(t, 2, newJournal(), servicetest.Options{})
+		n := c.Node(0)
+		id := bus.ServiceID("recorder", n.UUID())
+		q := busx.Of(n.Bus()).QueueName(id)
+		require.NoError(t, busx.Of(n.Bus()).Unregister(t.Context(), id, false), "nobody consumes the queue, as after the leave's drain")
+		c.Partition(n.UUID(), true)
+		type result struct {
+			moved int
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			moved, err := n.RerouteOwn(t.Context(), q)
+			done <- result{moved, err}
+		}()
+		time.Sleep(100 * time.Millisecond) // virtual, within the lease: the first attempt failed and waits for the broker
+		select {
+		case r := <-done:
+			t.Fatalf("rerouteOwn returned during the partition: %d moved, %v", r.moved, r.err)
+		default:
+		}
+		c.Partition(n.UUID(), false)
+		r := <-done
+		require.NoError(t, r.err, "the second attempt, after the broker came back, empties the queue")
+		_, ok := c.Network().Queue(q)
+		assert.False(t, ok, "the queue is deleted")
+	})
 }
