@@ -78,8 +78,10 @@ func (k Key) Validate() error {
 	return nil
 }
 
-// Write says how one transaction is guarded.
-type Write struct {
+// Guard says how one transaction is guarded: the claim that must hold
+// for it to commit, and the key that makes it run once. It writes
+// nothing itself; the fences (fence/sqlfence, fence/memfence) apply it.
+type Guard struct {
 	// Claim, unless zero, must hold for the transaction to commit.
 	Claim Claim
 	// Key, unless zero, gives later deliveries the first reply.
@@ -87,7 +89,7 @@ type Write struct {
 }
 
 // Validate checks the set parts of w.
-func (w Write) Validate() error {
+func (w Guard) Validate() error {
 	var errs []error
 	if !w.Claim.IsZero() {
 		errs = append(errs, w.Claim.Validate())
@@ -99,8 +101,8 @@ func (w Write) Validate() error {
 }
 
 // For returns a handler's Write for r: ctx's claim on r's resource, and r's Key.
-func For(ctx context.Context, r *bus.Request) Write {
-	w := Write{Key: KeyOf(r)}
+func For(ctx context.Context, r *bus.Request) Guard {
+	w := Guard{Key: KeyOf(r)}
 	if c, ok := ClaimFrom(ctx); ok && c.Resource == r.Resource() {
 		w.Claim = c
 	}
@@ -166,3 +168,8 @@ func Reused(k Key, was, washash string) error {
 		k.ID, was, washash, k.Type, k.Hash)
 	return fmt.Errorf("%w: %w", message.ErrBadRequest.WithDetails(detail), ErrKeyReused)
 }
+
+// Write is the old name of [Guard].
+//
+// Deprecated: use Guard; Write will be removed in the next release.
+type Write = Guard

@@ -18,7 +18,7 @@ import (
 // and learns it at its next beat.
 func TestZombieIsEvicted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		c := newCluster(t, cfg, memstore.Config{})
 		a, b, z := c.start("", -1), c.start("", -1), c.start("", -1)
 		settle(10 * cfg.Interval)
@@ -46,7 +46,7 @@ func TestZombieIsEvicted(t *testing.T) {
 // their bus up again. A node that does not come back is evicted.
 func TestBusOutageForEveryoneEvictsNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		c := newCluster(t, cfg, memstore.Config{})
 		var nodes []*node
 		for range 4 {

@@ -57,7 +57,7 @@ func TestClockSyncEstimate(t *testing.T) {
 func TestMonitorMeasuresTheStoreClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Config{})
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		cfg.Now = func() time.Time { return time.Now().Add(time.Hour) }
 		id := message.NewUUID()
 		view := store.For(id)
@@ -91,7 +91,7 @@ func TestMonitorMeasuresTheStoreClock(t *testing.T) {
 func TestSyncClockBeforeJoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Config{})
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		cfg.Now = func() time.Time { return time.Now().Add(-time.Hour) }
 		id := message.NewUUID()
 		store.SetUnreachable(id, true)

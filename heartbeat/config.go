@@ -11,7 +11,8 @@ import (
 type Config struct {
 	// Interval is the round period. Default 500 ms.
 	Interval time.Duration
-	// Lease is how long after its last beat a node is fenced. Default
+	// Lease is how long after its last beat a node's lease expires: it
+	// stops handling messages about resources. Default
 	// max(EvictAfter-2×Interval, Interval).
 	Lease time.Duration
 	// EvictAfter: a record older than this is evicted; at least
@@ -37,8 +38,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// LocalConfig is for tests and demos in one process.
-func LocalConfig() Config {
+// TestConfig is for tests and demos in one process.
+func TestConfig() Config {
 	return Config{
 		Interval:   50 * time.Millisecond,  // fast enough for demos
 		Lease:      200 * time.Millisecond, // as DefaultConfig, scaled
@@ -93,3 +94,8 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// LocalConfig is the old name of [TestConfig].
+//
+// Deprecated: use TestConfig; LocalConfig will be removed in the next release.
+func LocalConfig() Config { return TestConfig() }

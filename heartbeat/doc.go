@@ -11,7 +11,7 @@
 //
 // With interval H, lease L and threshold E ([Config]): a dead node is
 // evicted E to E+H after its last beat; a node whose beats have not
-// landed for L is fenced ([Monitor.Fenced]), at least E-L before a peer
+// landed for L has its lease expire ([Monitor.LeaseExpired]), at least E-L before a peer
 // may evict it.
 //
 // # Eviction rules

@@ -14,11 +14,11 @@ func ExampleMonitor_Join() {
 	store := memstore.New(memstore.Config{})
 	const a, b = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
-	ma, _ := heartbeat.NewMonitor(store, a, heartbeat.LocalConfig(), nil, nil)
+	ma, _ := heartbeat.NewMonitor(store, a, heartbeat.TestConfig(), nil, nil)
 	_, members, _ := ma.Join(ctx)
 	fmt.Println("a sees", len(members), "member")
 
-	mb, _ := heartbeat.NewMonitor(store, b, heartbeat.LocalConfig(), nil, nil)
+	mb, _ := heartbeat.NewMonitor(store, b, heartbeat.TestConfig(), nil, nil)
 	epoch, members, _ := mb.Join(ctx)
 	for _, r := range members {
 		fmt.Println("b sees", r.Node, "self:", r.Node == b && r.Epoch == epoch)
@@ -37,11 +37,11 @@ func ExampleMonitor_Run() {
 	store := memstore.New(memstore.Config{})
 	const a, b = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
-	mb, _ := heartbeat.NewMonitor(store, b, heartbeat.LocalConfig(), nil, nil)
+	mb, _ := heartbeat.NewMonitor(store, b, heartbeat.TestConfig(), nil, nil)
 	_, _, _ = mb.Join(ctx)
 
 	events := make(chan heartbeat.Event, 16)
-	ma, _ := heartbeat.NewMonitor(store, a, heartbeat.LocalConfig(), heartbeat.ListenerFunc(func(e heartbeat.Event) {
+	ma, _ := heartbeat.NewMonitor(store, a, heartbeat.TestConfig(), heartbeat.ListenerFunc(func(e heartbeat.Event) {
 		events <- e // hand off: a listener must not block the loop
 	}), nil)
 	_, _, _ = ma.Join(ctx)

@@ -300,9 +300,9 @@ func (m *Monitor) LastBeat() time.Time {
 	return m.lastBeat
 }
 
-// Fenced reports whether the node must stop handling resource messages:
+// LeaseExpired reports whether the node must stop handling resource messages:
 // it left, or its last successful beat was sent over Lease ago.
-func (m *Monitor) Fenced() bool {
+func (m *Monitor) LeaseExpired() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.left {
@@ -313,6 +313,11 @@ func (m *Monitor) Fenced() bool {
 	}
 	return m.cfg.Now().Sub(m.lastBeat) > m.cfg.Lease
 }
+
+// Fenced is the old name of [Monitor.LeaseExpired].
+//
+// Deprecated: use LeaseExpired. Fenced will be removed in the next release.
+func (m *Monitor) Fenced() bool { return m.LeaseExpired() }
 
 func find(recs []Record, node string) (Record, bool) {
 	for _, r := range recs {

@@ -35,7 +35,7 @@ func TestNewMonitorValidates(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	assert.NoError(t, heartbeat.Config{}.Validate())
 	assert.NoError(t, heartbeat.DefaultConfig().Validate())
-	assert.NoError(t, heartbeat.LocalConfig().Validate())
+	assert.NoError(t, heartbeat.TestConfig().Validate())
 	assert.Error(t, heartbeat.Config{Interval: -time.Second}.Validate())
 	assert.Error(t, heartbeat.Config{Interval: time.Second, EvictAfter: 1500 * time.Millisecond}.Validate())
 }
@@ -51,7 +51,7 @@ func TestEventKindString(t *testing.T) {
 
 func TestJoinReturnsMembersAndIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		c := newCluster(t, cfg, memstore.Config{})
 		a := c.start("", -1)
 		settle(10 * cfg.Interval)
@@ -98,7 +98,7 @@ func TestLeaveIsReportedAsLeft(t *testing.T) {
 	for name, stop := range orders {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := heartbeat.LocalConfig()
+				cfg := heartbeat.TestConfig()
 				c := newCluster(t, cfg, memstore.Config{})
 				a, b := c.start("", -1), c.start("", -1)
 				settle(10 * cfg.Interval)
@@ -120,13 +120,13 @@ func TestLeaveBeforeRunAndBeforeJoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(memstore.Config{})
 		id := message.NewUUID()
-		m, err := heartbeat.NewMonitor(s, id, heartbeat.LocalConfig(), nil, nil)
+		m, err := heartbeat.NewMonitor(s, id, heartbeat.TestConfig(), nil, nil)
 		require.NoError(t, err)
 		require.NoError(t, m.Leave(t.Context()), "Leave before Join only closes the monitor")
 		_, _, err = m.Join(t.Context())
 		require.ErrorIs(t, err, heartbeat.ErrClosed)
 
-		m, err = heartbeat.NewMonitor(s, id, heartbeat.LocalConfig(), nil, nil)
+		m, err = heartbeat.NewMonitor(s, id, heartbeat.TestConfig(), nil, nil)
 		require.NoError(t, err)
 		_, _, err = m.Join(t.Context())
 		require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestLeaveBeforeRunAndBeforeJoin(t *testing.T) {
 func TestRunMisuse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(memstore.Config{})
-		m, err := heartbeat.NewMonitor(s, message.NewUUID(), heartbeat.LocalConfig(), nil, nil)
+		m, err := heartbeat.NewMonitor(s, message.NewUUID(), heartbeat.TestConfig(), nil, nil)
 		require.NoError(t, err)
 		assert.ErrorContains(t, m.Run(t.Context()), "call Join first")
 		_, _, err = m.Join(t.Context())
@@ -160,7 +160,7 @@ func TestLeaveFailureCanBeRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(memstore.Config{})
 		id := message.NewUUID()
-		m, err := heartbeat.NewMonitor(s.For(id), id, heartbeat.LocalConfig(), nil, nil)
+		m, err := heartbeat.NewMonitor(s.For(id), id, heartbeat.TestConfig(), nil, nil)
 		require.NoError(t, err)
 		_, _, err = m.Join(t.Context())
 		require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestLeaveFailureCanBeRetried(t *testing.T) {
 
 func TestReRegistrationIsLeftThenJoined(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		c := newCluster(t, cfg, memstore.Config{})
 		a, b := c.start("", -1), c.start("", -1)
 		settle(10 * cfg.Interval)
@@ -231,7 +231,7 @@ func (f *flakyBeat) BeatBus(ctx context.Context, node string, epoch int64, busUp
 // evicts only in its third successful round.
 func TestNoEvictionWithoutOwnBeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		H, E := cfg.Interval, cfg.EvictAfter
 		c := newCluster(t, cfg, memstore.Config{})
 		dead := c.start("", -1)
@@ -275,7 +275,7 @@ func (s *syncBuffer) String() string {
 
 func TestStoreErrorsAreLoggedAndTheLoopGoesOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig()
+		cfg := heartbeat.TestConfig()
 		s := memstore.New(memstore.Config{})
 		id := message.NewUUID()
 		var buf syncBuffer

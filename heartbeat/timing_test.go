@@ -25,7 +25,7 @@ const phaseRuns = 25
 // other peer reports Left one round later at most, and the node, once it
 // reaches the store again, reports SelfEvicted and Run returns ErrEvicted.
 func TestCrashedNodeIsEvictedInTime(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	H, E := cfg.Interval, cfg.EvictAfter
 	var minDelay, maxDelay atomic.Int64
 	minDelay.Store(int64(time.Hour))
@@ -90,7 +90,7 @@ func TestCrashedNodeIsEvictedInTime(t *testing.T) {
 // every live node has beaten again. The node that stays away is evicted
 // within EvictAfter+Interval of the store's return.
 func TestOutageForEveryoneEvictsNobody(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	H, E := cfg.Interval, cfg.EvictAfter
 	for i := range phaseRuns {
 		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestOutageForEveryoneEvictsNobody(t *testing.T) {
 // successful rounds leaves a whole Interval of margin.
 func TestOutageRecoveryRace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig() // H 50 ms, E 300 ms, OpTimeout 50 ms
+		cfg := heartbeat.TestConfig() // H 50 ms, E 300 ms, OpTimeout 50 ms
 		c := newCluster(t, cfg, memstore.Config{})
 		t0 := time.Now()
 		i := c.start("", 0)                   // ticks at t0 + 50k ms
@@ -174,7 +174,7 @@ func TestOutageRecoveryRace(t *testing.T) {
 // own clock, so nobody is evicted; a node that really stops afterwards
 // still is, in time.
 func TestStoreClockJumpEvictsNobody(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	H, E := cfg.Interval, cfg.EvictAfter
 	synctest.Test(t, func(t *testing.T) {
 		var offset atomic.Int64
@@ -201,7 +201,7 @@ func TestStoreClockJumpEvictsNobody(t *testing.T) {
 // TestBriefFailuresDoNotEvict cuts a node off for EvictAfter-2×Interval,
 // less than the threshold: it is not evicted and keeps running.
 func TestBriefFailuresDoNotEvict(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	H, E := cfg.Interval, cfg.EvictAfter
 	for i := range phaseRuns {
 		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
@@ -228,7 +228,7 @@ func TestBriefFailuresDoNotEvict(t *testing.T) {
 // OpTimeout: its rounds overrun the interval, but its beats land and it is
 // never evicted.
 func TestSlowNodeIsNotEvicted(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, cfg, memstore.Config{})
 		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
@@ -247,7 +247,7 @@ func TestSlowNodeIsNotEvicted(t *testing.T) {
 // beating and is evicted in time, its Run never hangs, and it stops at
 // once when its context ends even in the middle of a call.
 func TestOpTimeoutBoundsCalls(t *testing.T) {
-	cfg := heartbeat.LocalConfig()
+	cfg := heartbeat.TestConfig()
 	H, E := cfg.Interval, cfg.EvictAfter
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, cfg, memstore.Config{})
@@ -278,7 +278,7 @@ func TestOpTimeoutBoundsCalls(t *testing.T) {
 // rounds before evicting, by which time the other node has beaten again.
 func TestStalledMonitorRestartsItsStreak(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := heartbeat.LocalConfig() // H 50 ms, E 300 ms
+		cfg := heartbeat.TestConfig() // H 50 ms, E 300 ms
 		c := newCluster(t, cfg, memstore.Config{})
 		t0 := time.Now()
 		release := make(chan struct{})

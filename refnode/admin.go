@@ -68,7 +68,7 @@ type nodeStatus struct {
 	// Fenced reports that the node serves but could not write its
 	// heartbeat for longer than the lease: it refuses messages about
 	// resources (not_owner) until a beat goes through, or its peers
-	// evict it (service.Node.Fenced).
+	// evict it (service.Node.LeaseExpired). The JSON name stays "fenced".
 	Fenced bool `json:"fenced"`
 	// Transport is the broker connection: connected, reconnecting, closed.
 	Transport string `json:"transport"`
@@ -177,7 +177,7 @@ func newAdmin(n *service.Node, tr driver.Transport, set *services.Set, c *counte
 			Node:            n.UUID(),
 			Epoch:           n.Epoch(),
 			State:           n.State().String(),
-			Fenced:          n.Fenced(),
+			Fenced:          n.LeaseExpired(),
 			Transport:       tr.State().String(),
 			ConnectionsLost: lost,
 			Bus: busStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies,

@@ -102,7 +102,7 @@ func runDemo(ctx context.Context, w io.Writer, opts demoOptions) (*demoReport, e
 		opts.logger = slog.New(slog.DiscardHandler)
 	}
 	const prefix = bus.DefaultPrefix
-	hb := heartbeat.LocalConfig()
+	hb := heartbeat.TestConfig()
 	c, err := startCluster(ctx, clusterConfig{
 		nodes:        3,
 		prefix:       prefix,

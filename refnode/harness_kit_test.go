@@ -30,7 +30,7 @@ func TestDriverAndCollector(t *testing.T) {
 	dir := t.TempDir()
 	logs := map[string]*opLog{}
 	var paths []string
-	c, err := startCluster(t.Context(), clusterConfig{nodes: 3, prefix: "driver-test", heartbeat: heartbeat.LocalConfig(),
+	c, err := startCluster(t.Context(), clusterConfig{nodes: 3, prefix: "driver-test", heartbeat: heartbeat.TestConfig(),
 		hypervisor: simhv.Config{}, pingInterval: time.Second,
 		observer: func(node string) bus.Observer {
 			path := filepath.Join(dir, node+".ops.jsonl")

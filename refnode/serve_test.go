@@ -256,7 +256,7 @@ func TestCounters(t *testing.T) {
 // TestAdmin serves /healthz and /status from a node of an in-process
 // cluster: the ring of every node, the same fingerprint on each.
 func TestAdmin(t *testing.T) {
-	c, err := startCluster(t.Context(), clusterConfig{nodes: 3, prefix: "admin-test", heartbeat: heartbeat.LocalConfig(), hypervisor: simhv.Config{}, pingInterval: time.Second})
+	c, err := startCluster(t.Context(), clusterConfig{nodes: 3, prefix: "admin-test", heartbeat: heartbeat.TestConfig(), hypervisor: simhv.Config{}, pingInterval: time.Second})
 	require.NoError(t, err)
 	defer c.close()
 	var fingerprints []string

@@ -138,7 +138,7 @@ func TestBeatsDuringFencedTransactions(t *testing.T) {
 
 			inTx, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 			go func() {
-				_, err := s.records.Do(ctx, fence.Write{Claim: fence.Claim{Resource: message.NewUUID(), Node: node, Epoch: epoch}},
+				_, err := s.records.Do(ctx, fence.Guard{Claim: fence.Claim{Resource: message.NewUUID(), Node: node, Epoch: epoch}},
 					func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 						close(inTx)
 						<-release

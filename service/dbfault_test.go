@@ -105,7 +105,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	fencedAt := map[string]time.Duration{}
 	waitFor(t, hb.EvictAfter, "every node fences itself before the eviction threshold", func() bool {
 		for _, n := range nodes {
-			if _, ok := fencedAt[n.UUID()]; !ok && n.Fenced() {
+			if _, ok := fencedAt[n.UUID()]; !ok && n.LeaseExpired() {
 				fencedAt[n.UUID()] = time.Since(cut)
 			}
 		}
@@ -123,7 +123,7 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	healed := time.Now()
 	waitFor(t, 10*time.Second, "every node serves again", func() bool {
 		for _, n := range nodes {
-			if n.Fenced() || probe(n) != nil {
+			if n.LeaseExpired() || probe(n) != nil {
 				return false
 			}
 		}

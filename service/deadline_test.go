@@ -98,7 +98,7 @@ func TestFencedPortalGivesMessagesBack(t *testing.T) {
 		client := c.Client(t)
 		fenced := c.Node(0)
 		c.StopHeartbeat(fenced.UUID())
-		c.WaitFor(t, time.Second, "the cut-off node fences itself", fenced.Fenced)
+		c.WaitFor(t, time.Second, "the cut-off node fences itself", fenced.LeaseExpired)
 		var asked int
 		for asked < 30 {
 			res := message.NewUUID()

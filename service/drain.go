@@ -178,7 +178,7 @@ func (n *Node) sweepLoop(ctx context.Context) {
 const drainGraceBeats = 3
 
 func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, done chan<- string, wg *sync.WaitGroup) {
-	if n.State() != StateServing || n.Fenced() {
+	if n.State() != StateServing || n.LeaseExpired() {
 		return
 	}
 	n.recordQueues(ctx)

@@ -29,7 +29,7 @@ import (
 // heals it rejoins with a new epoch.
 func TestZombieStepsAside(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		j := newJournal()
 		c, _ := startCluster(t, 3, j, servicetest.Options{})
 		zombie, caller := c.Node(0), c.Node(1)
@@ -66,7 +66,7 @@ func TestZombieStepsAside(t *testing.T) {
 // nobody rejoins.
 func TestBusOutageEvictsNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		c, _ := startCluster(t, 3, newJournal(), servicetest.Options{})
 		epochs := map[string]int64{}
 		for _, n := range c.Live() {
@@ -197,7 +197,7 @@ func TestRestartedClusterDrainsTheDead(t *testing.T) {
 // shows its record stale or it died a moment ago: it drains and deletes
 // its queues in well under the leave timeout.
 func TestLeaveWithADeadPeer(t *testing.T) {
-	hb := heartbeat.LocalConfig()
+	hb := heartbeat.TestConfig()
 	for name, after := range map[string]time.Duration{"record stale": hb.Lease, "record still fresh": 0} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -276,7 +276,7 @@ func TestNoMessageBeforeTheClusterTime(t *testing.T) {
 		j := newJournal()
 		store.SetLatency(id, 20*time.Millisecond) // each round trip to the store, the clock's included
 		n, err := service.NewNode(service.Config{Node: id, Prefix: prefix, Transport: net.Transport(id), Store: store.For(id),
-			Registry: registry(), Services: []service.Service{newRecorder(j)}, Heartbeat: heartbeat.LocalConfig(), NoRejoin: true})
+			Registry: registry(), Services: []service.Service{newRecorder(j)}, Heartbeat: heartbeat.TestConfig(), NoRejoin: true})
 		require.NoError(t, err)
 		require.NoError(t, n.Start(ctx))
 		defer n.Close()

@@ -33,7 +33,7 @@ func Example() {
 	for range 3 {
 		id := message.NewUUID()
 		n, err := service.StartNode(ctx, service.Config{Node: id, Transport: net.Transport(id), OwnTransport: true,
-			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.LocalConfig(),
+			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.TestConfig(),
 			Services: []service.Service{service.API("vmInstance", mux)}})
 		if err != nil {
 			fmt.Println(err)

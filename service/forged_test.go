@@ -22,7 +22,7 @@ import (
 // member throughout.
 func TestForgedLifecycleEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig() // servicetest's timing
+		hb := heartbeat.TestConfig() // servicetest's timing
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Heartbeat: hb})
 		c.WaitConverged(t, 10*hb.EvictAfter)
 
@@ -77,7 +77,7 @@ func TestForgedLifecycleEvents(t *testing.T) {
 // store holds its record, and the store is the truth.
 func TestStaleViewHeals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Heartbeat: hb})
 		c.WaitConverged(t, 10*hb.EvictAfter)
 		a, b := c.Node(0), c.Node(1)

@@ -82,7 +82,7 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 	defer watchdog.Stop()
 
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		const (
 			prefetch = 8  // per consumer: the evicted node holds at most this many messages of a queue
 			sent     = 20 // one-way messages queued for the evicted node's recorder
@@ -112,7 +112,7 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 		start := time.Now()
 
 		c.StopHeartbeat(id)
-		c.WaitFor(t, hb.EvictAfter, "the node cut off from the database fences itself", evicted.Fenced)
+		c.WaitFor(t, hb.EvictAfter, "the node cut off from the database fences itself", evicted.LeaseExpired)
 		// Sent while it is fenced: it holds the recorder messages (up to
 		// the prefetch), giving each back now and then, and holds the
 		// local ones until the gate opens; one local message waits in the

@@ -241,17 +241,23 @@ func (n *Node) Owner(resourceUUID string) (string, error) {
 	return owner, nil
 }
 
-// Fenced reports whether the node refuses messages about resources: it
+// LeaseExpired reports whether the node refuses messages about resources: it
 // could not beat for longer than the lease.
-func (n *Node) Fenced() bool {
+func (n *Node) LeaseExpired() bool {
 	m := n.monitor.Load()
-	return m != nil && n.State() == StateServing && m.Fenced()
+	return m != nil && n.State() == StateServing && m.LeaseExpired()
 }
 
-// Owns reports whether this node serves, is not fenced and owns
+// Fenced is the old name of [Node.LeaseExpired].
+//
+// Deprecated: use LeaseExpired; package fence's tokens are the other
+// meaning of "fenced". Fenced will be removed in the next release.
+func (n *Node) Fenced() bool { return n.LeaseExpired() }
+
+// Owns reports whether this node serves, its lease has not expired, and it owns
 // resourceUUID on its ring.
 func (n *Node) Owns(resourceUUID string) bool {
-	if n.State() != StateServing || n.Fenced() {
+	if n.State() != StateServing || n.LeaseExpired() {
 		return false
 	}
 	owner, err := n.Owner(resourceUUID)

@@ -77,7 +77,7 @@ func ringOf(t *testing.T, newRing func() ring.Ring) ring.Ring {
 
 func routingAndTakeover(t *testing.T, newRing func() ring.Ring) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		j := newJournal()
 		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb, NoRejoin: true, NewRing: newRing})
 		ctx := t.Context()
@@ -449,14 +449,14 @@ func TestCallValidation(t *testing.T) {
 // epoch; every ring then holds it again and it owns resources again.
 func TestEvictedNodeRejoins(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hb := heartbeat.LocalConfig()
+		hb := heartbeat.TestConfig()
 		j := newJournal()
 		c, recs := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb})
 		victim := c.Node(2)
 		epoch := victim.Epoch()
 		cut := time.Now()
 		c.StopHeartbeat(victim.UUID())
-		c.WaitFor(t, hb.EvictAfter, "the cut-off node fences itself", victim.Fenced)
+		c.WaitFor(t, hb.EvictAfter, "the cut-off node fences itself", victim.LeaseExpired)
 		fencedAfter := time.Since(cut)
 		assert.Less(t, fencedAfter, hb.EvictAfter, "it must fence itself before peers may evict it")
 		res := message.NewUUID()
@@ -478,7 +478,7 @@ func TestEvictedNodeRejoins(t *testing.T) {
 			assert.Contains(t, n.Members(), victim.UUID())
 		}
 		assert.True(t, recs[2].evicted.Load(), "EvictionListener ran")
-		assert.False(t, victim.Fenced())
+		assert.False(t, victim.LeaseExpired())
 		got, err := service.Call[Touched](t.Context(), c.Node(0), Touch{Resource: res})
 		require.NoError(t, err)
 		assert.Equal(t, victim.UUID(), got.Node, "the rejoined node owns its resources again")

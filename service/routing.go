@@ -163,7 +163,7 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 }
 
 // guard wraps a service's handler: it refuses every message once the node
-// was evicted, while it is fenced, and any message about a resource that
+// was evicted, while its lease has expired, and any message about a resource that
 // this node does not own by its own ring, whoever routed it and whether or
 // not it carries an owner header (wire.HeaderOwner). Messages about no
 // resource (creations) run where they arrive.
@@ -196,9 +196,9 @@ func (n *Node) guard(s Service) bus.Handler {
 		default:
 			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf("node %s is %s", n.id, st)))
 		}
-		if busx.EnvelopeOf(r).ResourceUUID != "" && n.Fenced() {
+		if busx.EnvelopeOf(r).ResourceUUID != "" && n.LeaseExpired() {
 			return notNow(message.ErrNotOwner.WithDetails(fmt.Sprintf(
-				"node %s is fenced: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id)))
+				"node %s is off its lease: it has not written its heartbeat for longer than its lease and may be evicted; retry on the next owner", n.id)))
 		}
 		// Every message about a resource, owner header or not: a sender
 		// that addressed this node's queue directly (a raw client, a
@@ -262,11 +262,11 @@ func (n *Node) forward(ctx context.Context, r *bus.Request, owner string) error 
 // decoded nor encoded here (the bus does not decode api.portal's payloads:
 // busx.Engine.RegisterRaw).
 //
-// A portal whose node is fenced (it could not beat for longer than the
+// A portal whose node's lease expired (it could not beat for longer than the
 // lease) or not serving cannot vouch for its ring: it gives the message
 // back to api.portal, after a short pause, for a healthy node's portal.
 func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
-	if st := n.State(); st != StateServing || n.Fenced() {
+	if st := n.State(); st != StateServing || n.LeaseExpired() {
 		select {
 		case <-time.After(portalReleasePause):
 		case <-ctx.Done():
@@ -334,8 +334,8 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// portalReleasePause is how long a fenced portal waits before giving a
-// message back, so that a cluster whose every node is fenced (a database
+// portalReleasePause is how long a portal whose lease expired waits before giving a
+// message back, so that a cluster whose every node's lease expired (a database
 // outage) does not spin its messages through the broker.
 const portalReleasePause = 100 * time.Millisecond
 

@@ -32,8 +32,8 @@ import (
 // stops its services and deletes its queues. Run then returns nil.
 //
 // While the node cannot write its heartbeat for longer than the lease,
-// it refuses messages about resources with message.ErrNotOwner (it is
-// fenced: peers may soon evict it and take them over). If peers do evict
+// it refuses messages about resources with message.ErrNotOwner (its
+// lease expired: peers may soon evict it and take them over). If peers do evict
 // it, it stops handling messages at once, tells the services'
 // EvictionListeners, deletes its queues and, unless Config.NoRejoin is
 // set, joins again with a new epoch (same UUID) one beat interval later;
@@ -317,7 +317,7 @@ func (n *Node) transportUp() bool {
 
 // freshPeers returns the other ring members, but those whose heartbeat
 // record the last read of the store shows stale (older than the lease:
-// they are fenced, or dead and about to be evicted, and would not
+// their lease expired, or they are dead and about to be evicted, and would not
 // answer). A member the read does not show, having joined since, counts
 // as fresh.
 func (n *Node) freshPeers() []string {

@@ -62,7 +62,7 @@ func main() {
 	for range 3 { // in production: one node per process, on RabbitMQ and a database
 		id := message.NewUUID()
 		n, err := service.StartNode(ctx, service.Config{Node: id, Prefix: "counter", Transport: net.Transport(id), OwnTransport: true,
-			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.LocalConfig(), Services: []service.Service{counts.Service()}})
+			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.TestConfig(), Services: []service.Service{counts.Service()}})
 		if err != nil {
 			log.Fatal(err)
 		}

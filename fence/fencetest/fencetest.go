@@ -4,7 +4,7 @@
 // twin behaves like the databases.
 //
 // The suite writes through a [Subject]: an append-only log per resource,
-// each entry written in a transaction guarded by a fence.Write. Its main
+// each entry written in a transaction guarded by a fence.Guard. Its main
 // invariant is that no stale commit happens: in commit order, a
 // resource's entries never go back to a lower token, and an entry is
 // committed only by a claimant whose claim held, even when the writer
@@ -39,7 +39,7 @@ type Subject interface {
 	// outside the database, then writes; if hook returns an error, the
 	// transaction writes its entry, then fails with that error, so nothing
 	// may be committed.
-	Append(ctx context.Context, resource string, w fence.Write, value string, hook func() error) ([]byte, error)
+	Append(ctx context.Context, resource string, w fence.Guard, value string, hook func() error) ([]byte, error)
 	// Log returns resource's committed entries in commit order.
 	Log(ctx context.Context, resource string) ([]Entry, error)
 }
@@ -147,7 +147,7 @@ func testTokens(t *testing.T, s Subject) {
 	}{{a, true}, {a, false}, {b, true}, {b, false}, {a, true}}
 	for i, st := range steps {
 		v := fmt.Sprint("v", i)
-		if _, err := s.Append(ctx, res, fence.Write{Claim: st.who.claim(res), Key: key(v)}, v, nil); err != nil {
+		if _, err := s.Append(ctx, res, fence.Guard{Claim: st.who.claim(res), Key: key(v)}, v, nil); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 	}
@@ -172,21 +172,21 @@ func testEvicted(t *testing.T, s Subject) {
 	ctx := ctxFor(t)
 	a := register(t, ctx, s)
 	res := message.NewUUID()
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "before", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "before", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Members().Deregister(ctx, a.id, a.epoch); err != nil {
 		t.Fatal(err)
 	}
 	ran := false
-	_, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res), Key: key("after")}, "after", func() error { ran = true; return nil })
+	_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: key("after")}, "after", func() error { ran = true; return nil })
 	mustStale(t, err, "a write by an evicted node")
 	if ran {
 		t.Error("the transaction ran past a failed check")
 	}
 	// A resource the evicted node never touched: its first claim fails too.
 	other := message.NewUUID()
-	_, err = s.Append(ctx, other, fence.Write{Claim: a.claim(other)}, "first", nil)
+	_, err = s.Append(ctx, other, fence.Guard{Claim: a.claim(other)}, "first", nil)
 	mustStale(t, err, "a first claim by an evicted node")
 	if log := entries(t, ctx, s, res); len(log) != 1 {
 		t.Fatalf("log %+v, want only the entry written before the eviction", log)
@@ -200,7 +200,7 @@ func testOldLife(t *testing.T, s Subject) {
 	ctx := ctxFor(t)
 	a := register(t, ctx, s)
 	res := message.NewUUID()
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "old", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "old", nil); err != nil {
 		t.Fatal(err)
 	}
 	epoch, err := s.Members().Register(ctx, a.id) // evicted and rejoined
@@ -209,9 +209,9 @@ func testOldLife(t *testing.T, s Subject) {
 	}
 	old := a
 	a.epoch = epoch
-	_, err = s.Append(ctx, res, fence.Write{Claim: old.claim(res)}, "stale", nil)
+	_, err = s.Append(ctx, res, fence.Guard{Claim: old.claim(res)}, "stale", nil)
 	mustStale(t, err, "a write by the node's old life")
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "new", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "new", nil); err != nil {
 		t.Fatal(err)
 	}
 	log := entries(t, ctx, s, res)
@@ -224,14 +224,14 @@ func testSilent(t *testing.T, s Subject) {
 	ctx := ctxFor(t)
 	a := register(t, ctx, s)
 	res := message.NewUUID()
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "fresh", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "fresh", nil); err != nil {
 		t.Fatalf("a fresh claimant: %v", err)
 	}
 	// a stops beating; within its max age (300 ms) plus slack, its
 	// claim stops holding though its record is still there.
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
-		_, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, fmt.Sprint("late", i), nil)
+		_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, fmt.Sprint("late", i), nil)
 		if err != nil {
 			mustStale(t, err, "a claimant that stopped beating")
 			break
@@ -245,7 +245,7 @@ func testSilent(t *testing.T, s Subject) {
 	if err := s.Members().Beat(ctx, a.id, a.epoch); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "again", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "again", nil); err != nil {
 		t.Fatalf("after a beat: %v", err)
 	}
 }
@@ -261,13 +261,13 @@ func testStall(t *testing.T, s Subject) {
 	for round := range 3 {
 		a, b := register(t, ctx, s), register(t, ctx, s)
 		res := message.NewUUID()
-		if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "a0", nil); err != nil {
+		if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "a0", nil); err != nil {
 			t.Fatal(err)
 		}
 		checked, release := make(chan struct{}), make(chan struct{})
 		aErr := make(chan error, 1)
 		go func() {
-			_, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res), Key: key("a1")}, "a1", func() error {
+			_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: key("a1")}, "a1", func() error {
 				close(checked)
 				<-release
 				return nil
@@ -282,7 +282,7 @@ func testStall(t *testing.T, s Subject) {
 		evicted, bErr := make(chan error, 1), make(chan error, 1)
 		go func() { evicted <- s.Members().Deregister(ctx, a.id, a.epoch) }()
 		go func() {
-			_, err := s.Append(ctx, res, fence.Write{Claim: b.claim(res), Key: key("b1")}, "b1", nil)
+			_, err := s.Append(ctx, res, fence.Guard{Claim: b.claim(res), Key: key("b1")}, "b1", nil)
 			bErr <- err
 		}()
 		// Give the takeover its chance to run before the writer resumes:
@@ -364,7 +364,7 @@ func testChurn(t *testing.T, s Subject) {
 			defer writers.Done()
 			for i := range 15 {
 				v := fmt.Sprintf("w%d-%d", w, i)
-				_, err := s.Append(ctx, res, fence.Write{Claim: pick(w + i).claim(res), Key: key(v)}, v, nil)
+				_, err := s.Append(ctx, res, fence.Guard{Claim: pick(w + i).claim(res), Key: key(v)}, v, nil)
 				switch {
 				case err == nil:
 					acked.Store(v, true)
@@ -407,13 +407,13 @@ func testRepeat(t *testing.T, s Subject) {
 	k := key("once")
 	runs := 0
 	hook := func() error { runs++; return nil }
-	first, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res), Key: k}, "once", hook)
+	first, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: k}, "once", hook)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Redelivered to the same node, then to another (the first died).
 	for _, n := range []node{a, b} {
-		again, err := s.Append(ctx, res, fence.Write{Claim: n.claim(res), Key: k}, "once", hook)
+		again, err := s.Append(ctx, res, fence.Guard{Claim: n.claim(res), Key: k}, "once", hook)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +425,7 @@ func testRepeat(t *testing.T, s Subject) {
 	other := message.NewUUID()
 	k2 := key("create")
 	for range 2 {
-		if _, err := s.Append(ctx, other, fence.Write{Key: k2}, "create", hook); err != nil {
+		if _, err := s.Append(ctx, other, fence.Guard{Key: k2}, "create", hook); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -444,11 +444,11 @@ func testReused(t *testing.T, s Subject) {
 	ctx := ctxFor(t)
 	res := message.NewUUID()
 	k := key("one")
-	if _, err := s.Append(ctx, res, fence.Write{Key: k}, "one", nil); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Key: k}, "one", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, other := range []fence.Key{fence.NewKey(k.ID, k.Type, []byte("two")), fence.NewKey(k.ID, "fencetest.Other", []byte("one"))} {
-		_, err := s.Append(ctx, res, fence.Write{Key: other}, "two", nil)
+		_, err := s.Append(ctx, res, fence.Guard{Key: other}, "two", nil)
 		if !errors.Is(err, fence.ErrKeyReused) || !errors.Is(err, message.ErrBadRequest) {
 			t.Fatalf("id reused for another message: got %v, want fence.ErrKeyReused and message.ErrBadRequest", err)
 		}
@@ -464,11 +464,11 @@ func testConcurrentDuplicate(t *testing.T, s Subject) {
 		a, b := register(t, ctx, s), register(t, ctx, s)
 		res := message.NewUUID()
 		k := key("dup")
-		write := func(n node) fence.Write {
+		write := func(n node) fence.Guard {
 			if fenced {
-				return fence.Write{Claim: n.claim(res), Key: k}
+				return fence.Guard{Claim: n.claim(res), Key: k}
 			}
-			return fence.Write{Key: k}
+			return fence.Guard{Key: k}
 		}
 		var runs atomic.Int32
 		started, release := make(chan struct{}), make(chan struct{})
@@ -518,7 +518,7 @@ func testFailure(t *testing.T, s Subject) {
 	res := message.NewUUID()
 	k := key("v")
 	boom := message.ErrBusy.WithDetails("fencetest: the handler failed")
-	_, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res), Key: k}, "v", func() error { return boom })
+	_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: k}, "v", func() error { return boom })
 	if !errors.Is(err, message.ErrBusy) {
 		t.Fatalf("got %v, want the handler's error", err)
 	}
@@ -527,7 +527,7 @@ func testFailure(t *testing.T, s Subject) {
 	}
 	// Nothing was recorded for the message: its next delivery runs.
 	ran := false
-	if _, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res), Key: k}, "v", func() error { ran = true; return nil }); err != nil {
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: k}, "v", func() error { ran = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if !ran {
@@ -546,7 +546,7 @@ func testEvictedWhileWaiting(t *testing.T, s Subject) {
 	holding, release := make(chan struct{}), make(chan struct{})
 	bErr := make(chan error, 1)
 	go func() {
-		_, err := s.Append(ctx, res, fence.Write{Claim: b.claim(res)}, "b", func() error {
+		_, err := s.Append(ctx, res, fence.Guard{Claim: b.claim(res)}, "b", func() error {
 			close(holding)
 			<-release
 			return nil
@@ -556,7 +556,7 @@ func testEvictedWhileWaiting(t *testing.T, s Subject) {
 	<-holding
 	aErr := make(chan error, 1)
 	go func() {
-		_, err := s.Append(ctx, res, fence.Write{Claim: a.claim(res)}, "a", nil)
+		_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res)}, "a", nil)
 		aErr <- err
 	}()
 	select {

@@ -114,7 +114,7 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) (string, error) {
 // without running fn), then fn stages its writes and returns them as
 // commit, which Do calls, with the reply recorded, only if the claim
 // still holds. If fn fails nothing is applied or recorded.
-func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tok fence.Token) (reply []byte, commit func(), err error)) ([]byte, error) {
+func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tok fence.Token) (reply []byte, commit func(), err error)) ([]byte, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ type subject struct {
 
 func (s *subject) Members() heartbeat.Store { return s.members }
 
-func (s *subject) Append(ctx context.Context, resource string, w fence.Write, value string, hook func() error) ([]byte, error) {
+func (s *subject) Append(ctx context.Context, resource string, w fence.Guard, value string, hook func() error) ([]byte, error) {
 	return s.f.Do(ctx, w, func(ctx context.Context, tok fence.Token) ([]byte, func(), error) {
 		if hook != nil {
 			if err := hook(); err != nil {

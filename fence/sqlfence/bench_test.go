@@ -49,7 +49,7 @@ func BenchmarkWrite(b *testing.B) {
 			}
 		}
 	})
-	do := func(b *testing.B, w fence.Write) {
+	do := func(b *testing.B, w fence.Guard) {
 		if _, err := e.f.Do(ctx, w, func(ctx context.Context, tx *sql.Tx, _ fence.Token) ([]byte, error) {
 			return nil, write(ctx, tx, w.Claim.Resource)
 		}); err != nil {
@@ -60,7 +60,7 @@ func BenchmarkWrite(b *testing.B) {
 		c := nodes[0]
 		c.Resource = res
 		for b.Loop() {
-			do(b, fence.Write{Claim: c})
+			do(b, fence.Guard{Claim: c})
 		}
 	})
 	b.Run("fenced-takeover", func(b *testing.B) {
@@ -68,7 +68,7 @@ func BenchmarkWrite(b *testing.B) {
 		for b.Loop() {
 			c := nodes[i%2]
 			c.Resource = res
-			do(b, fence.Write{Claim: c})
+			do(b, fence.Guard{Claim: c})
 			i++
 		}
 	})
@@ -76,7 +76,7 @@ func BenchmarkWrite(b *testing.B) {
 		c := nodes[0]
 		c.Resource = res
 		for b.Loop() {
-			do(b, fence.Write{Claim: c, Key: fence.NewKey(message.NewUUID(), "bench", []byte("{}"))})
+			do(b, fence.Guard{Claim: c, Key: fence.NewKey(message.NewUUID(), "bench", []byte("{}"))})
 		}
 	})
 }

@@ -48,7 +48,7 @@ func Example() {
 	epoch, _ := hb.Register(ctx, node)
 	vm := message.NewUUID()
 	// In a handler: w := fence.For(ctx, r).
-	w := fence.Write{
+	w := fence.Guard{
 		Claim: fence.Claim{Resource: vm, Node: node, Epoch: epoch},
 		Key:   fence.NewKey(message.NewUUID(), "myapp.v1.StartVm", []byte(`{"vm_uuid":"`+vm+`"}`)),
 	}

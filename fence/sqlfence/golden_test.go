@@ -114,7 +114,7 @@ func writeFenceGolden(t *testing.T, p *sqlconn.Pool, url string) []string {
 		require.NoError(t, err)
 		return e
 	}
-	do := func(w fence.Write, reply []byte, fail error) (fence.Token, error) {
+	do := func(w fence.Guard, reply []byte, fail error) (fence.Token, error) {
 		var tok fence.Token
 		_, err := f.Do(ctx, w, func(_ context.Context, _ *sql.Tx, t fence.Token) ([]byte, error) {
 			tok = t
@@ -123,13 +123,13 @@ func writeFenceGolden(t *testing.T, p *sqlconn.Pool, url string) []string {
 		return tok, err
 	}
 	claim := func(resource, node string, epoch int64, want fence.Token) {
-		tok, err := do(fence.Write{Claim: fence.Claim{Resource: resource, Node: node, Epoch: epoch}}, nil, nil)
+		tok, err := do(fence.Guard{Claim: fence.Claim{Resource: resource, Node: node, Epoch: epoch}}, nil, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, tok)
 	}
 	a1, b := register(goldenNodeA), register(goldenNodeB)
 
-	tok, err := do(fence.Write{
+	tok, err := do(fence.Guard{
 		Claim: fence.Claim{Resource: goldenRes1, Node: goldenNodeA, Epoch: a1},
 		Key:   fence.NewKey(goldenMsg1, "refnode.v1.StartVm", goldenBody1),
 	}, goldenReply1, nil)
@@ -142,9 +142,9 @@ func writeFenceGolden(t *testing.T, p *sqlconn.Pool, url string) []string {
 	a2 := register(goldenNodeA)
 	claim(goldenRes3, goldenNodeA, a2, 2)
 
-	_, err = do(fence.Write{Key: fence.NewKey(goldenMsg2, "refnode.v1.AddHost", goldenBody2)}, nil, nil)
+	_, err = do(fence.Guard{Key: fence.NewKey(goldenMsg2, "refnode.v1.AddHost", goldenBody2)}, nil, nil)
 	require.NoError(t, err)
-	_, err = do(fence.Write{Key: fence.NewKey(goldenMsg3, "test.Binary", goldenBody3)}, goldenReply3, nil)
+	_, err = do(fence.Guard{Key: fence.NewKey(goldenMsg3, "test.Binary", goldenBody3)}, goldenReply3, nil)
 	require.NoError(t, err)
 	tx, err := p.DB.BeginTx(ctx, nil)
 	require.NoError(t, err)
@@ -152,7 +152,7 @@ func writeFenceGolden(t *testing.T, p *sqlconn.Pool, url string) []string {
 	require.NoError(t, err)
 	require.False(t, done)
 	require.NoError(t, tx.Commit(), "a transaction that skipped Finish")
-	_, err = do(fence.Write{Key: fence.NewKey(goldenMsg5, "refnode.v1.RebootVm", goldenBody5)}, nil, message.ErrBusy.WithDetails("golden: the handler failed"))
+	_, err = do(fence.Guard{Key: fence.NewKey(goldenMsg5, "refnode.v1.RebootVm", goldenBody5)}, nil, message.ErrBusy.WithDetails("golden: the handler failed"))
 	require.ErrorIs(t, err, message.ErrBusy)
 
 	// The clock's values, pinned: microseconds since 1970.
@@ -238,7 +238,7 @@ func checkFenceGolden(t *testing.T, v int, p *sqlconn.Pool, url string) {
 		return nil, errors.New("ran")
 	}
 	replay := func(id, typ string, body []byte) ([]byte, error) {
-		return f.Do(ctx, fence.Write{Key: fence.NewKey(id, typ, body)}, mustNotRun)
+		return f.Do(ctx, fence.Guard{Key: fence.NewKey(id, typ, body)}, mustNotRun)
 	}
 	reply, err := replay(goldenMsg1, "refnode.v1.StartVm", goldenBody1)
 	require.NoError(t, err)
@@ -257,7 +257,7 @@ func checkFenceGolden(t *testing.T, v int, p *sqlconn.Pool, url string) {
 	_, err = replay(goldenMsg1, "refnode.v1.StartVm", []byte(`{}`))
 	assert.ErrorIs(t, err, fence.ErrKeyReused, "the golden record's body hash is compared")
 	ran := false
-	_, err = f.Do(ctx, fence.Write{Key: fence.NewKey(goldenMsg5, "refnode.v1.RebootVm", goldenBody5)}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) {
+	_, err = f.Do(ctx, fence.Guard{Key: fence.NewKey(goldenMsg5, "refnode.v1.RebootVm", goldenBody5)}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) {
 		ran = true
 		return []byte("now"), nil
 	})
@@ -278,7 +278,7 @@ func checkFenceGolden(t *testing.T, v int, p *sqlconn.Pool, url string) {
 	require.NoError(t, err)
 	claim := func(c fence.Claim) fence.Token {
 		var tok fence.Token
-		_, err := f.Do(ctx, fence.Write{Claim: c}, func(_ context.Context, _ *sql.Tx, t fence.Token) ([]byte, error) {
+		_, err := f.Do(ctx, fence.Guard{Claim: c}, func(_ context.Context, _ *sql.Tx, t fence.Token) ([]byte, error) {
 			tok = t
 			return nil, nil
 		})
@@ -305,7 +305,7 @@ func checkFenceGolden(t *testing.T, v int, p *sqlconn.Pool, url string) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n, "Sweep deletes the golden records older than Retention")
 	ran = false
-	_, err = f.Do(ctx, fence.Write{Key: fence.NewKey(goldenMsg1, "refnode.v1.StartVm", goldenBody1)}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) {
+	_, err = f.Do(ctx, fence.Guard{Key: fence.NewKey(goldenMsg1, "refnode.v1.StartVm", goldenBody1)}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})

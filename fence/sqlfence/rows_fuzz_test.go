@@ -129,7 +129,7 @@ func FuzzFenceRows(f *testing.F) {
 			gotTok = tok
 			return fresh, nil
 		}
-		out, err := fc.Do(ctx, fence.Write{Claim: claim, Key: key}, run)
+		out, err := fc.Do(ctx, fence.Guard{Claim: claim, Key: key}, run)
 		if err != nil {
 			checkFenceError(t, err)
 		}
@@ -140,7 +140,7 @@ func FuzzFenceRows(f *testing.F) {
 			if ran != 1 || !bytes.Equal(out, fresh) {
 				t.Fatalf("a new message ran %d times and replied %q", ran, out)
 			}
-			again, err := fc.Do(ctx, fence.Write{Claim: claim, Key: key}, run)
+			again, err := fc.Do(ctx, fence.Guard{Claim: claim, Key: key}, run)
 			if err != nil || ran != 1 || !bytes.Equal(again, fresh) {
 				t.Fatalf("a repeated message ran again (%d) or lost its reply: %q, %v", ran, again, err)
 			}

@@ -326,7 +326,7 @@ func (f *Fence) Finish(ctx context.Context, tx *sql.Tx, k fence.Key, reply []byt
 // fn fails, nothing commits and its error is returned. A database error
 // of a claim that stopped holding is returned as a [*fence.StaleError]; a
 // failed commit's error says its outcome is unknown.
-func (f *Fence) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) ([]byte, error) {
+func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) ([]byte, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
@@ -354,7 +354,7 @@ func deadlock(err error) bool {
 }
 
 // do is one attempt of Do; ran says whether fn was called.
-func (f *Fence) do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) (_ []byte, ran bool, _ error) {
+func (f *Fence) do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error)) (_ []byte, ran bool, _ error) {
 	var opts *sql.TxOptions
 	if f.cfg.Dialect == MySQL {
 		// Rule 1 of the package documentation; PostgreSQL's default.

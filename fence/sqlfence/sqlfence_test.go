@@ -100,7 +100,7 @@ func openTB(t testing.TB, url string, maxAge time.Duration) *env {
 
 func (e *env) Members() heartbeat.Store { return e.hb }
 
-func (e *env) Append(ctx context.Context, resource string, w fence.Write, value string, hook func() error) ([]byte, error) {
+func (e *env) Append(ctx context.Context, resource string, w fence.Guard, value string, hook func() error) ([]byte, error) {
 	return e.f.Do(ctx, w, func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error) {
 		var herr error
 		if hook != nil {
@@ -164,13 +164,13 @@ func TestDatabaseErrorsAreMarked(t *testing.T) {
 	key := func() fence.Key { return fence.NewKey(message.NewUUID(), "test", []byte("{}")) }
 
 	own := errors.New("the hypervisor is down")
-	_, err := e.f.Do(ctx, fence.Write{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, own })
+	_, err := e.f.Do(ctx, fence.Guard{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, own })
 	require.ErrorIs(t, err, own)
 	assert.False(t, sqlconn.IsDatabaseError(err), "fn's error is not the database's: %v", err)
 
 	_, err = e.db.ExecContext(ctx, "DROP TABLE "+sqlconn.QuoteIdent(e.d, e.f.Tables()[1]))
 	require.NoError(t, err)
-	_, err = e.f.Do(ctx, fence.Write{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, nil })
+	_, err = e.f.Do(ctx, fence.Guard{Key: key()}, func(context.Context, *sql.Tx, fence.Token) ([]byte, error) { return nil, nil })
 	require.Error(t, err)
 	assert.True(t, sqlconn.IsDatabaseError(err), "a failed statement of the fence: %v", err)
 }

@@ -172,7 +172,7 @@ func (c *Cluster) Live() []*service.Node {
 
 // liveLocked reports whether m is live; c.mu is held.
 func (m *member) liveLocked() bool {
-	return !m.killed && !m.cut && !m.parted && m.node.State() == service.StateServing && !m.node.Fenced()
+	return !m.killed && !m.cut && !m.parted && m.node.State() == service.StateServing && !m.node.LeaseExpired()
 }
 
 // LiveUUIDs returns the live nodes' UUIDs, sorted.
@@ -230,7 +230,7 @@ func (c *Cluster) StopHeartbeat(id string) {
 }
 
 // ResumeHeartbeat undoes StopHeartbeat. A node not yet evicted is live
-// again once unfenced; an evicted one rejoins with a new epoch one
+// again once its lease is renewed; an evicted one rejoins with a new epoch one
 // interval after its next beat, unless Options.NoRejoin. A killed node
 // stays dead. It panics if the cluster has no node id.
 func (c *Cluster) ResumeHeartbeat(id string) {
@@ -313,8 +313,8 @@ func (c *Cluster) rings() string {
 		if m.parted {
 			faults += ", partitioned"
 		}
-		if m.node.Fenced() {
-			faults += ", fenced"
+		if m.node.LeaseExpired() {
+			faults += ", lease expired"
 		}
 		fmt.Fprintf(&b, "\n  node %d %s (%s%s, live %t): ring %v", i, m.node.UUID(), m.node.State(), faults, m.liveLocked(), m.node.Members())
 	}

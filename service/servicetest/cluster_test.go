@@ -38,7 +38,7 @@ func TestLive(t *testing.T) {
 			c.StopHeartbeat(victim.UUID())
 			assert.NotContains(t, c.LiveUUIDs(), victim.UUID())
 			assert.Equal(t, service.StateServing, victim.State(), "it still runs")
-			assert.False(t, victim.Fenced(), "not yet fenced: Live leaves it out because it is cut off")
+			assert.False(t, victim.LeaseExpired(), "not yet fenced: Live leaves it out because it is cut off")
 			assert.True(t, inEveryLiveRing(c, victim.UUID()), "peers still hold it")
 
 			c.ResumeHeartbeat(victim.UUID()) // before the lease ran out
@@ -75,12 +75,12 @@ func TestLive(t *testing.T) {
 			// Slow store calls time out: the node's beats fail, although the
 			// cluster did not cut it off.
 			c.Store().SetLatency(victim.UUID(), 2*hb.OpTimeout)
-			c.WaitFor(t, hb.EvictAfter, "the node fences itself", victim.Fenced)
+			c.WaitFor(t, hb.EvictAfter, "the node fences itself", victim.LeaseExpired)
 			assert.NotContains(t, c.LiveUUIDs(), victim.UUID())
 			assert.False(t, c.Converged(), "its peers still hold it")
 
 			c.Store().SetLatency(victim.UUID(), 0) // before peers may evict it
-			c.WaitFor(t, 2*hb.Interval, "a beat lands and the fence opens", func() bool { return !victim.Fenced() })
+			c.WaitFor(t, 2*hb.Interval, "a beat lands and the fence opens", func() bool { return !victim.LeaseExpired() })
 			assert.Contains(t, c.LiveUUIDs(), victim.UUID())
 			assert.Equal(t, epoch, victim.Epoch(), "it was never evicted")
 			assert.True(t, c.Converged())

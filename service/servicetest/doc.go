@@ -12,7 +12,7 @@
 // Every wait is stated in terms of the live nodes ([Cluster.Live]): those
 // that serve (service.StateServing), were not killed ([Cluster.Kill]),
 // are not cut off from the store ([Cluster.StopHeartbeat]) or the bus
-// ([Cluster.Partition]), and are not fenced. Once the cluster settles,
+// ([Cluster.Partition]), and whose lease has not expired. Once the cluster settles,
 // every ring holds exactly the live nodes. Each fault method says what
 // it does to membership; [Cluster.Drop] is the one a node's transport
 // does not see, so the node stays live and in every ring.

@@ -23,10 +23,10 @@ type Options struct {
 	// Registry holds the payload types of every node and client. Default: new.
 	Registry *message.Registry
 	// Heartbeat sets the timing, merged field by field with
-	// heartbeat.LocalConfig() (beat 50 ms, fence 200 ms, evict 300 ms): zero
-	// Interval and EvictAfter take LocalConfig's; zero Lease and OpTimeout
-	// take LocalConfig's only if the merged Interval and EvictAfter are
-	// LocalConfig's, and are otherwise derived by package heartbeat. So
+	// heartbeat.TestConfig() (beat 50 ms, fence 200 ms, evict 300 ms): zero
+	// Interval and EvictAfter take TestConfig's; zero Lease and OpTimeout
+	// take TestConfig's only if the merged Interval and EvictAfter are
+	// TestConfig's, and are otherwise derived by package heartbeat. So
 	// Heartbeat{EvictAfter: time.Second} fences after 900 ms. An invalid
 	// result makes New fail.
 	Heartbeat heartbeat.Config
@@ -60,7 +60,7 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	opts.Heartbeat = mergeHeartbeat(opts.Heartbeat)
 	if err := opts.Heartbeat.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("servicetest: Options.Heartbeat, merged with heartbeat.LocalConfig(): %w", err))
+		errs = append(errs, fmt.Errorf("servicetest: Options.Heartbeat, merged with heartbeat.TestConfig(): %w", err))
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "test"
@@ -71,9 +71,9 @@ func (opts Options) withDefaults() (Options, error) {
 	return opts, errors.Join(errs...)
 }
 
-// mergeHeartbeat merges c with LocalConfig as Options.Heartbeat says.
+// mergeHeartbeat merges c with TestConfig as Options.Heartbeat says.
 func mergeHeartbeat(c heartbeat.Config) heartbeat.Config {
-	local := heartbeat.LocalConfig()
+	local := heartbeat.TestConfig()
 	if c.Interval == 0 {
 		c.Interval = local.Interval
 	}

@@ -15,26 +15,26 @@ import (
 const ms = time.Millisecond
 
 // TestOptionsHeartbeatMerge: Options.Heartbeat is merged with
-// heartbeat.LocalConfig() field by field; Lease and OpTimeout come from
-// LocalConfig only when the timing they fit is LocalConfig's, and
+// heartbeat.TestConfig() field by field; Lease and OpTimeout come from
+// TestConfig only when the timing they fit is TestConfig's, and
 // otherwise stay zero for heartbeat to derive; an invalid result is an
 // error from New.
 func TestOptionsHeartbeatMerge(t *testing.T) {
-	local := heartbeat.LocalConfig()
+	local := heartbeat.TestConfig()
 	for _, tc := range []struct {
 		name    string
 		in      heartbeat.Config
 		want    heartbeat.Config // Now is not compared
 		wantErr string           // from heartbeat.Config.Validate
 	}{
-		{name: "zero is LocalConfig", want: local},
+		{name: "zero is TestConfig", want: local},
 		{
-			name: "only EvictAfter: Lease derived from it, not LocalConfig's",
+			name: "only EvictAfter: Lease derived from it, not TestConfig's",
 			in:   heartbeat.Config{EvictAfter: time.Second},
 			want: heartbeat.Config{Interval: local.Interval, EvictAfter: time.Second},
 		},
 		{
-			name: "only EvictAfter, below LocalConfig's Lease",
+			name: "only EvictAfter, below TestConfig's Lease",
 			in:   heartbeat.Config{EvictAfter: 200 * ms},
 			want: heartbeat.Config{Interval: local.Interval, EvictAfter: 200 * ms},
 		},
@@ -49,7 +49,7 @@ func TestOptionsHeartbeatMerge(t *testing.T) {
 			want: heartbeat.Config{Interval: time.Second, EvictAfter: 5 * time.Second},
 		},
 		{
-			name: "only Lease: the rest from LocalConfig",
+			name: "only Lease: the rest from TestConfig",
 			in:   heartbeat.Config{Lease: 250 * ms},
 			want: heartbeat.Config{Interval: local.Interval, EvictAfter: local.EvictAfter, Lease: 250 * ms, OpTimeout: local.OpTimeout},
 		},
@@ -59,7 +59,7 @@ func TestOptionsHeartbeatMerge(t *testing.T) {
 			want: heartbeat.Config{Interval: 10 * ms, EvictAfter: 100 * ms, Lease: 50 * ms, OpTimeout: 5 * ms},
 		},
 		{
-			name:    "invalid: only Interval, too long for LocalConfig's EvictAfter",
+			name:    "invalid: only Interval, too long for TestConfig's EvictAfter",
 			in:      heartbeat.Config{Interval: 200 * ms},
 			want:    heartbeat.Config{Interval: 200 * ms, EvictAfter: local.EvictAfter},
 			wantErr: "EvictAfter 300ms must be at least twice Interval 200ms",
@@ -83,7 +83,7 @@ func TestOptionsHeartbeatMerge(t *testing.T) {
 			require.Error(t, err, "New must refuse the merged timing")
 			assert.Nil(t, c)
 			assert.ErrorContains(t, err, tc.wantErr)
-			assert.ErrorContains(t, err, "Options.Heartbeat, merged with heartbeat.LocalConfig()")
+			assert.ErrorContains(t, err, "Options.Heartbeat, merged with heartbeat.TestConfig()")
 		})
 	}
 }
@@ -97,18 +97,18 @@ func TestOptionsHeartbeatNowKept(t *testing.T) {
 }
 
 // TestOptionsOnlyEvictAfterIsHonoured: a cluster given only EvictAfter
-// evicts after that threshold, not after LocalConfig's.
+// evicts after that threshold, not after TestConfig's.
 func TestOptionsOnlyEvictAfterIsHonoured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const evictAfter = time.Second
-		interval := heartbeat.LocalConfig().Interval
+		interval := heartbeat.TestConfig().Interval
 		c := start(t, 3, servicetest.Options{Heartbeat: heartbeat.Config{EvictAfter: evictAfter}})
 		victim := c.Node(1).UUID()
 		stopped := time.Now()
 		c.StopHeartbeat(victim)
 		c.WaitGone(t, victim, evictAfter+2*interval)
 		took := time.Since(stopped)
-		assert.Greater(t, took, evictAfter-interval, "evicted after the given EvictAfter, not LocalConfig's 300 ms")
+		assert.Greater(t, took, evictAfter-interval, "evicted after the given EvictAfter, not TestConfig's 300 ms")
 		assert.LessOrEqual(t, took, evictAfter+interval)
 	})
 }

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 }
 
 // hb is the timing every cluster test runs with: the default.
-var hb = heartbeat.LocalConfig()
+var hb = heartbeat.TestConfig()
 
 // start starts a cluster of n nodes of whereService (see example_test.go)
 // with opts, closed when the test ends. Call it inside synctest.Test.

@@ -88,7 +88,7 @@ type Store interface {
 	// applied. If fn fails, nothing is recorded for w.Key and its error
 	// is returned; a claim that does not hold fails with a
 	// *fence.StaleError (message.ErrNotOwner).
-	Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx Store) ([]byte, error)) ([]byte, error)
+	Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx Store) ([]byte, error)) ([]byte, error)
 
 	// Verify, on the store a Do with a claim gives fn, reports whether
 	// the claim still holds: nil, or a *fence.StaleError. Call it just
@@ -100,7 +100,7 @@ type Store interface {
 
 // Run is [Store.Do] with a typed reply, recorded as JSON: a repeated
 // message gets the first reply decoded.
-func Run[T any](ctx context.Context, s Store, w fence.Write, fn func(ctx context.Context, tx Store) (T, error)) (T, error) {
+func Run[T any](ctx context.Context, s Store, w fence.Guard, fn func(ctx context.Context, tx Store) (T, error)) (T, error) {
 	var out T
 	raw, err := s.Do(ctx, w, func(ctx context.Context, tx Store) ([]byte, error) {
 		v, err := fn(ctx, tx)

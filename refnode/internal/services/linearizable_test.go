@@ -284,7 +284,7 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 			return s.Services()
 		}})
 		t.Cleanup(st.free) // before the cluster closes, should the test fail while a writer stalls
-		cc.db.UseFence(cc.c.Store(), memfence.Config{MaxAge: heartbeat.LocalConfig().EvictAfter})
+		cc.db.UseFence(cc.c.Store(), memfence.Config{MaxAge: heartbeat.TestConfig().EvictAfter})
 		admin := cc.c.Client(t)
 		ctx := t.Context()
 		// One image owned by each node, so that each fault below hits

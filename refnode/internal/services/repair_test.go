@@ -128,7 +128,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 			return s.Services()
 		}})
 		t.Cleanup(st.free) // before the cluster closes, should the test fail while X stalls
-		db.UseFence(c.Store(), memfence.Config{MaxAge: heartbeat.LocalConfig().EvictAfter})
+		db.UseFence(c.Store(), memfence.Config{MaxAge: heartbeat.TestConfig().EvictAfter})
 		setOf := func(node string) *services.Set {
 			mu.Lock()
 			defer mu.Unlock()

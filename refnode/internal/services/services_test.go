@@ -514,7 +514,7 @@ type cutStore struct {
 	cut *atomic.Bool
 }
 
-func (s cutStore) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+func (s cutStore) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	return s.Store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		return fn(ctx, cutStore{Store: tx, cut: s.cut})
 	})

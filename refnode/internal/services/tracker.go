@@ -197,7 +197,7 @@ func (s *HostService) parallel(n int, f func(i int)) {
 // (peers evicted it) writes nothing, and the tracker stops tracking the
 // host until a resync finds it its own again.
 func (s *HostService) updateHost(ctx context.Context, id string, update func(*cloud.Host) error) (cloud.Host, error) {
-	w := fence.Write{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
+	w := fence.Guard{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
 	var out cloud.Host
 	_, err := s.cfg.Store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		var err error

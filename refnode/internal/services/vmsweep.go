@@ -125,7 +125,7 @@ var errRecordMoved = errors.New("the record changed since the repair read it")
 // changed after its evidence (the power, read here, in the transaction;
 // or the journal entry) was taken.
 func (s *VMService) repair(ctx context.Context, id string) error {
-	w := fence.Write{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
+	w := fence.Guard{Claim: fence.Claim{Resource: id, Node: s.node.UUID(), Epoch: s.node.Epoch()}}
 	var committed func() // what to do once the transaction committed
 	_, err := s.store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		vm, err := tx.VM(ctx, id)

@@ -478,7 +478,7 @@ func testTransaction(t *testing.T, h Harness) {
 	s := h.New(t)
 	p := h.Peer(t, s)
 	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
-	reply, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	reply, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		img, err := tx.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "in tx"; return nil })
 		if err != nil {
 			return nil, err
@@ -497,7 +497,7 @@ func testTransaction(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		assert.Equal(t, sampleImage(uuidA).Name, got.Name, "nobody sees a transaction's update before it commits")
 		assert.ErrorIs(t, second(p.VM(ctx, uuidB)), message.ErrNotFound, "nobody sees a transaction's add before it commits")
-		_, err = tx.Do(ctx, fence.Write{}, func(context.Context, cloud.Store) ([]byte, error) { return nil, nil })
+		_, err = tx.Do(ctx, fence.Guard{}, func(context.Context, cloud.Store) ([]byte, error) { return nil, nil })
 		assert.Error(t, err, "transactions do not nest")
 		return []byte("done"), nil
 	})
@@ -523,7 +523,7 @@ func testTransactionRollback(t *testing.T, h Harness) {
 		}
 		return tx.AddHost(ctx, sampleHost(uuidB))
 	}
-	_, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		if err := write(ctx, tx); err != nil {
 			return nil, err
 		}
@@ -536,7 +536,7 @@ func testTransactionRollback(t *testing.T, h Harness) {
 	assert.ErrorIs(t, second(s.Host(ctx, uuidB)), message.ErrNotFound, "a transaction whose fn failed added nothing")
 
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = s.Do(cctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err = s.Do(cctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		if err := write(ctx, tx); err != nil {
 			return nil, err
 		}
@@ -580,7 +580,7 @@ func testTransactionsSerialize(t *testing.T, h Harness) {
 				if w%3 == 2 {
 					_, err = st.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.SizeMB++; return nil })
 				} else {
-					_, err = st.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+					_, err = st.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 						seen, err := tx.Image(ctx, uuidA)
 						if err != nil {
 							return nil, err
@@ -686,7 +686,7 @@ func testVersionsInTransactions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		return vm.Version
 	}
-	_, err := s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		for want := int64(2); want <= 3; want++ {
 			vm, err := tx.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.CPUs++; return nil })
 			if err != nil {
@@ -713,7 +713,7 @@ func testVersionsInTransactions(t *testing.T, h Harness) {
 		_, err := tx.UpdateVM(ctx, uuidA, func(v *cloud.VM) error { v.State = cloud.VMStopped; return nil })
 		return err
 	}
-	_, err = s.Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err = s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		if err := update(ctx, tx); err != nil {
 			return nil, err
 		}
@@ -722,7 +722,7 @@ func testVersionsInTransactions(t *testing.T, h Harness) {
 	assert.ErrorIs(t, err, boom)
 	assert.Equal(t, int64(3), version(p, uuidA), "a transaction whose fn failed leaves the version")
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = s.Do(cctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err = s.Do(cctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		if err := update(ctx, tx); err != nil {
 			return nil, err
 		}

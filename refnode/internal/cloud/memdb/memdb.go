@@ -257,19 +257,19 @@ func (s *Store) UseFence(members heartbeat.Store, cfg memfence.Config) {
 // fn runs on a transaction whose writes are applied together at commit,
 // if the fence commits the claim (see "Transactions" in the package
 // documentation). Without UseFence, a Do with a claim or a key fails.
-func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+func (s *Store) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	return s.do(ctx, w, "", fn)
 }
 
 // do runs fn in a transaction of node ("" for the Store itself).
-func (s *Store) do(ctx context.Context, w fence.Write, node string, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+func (s *Store) do(ctx context.Context, w fence.Guard, node string, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	s.mu.Lock()
 	f := s.fence
 	s.mu.Unlock()
 	t := &txn{s: s, node: node, f: f, claim: w.Claim, staged: make(map[rowKey]any)}
 	defer t.release()
 	if f == nil {
-		if w != (fence.Write{}) {
+		if w != (fence.Guard{}) {
 			return nil, errors.New("memdb: Do with a claim or a key needs a fence: call UseFence first")
 		}
 		reply, err := t.run(ctx, fn)

@@ -107,7 +107,7 @@ func TestStaleWriteNotApplied(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, db.AddImage(ctx, cloud.Image{UUID: img, Name: "first"}))
 		rename := func(node string, epoch int64, name string, stall <-chan struct{}) error {
-			_, err := db.For(node).Do(ctx, fence.Write{Claim: fence.Claim{Resource: img, Node: node, Epoch: epoch}},
+			_, err := db.For(node).Do(ctx, fence.Guard{Claim: fence.Claim{Resource: img, Node: node, Epoch: epoch}},
 				func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 					<-stall
 					_, err := tx.UpdateImage(ctx, img, func(i *cloud.Image) error { i.Name = name; return nil })
@@ -141,7 +141,7 @@ func TestCutOffBeforeCommit(t *testing.T) {
 	db := memdb.New()
 	const node, img = "11111111111111111111111111111111", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	require.NoError(t, db.AddImage(ctx, cloud.Image{UUID: img, Name: "first"}))
-	_, err := db.For(node).Do(ctx, fence.Write{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+	_, err := db.For(node).Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
 		if _, err := tx.UpdateImage(ctx, img, func(i *cloud.Image) error { i.Name = "lost"; return nil }); err != nil {
 			return nil, err
 		}

@@ -324,7 +324,7 @@ func (t *txn) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) 
 }
 
 // Do fails: a transaction does not nest. Use tx itself.
-func (t *txn) Do(context.Context, fence.Write, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
+func (t *txn) Do(context.Context, fence.Guard, func(context.Context, cloud.Store) ([]byte, error)) ([]byte, error) {
 	return nil, errors.New("memdb: Do inside Do: use the transaction's store")
 }
 

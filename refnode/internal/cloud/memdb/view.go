@@ -152,7 +152,7 @@ func (v *View) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM)
 // Do implements [cloud.Store.Do] for the view's node: fn reads and
 // writes as the node, and a node cut off before the commit writes
 // nothing.
-func (v *View) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+func (v *View) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	if err := v.reach("transaction"); err != nil {
 		return nil, err
 	}

@@ -53,9 +53,9 @@ func TestDo(t *testing.T) {
 				runs++
 				return vm, tx.AddVM(ctx, vm)
 			}
-			first, err := cloud.Run(ctx, s, fence.Write{Key: key}, create)
+			first, err := cloud.Run(ctx, s, fence.Guard{Key: key}, create)
 			require.NoError(t, err)
-			again, err := cloud.Run(ctx, s, fence.Write{Key: key}, create)
+			again, err := cloud.Run(ctx, s, fence.Guard{Key: key}, create)
 			require.NoError(t, err, "a repeated message gets the first reply, not 'exists'")
 			assert.Equal(t, first, again)
 			assert.Equal(t, 1, runs)
@@ -63,7 +63,7 @@ func TestDo(t *testing.T) {
 			start := func(ctx context.Context, tx cloud.Store) (cloud.VM, error) {
 				return tx.UpdateVM(ctx, vm.UUID, func(v *cloud.VM) error { v.State = cloud.VMRunning; return nil })
 			}
-			_, err = cloud.Run(ctx, s, fence.Write{Claim: claim}, func(ctx context.Context, tx cloud.Store) (cloud.VM, error) {
+			_, err = cloud.Run(ctx, s, fence.Guard{Claim: claim}, func(ctx context.Context, tx cloud.Store) (cloud.VM, error) {
 				if _, err := start(ctx, tx); err != nil {
 					return cloud.VM{}, err
 				}
@@ -74,10 +74,10 @@ func TestDo(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, cloud.VMCreated, got.State, "a failed transaction rolled back")
 
-			_, err = cloud.Run(ctx, s, fence.Write{Claim: claim}, start)
+			_, err = cloud.Run(ctx, s, fence.Guard{Claim: claim}, start)
 			require.NoError(t, err)
 			require.NoError(t, hb.Deregister(ctx, node, epoch)) // evicted
-			_, err = cloud.Run(ctx, s, fence.Write{Claim: claim}, func(ctx context.Context, tx cloud.Store) (cloud.VM, error) {
+			_, err = cloud.Run(ctx, s, fence.Guard{Claim: claim}, func(ctx context.Context, tx cloud.Store) (cloud.VM, error) {
 				return tx.UpdateVM(ctx, vm.UUID, func(v *cloud.VM) error { v.State = cloud.VMStopped; return nil })
 			})
 			var se *fence.StaleError

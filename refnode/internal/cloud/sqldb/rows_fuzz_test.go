@@ -359,7 +359,7 @@ func FuzzRecordedReply(f *testing.F) {
 		}
 		stored := rawrows.Row(t, db, `SELECT reply FROM `+once, 1)[0]
 		ran := false
-		got, err := cloud.Run(ctx, s, fence.Write{Key: key}, func(context.Context, cloud.Store) (api.VmReply, error) {
+		got, err := cloud.Run(ctx, s, fence.Guard{Key: key}, func(context.Context, cloud.Store) (api.VmReply, error) {
 			ran = true
 			return api.VmReply{}, nil
 		})

@@ -96,7 +96,7 @@ func (s *Store) Fence() *sqlfence.Fence { return s.fence }
 // Do implements [cloud.Store.Do] with sqlfence: one SQL transaction that
 // checks w.Claim first, records w.Key, runs fn on a Store bound to the
 // transaction, and commits.
-func (s *Store) Do(ctx context.Context, w fence.Write, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+func (s *Store) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
 	if s.tx != nil {
 		return nil, errors.New("sqldb: Do inside Do: use the transaction's store")
 	}
