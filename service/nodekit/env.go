@@ -20,7 +20,8 @@ import (
 type Env struct {
 	// Node is the node's UUID.
 	Node string
-	// DB is the pool for the services' transactions, with the session
+	// DB is the pool for the services' transactions (nil in a
+	// servicetest cluster kept in memory), with the session
 	// settings fencing needs. The heartbeat store has a pool of its own,
 	// so that beats never wait behind the services' work.
 	DB *sql.DB
@@ -34,6 +35,10 @@ type Env struct {
 	// checked against the cluster's heartbeat table. Its tables are
 	// <Tables>_fence_*; the node sweeps its expired message records.
 	Fence *sqlfence.Fence
+	// Store is the node's view of the cluster's heartbeat store. A
+	// service rarely needs it: in a servicetest cluster kept in memory
+	// (no DB), it is what memfence.New takes.
+	Store heartbeat.Store
 	// Heartbeat is the cluster's heartbeat timing, defaults filled in.
 	Heartbeat heartbeat.Config
 	// Logger is the node's logger.
