@@ -15,7 +15,7 @@ import (
 )
 
 // dbTables reaches the tables of one refnode cluster in PostgreSQL or
-// MySQL/MariaDB: those whose names start with base+"_" (see tableBase),
+// MySQL/MariaDB: those whose names start with base+"_" (see nodekit.TableBase),
 // so that the test can read records and heartbeats directly and drop
 // every table it made.
 type dbTables struct {

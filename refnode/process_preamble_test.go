@@ -22,6 +22,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/ring"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 )
 
 // The preamble every process test shares: the refnode binary, built once;
@@ -174,7 +175,7 @@ func newProcCluster(t *testing.T, ctx context.Context, broker string, db procDB,
 	pc := &procCluster{dir: t.TempDir(), broker: broker, prefix: "refnode-test-" + name + "-" + randomHex(4)}
 	pc.db = db.url(t, pc.dir)
 	if db != onSQLite {
-		tables, err := openTables(ctx, pc.db, tableBase(pc.prefix))
+		tables, err := openTables(ctx, pc.db, nodekit.TableBase(pc.prefix))
 		require.NoError(t, err)
 		pc.tables = tables
 	}

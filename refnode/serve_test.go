@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,17 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
-	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
-	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/ring"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 )
 
 // password is a broker password that must never be printed.
@@ -87,16 +83,16 @@ func TestServeFlags(t *testing.T) {
 func TestServeEnvironment(t *testing.T) {
 	o, err := parseServe([]string{"-bus", "amqp://127.0.0.1/"}, (&env{}).get)
 	require.NoError(t, err)
-	assert.Equal(t, "sqlite:refnode.db", o.db)
-	assert.Equal(t, "127.0.0.1:0", o.listen)
-	assert.Equal(t, bus.DefaultPrefix, o.prefix)
-	assert.Equal(t, heartbeat.DefaultConfig().Interval, o.heartbeat.Interval)
-	assert.Equal(t, heartbeat.DefaultConfig().EvictAfter, o.heartbeat.EvictAfter)
+	assert.Equal(t, "sqlite:refnode.db", o.DB)
+	assert.Equal(t, "127.0.0.1:0", o.Listen)
+	assert.Equal(t, bus.DefaultPrefix, o.Prefix)
+	assert.Equal(t, heartbeat.DefaultConfig().Interval, o.Heartbeat.Interval)
+	assert.Equal(t, heartbeat.DefaultConfig().EvictAfter, o.Heartbeat.EvictAfter)
 	assert.Empty(t, o.opLog, "no op log by default")
 	assert.Zero(t, o.clockSkew, "no clock skew by default")
 	assert.Equal(t, 30*time.Second, o.vmSweep)
-	assert.Equal(t, "table", o.ring, "the default partition table by default")
-	assert.Nil(t, o.heartbeat.Now, "the heartbeat reads time.Now by default")
+	assert.Equal(t, "table", o.Ring, "the default partition table by default")
+	assert.Nil(t, o.Heartbeat.Now, "the heartbeat reads time.Now by default")
 
 	e := &env{vars: map[string]string{
 		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
@@ -108,10 +104,11 @@ func TestServeEnvironment(t *testing.T) {
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
 	assert.Equal(t, serveOptions{
-		bus: "amqps://broker/", db: "postgres://db/x", listen: "127.0.0.1:9999", prefix: "green", level: -4,
-		heartbeat:    heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
+		Settings: nodekit.Settings{Bus: "amqps://broker/", DB: "postgres://db/x", Listen: "127.0.0.1:9999", Prefix: "green", LogLevel: "debug",
+			Heartbeat: heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
+			Ring:      "consistent"},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
-		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second, ring: "consistent",
+		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second,
 	}, o, "variables fill the flags not given; a flag wins")
 	o, err = parseServe(nil, e.get)
 	require.NoError(t, err)
@@ -139,7 +136,7 @@ func TestServeWithoutBroker(t *testing.T) {
 // serve says which when it is not the default.
 func TestServeRing(t *testing.T) {
 	for kind, want := range map[string]ring.Ring{"table": &ring.Table{}, "consistent": &ring.Consistent{}} {
-		r, err := newRing(kind)
+		r, err := nodekit.NewRing(kind)
 		require.NoError(t, err)
 		assert.IsType(t, want, r, kind)
 		assert.Empty(t, r.Members(), kind)
@@ -224,35 +221,6 @@ func TestCtlUsage(t *testing.T) {
 	}
 }
 
-func TestTableBase(t *testing.T) {
-	for prefix, want := range map[string]string{
-		"cloudbus":                  "cloudbus",
-		"refnode-test-1a2b.Blue":    "refnode_test_1a2b_blue",
-		"9lives":                    "_9lives",
-		strings.Repeat("x", 100):    "xxxxxxxxxxxxxxx_",
-		"refnode-test-0123456789ab": "refnode_test_01_",
-	} {
-		got := tableBase(prefix)
-		assert.True(t, strings.HasPrefix(got, want), "tableBase(%q) = %q, want it to start with %q", prefix, got, want)
-		assert.LessOrEqual(t, len(got), 24)
-	}
-	assert.NotEqual(t, tableBase(strings.Repeat("x", 100)), tableBase(strings.Repeat("x", 99)), "long prefixes keep apart")
-}
-
-func TestCounters(t *testing.T) {
-	c := newCounters()
-	node := message.NewUUID()
-	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.APIPortal})
-	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.APIPortal, Err: errors.New("x")})
-	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.ServiceID("vmInstance", node)})
-	c.Observe(bus.Observation{Op: bus.OpHandle, ServiceID: bus.ServiceID("vmInstance", node), Err: errors.New("x")})
-	c.Observe(bus.Observation{Op: bus.OpCall, ServiceID: bus.ServiceID("host", node)})
-	assert.Equal(t, uint64(2), c.portal.Load())
-	assert.Equal(t, uint64(1), c.portalFailed.Load())
-	assert.Equal(t, map[string]uint64{"vmInstance": 2}, c.handled, "only handled messages count, by service")
-	assert.Equal(t, map[string]uint64{"vmInstance": 1}, c.failed)
-}
-
 // TestAdmin serves /healthz and /status from a node of an in-process
 // cluster: the ring of every node, the same fingerprint on each.
 func TestAdmin(t *testing.T) {
@@ -261,7 +229,9 @@ func TestAdmin(t *testing.T) {
 	defer c.close()
 	var fingerprints []string
 	for _, m := range c.all() {
-		h := newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now(), nil)
+		h := nodekit.NewAdmin(m.node, m.tr, "admin-test")
+		svc := m.svc
+		h.Section("vms", func() any { return vmStatus(svc.VM.Stats()) })
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 		assert.Equal(t, http.StatusOK, rec.Code)
@@ -287,71 +257,6 @@ func TestAdmin(t *testing.T) {
 	m := c.all()[0]
 	require.NoError(t, m.node.Close())
 	rec := httptest.NewRecorder()
-	newAdmin(m.node, m.tr, m.svc, newCounters(), "admin-test", time.Now(), nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	nodekit.NewAdmin(m.node, m.tr, "admin-test").ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "a node that left is not healthy")
-}
-
-// TestIdleTxTimeout: serve bounds a transaction's idle time to
-// -evict-after on PostgreSQL and MariaDB, unless the URL sets it, and
-// leaves MySQL and SQLite URLs alone.
-func TestIdleTxTimeout(t *testing.T) {
-	const d = 2500 * time.Millisecond
-	pg := idleTxTimeout("postgres://u:pw@db:5432/x?sslmode=disable", d, false)
-	assert.Equal(t, "postgres://u:pw@db:5432/x?idle_in_transaction_session_timeout=2500&sslmode=disable", pg)
-	kept := "postgres://u@db/x?idle_in_transaction_session_timeout=900"
-	assert.Equal(t, kept, idleTxTimeout(kept, d, false), "the URL's own setting wins")
-
-	maria := idleTxTimeout("mysql://u:pw@db:3306/x?parseTime=true", d, true)
-	assert.Equal(t, "mysql://u:pw@db:3306/x?idle_transaction_timeout=3&parseTime=true", maria, "whole seconds, rounded up")
-	dsn := idleTxTimeout("u:p?w@tcp(db:3306)/x?parseTime=true", time.Millisecond, true)
-	cfg, err := mysql.ParseDSN(dsn)
-	require.NoError(t, err)
-	assert.Equal(t, "p?w", cfg.Passwd)
-	assert.True(t, cfg.ParseTime)
-	assert.Equal(t, map[string]string{"idle_transaction_timeout": "1"}, cfg.Params, "at least 1 s")
-	keptDSN := "u@tcp(db:3306)/x?idle_transaction_timeout=60"
-	assert.Equal(t, keptDSN, idleTxTimeout(keptDSN, d, true))
-
-	for _, same := range []string{"u@tcp(db:3306)/x", "mysql://u@db/x", "sqlite:/tmp/x.db"} {
-		assert.Equal(t, same, idleTxTimeout(same, d, false), "MySQL has no such setting; SQLite needs none")
-	}
-}
-
-// TestMariaDBEndsIdleTransactions: on MariaDB, a transaction left idle
-// past the timeout serve sets is ended by the server, as PostgreSQL ends
-// one past idle_in_transaction_session_timeout: a paused node's locks on
-// its resources' token rows go with it.
-func TestMariaDBEndsIdleTransactions(t *testing.T) {
-	dsn := testenv.MySQLDSN(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if !serverIsMariaDB(ctx, dsn) {
-		t.Skip("the server at CLOUDBUS_MYSQL_DSN is not MariaDB: MySQL has no idle_transaction_timeout")
-	}
-	p, err := sqlconn.Open(sqlconn.Config{URL: idleTxTimeout(dsn, time.Second, true)})
-	require.NoError(t, err)
-	defer p.Close()
-	other, err := sqlconn.Open(sqlconn.Config{URL: dsn})
-	require.NoError(t, err)
-	defer other.Close()
-
-	tx, err := p.DB.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	var id int64
-	require.NoError(t, tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
-	idle := time.Now()
-	for {
-		var n int
-		require.NoError(t, other.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n))
-		if n == 0 {
-			break
-		}
-		require.Less(t, time.Since(idle), 10*time.Second, "the server did not end the idle transaction")
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("MariaDB ended the transaction %s after its last statement (idle_transaction_timeout 1 s)", time.Since(idle).Round(time.Millisecond))
-	assert.GreaterOrEqual(t, time.Since(idle), 900*time.Millisecond, "not before the timeout")
-	_, err = tx.ExecContext(ctx, "SELECT 1")
-	assert.Error(t, err, "its next statement fails")
 }

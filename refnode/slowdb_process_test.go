@@ -16,6 +16,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
 
@@ -142,12 +143,12 @@ type slowNode struct {
 	beats, beatsFailed uint64    // beats during the slowdown, and failed ones
 	failedRun          int       // the most beats that failed in a row, since the node started
 	fenced             bool      // a sampled status said fenced
-	beat               beatStatus
+	beat               nodekit.BeatStatus
 	hbMax, recMax      int // connections in use, the most sampled
 	hbCap, recCap      int
 	hbWaits, recWaits  int64   // statements that waited for a connection
 	recWaitMS          float64 // their total wait
-	first, last        databaseStatus
+	first, last        nodekit.DatabaseStatus
 	seen               bool // a status was read at the end
 }
 
@@ -296,7 +297,7 @@ func (r *slowResult) table() string {
 	}
 	fmt.Fprintf(&b, "\nEach node during the slowdown: its beats (*beat*: from the call to the heartbeat store to its answer, over the last %s), "+
 		"the most connections in use seen in each pool (sampled every 250 ms) of its cap, the statements that waited for a connection, "+
-		"and the evictions it made or suffered:\n\n", beatWindow)
+		"and the evictions it made or suffered:\n\n", nodekit.BeatWindow)
 	fmt.Fprintf(&b, "| node | beats (failed, most in a row) | beat p50 / p99 / max | heartbeat pool: in use, waits | record pool: in use, waits (total wait) | evicted others | itself |\n")
 	fmt.Fprintf(&b, "| --- | ---: | --- | --- | --- | ---: | --- |\n")
 	for _, n := range r.nodes {
@@ -386,9 +387,9 @@ func exited(c *child) bool {
 }
 
 // deref is *p, or the zero value.
-func deref(p *databaseStatus) databaseStatus {
+func deref(p *nodekit.DatabaseStatus) nodekit.DatabaseStatus {
 	if p == nil {
-		return databaseStatus{}
+		return nodekit.DatabaseStatus{}
 	}
 	return *p
 }

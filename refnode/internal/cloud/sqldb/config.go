@@ -1,6 +1,8 @@
 package sqldb
 
 import (
+	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +34,11 @@ type Config struct {
 	// MaxAge is the fence's limit on the writer's last beat
 	// (sqlfence.Config.MaxAge): the heartbeat's EvictAfter. Default 3 s.
 	MaxAge time.Duration
+	// Fence, if set, is the fence of the records' writes, opened by the
+	// caller on the same database (nodekit.Env.Fence); HeartbeatTable
+	// and MaxAge are then its. Default: the store opens its own, tables
+	// Prefix_fence_*.
+	Fence *sqlfence.Fence
 
 	// Logger receives the store's few logs (open, tables created); nil
 	// discards them. The URL is logged masked.

@@ -64,10 +64,12 @@ func Open(ctx context.Context, p *sqlconn.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, s.fail(ctx, "open tables "+cfg.Prefix+"_*", err)
 	}
-	if s.fence, err = sqlfence.Open(ctx, p.DB, sqlfence.Config{
-		Dialect: p.URL.Dialect, HeartbeatTable: cfg.HeartbeatTable, Table: cfg.Prefix + "_fence", MaxAge: cfg.MaxAge, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, fmt.Errorf("sqldb: %w", err)
+	if s.fence = cfg.Fence; s.fence == nil {
+		if s.fence, err = sqlfence.Open(ctx, p.DB, sqlfence.Config{
+			Dialect: p.URL.Dialect, HeartbeatTable: cfg.HeartbeatTable, Table: cfg.Prefix + "_fence", MaxAge: cfg.MaxAge, Logger: cfg.Logger,
+		}); err != nil {
+			return nil, fmt.Errorf("sqldb: %w", err)
+		}
 	}
 	log := cfg.Logger.With("dialect", p.URL.Dialect.String(), "url", p.URL.Masked, "prefix", cfg.Prefix)
 	if found < s.st.schema.Version() {

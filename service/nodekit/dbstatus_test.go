@@ -1,7 +1,6 @@
-package main
+package nodekit
 
 import (
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,15 +42,15 @@ func TestBeatStats(t *testing.T) {
 // TestDatabaseStatus: GET /status's database section names each pool's
 // cap and use.
 func TestDatabaseStatus(t *testing.T) {
-	s, err := openStores(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "refnode.db"), 3*time.Second, "hb", "rec", slog.New(slog.DiscardHandler))
+	d, err := OpenDatabase(t.Context(), DatabaseConfig{URL: "sqlite:" + filepath.Join(t.TempDir(), "node.db"), HeartbeatTable: "hb", EvictAfter: 3 * time.Second})
 	require.NoError(t, err)
-	defer s.close(slog.New(slog.DiscardHandler))
-	c, err := s.recPool.DB.Conn(t.Context())
+	defer d.Close()
+	c, err := d.DB().Conn(t.Context())
 	require.NoError(t, err)
 	defer c.Close()
-	st := (&dbWatch{heartbeat: s.hbPool.DB, records: s.recPool.DB, beats: &beatStats{}}).status()
-	assert.Equal(t, heartbeatConns, st.Heartbeat.MaxOpen)
-	assert.Equal(t, recordConns, st.Records.MaxOpen)
+	st := newAdmin(nil, "p", time.Now(), d, &beatStats{}).dbStatus()
+	assert.Equal(t, HeartbeatConns, st.Heartbeat.MaxOpen)
+	assert.Equal(t, ServiceConns, st.Records.MaxOpen)
 	assert.Equal(t, 1, st.Records.InUse)
 	assert.Zero(t, st.Heartbeat.InUse)
 }

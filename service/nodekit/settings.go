@@ -1,0 +1,175 @@
+package nodekit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/ring"
+)
+
+// Settings are what an operator sets for one node: flags and their
+// environment variables (see [Settings.Register] and [Parse]).
+type Settings struct {
+	// Bus is the RabbitMQ broker, amqp:// or amqps://. Required.
+	Bus string
+	// DB is the database of heartbeats and records: sqlite:PATH,
+	// postgres://… or mysql://…. Default sqlite:<program>.db.
+	DB string
+	// Listen is the admin HTTP address. Default 127.0.0.1:0 (a free port).
+	Listen string
+	// Prefix is the queue prefix, and the start of table names (see
+	// [TableBase]). Default bus.DefaultPrefix.
+	Prefix string
+	// LogLevel is the level of the node's logs on stderr: debug, info,
+	// warn or error. Default info.
+	LogLevel string
+	// Heartbeat is the heartbeat timing: Interval (-heartbeat, 500 ms)
+	// and EvictAfter (-evict-after, 3 s) from the flags; a program may
+	// set the rest (Now, say) before [Open].
+	Heartbeat heartbeat.Config
+	// Ring is the ring kind: "table", a partition table (the default),
+	// or "consistent", buraksezer/consistent. Every node of a cluster
+	// must use the same.
+	Ring string
+	// AllowNoIdleTimeout lets the node run on MySQL, which cannot end an
+	// idle transaction: see DatabaseConfig.AllowNoIdleTimeout.
+	AllowNoIdleTimeout bool
+}
+
+// FlagsHelp is the usage text of the flags [Settings.Register] defines,
+// for a program's -h: fmt.Sprintf(FlagsHelp, envPrefix, program).
+const FlagsHelp = `  -bus url           RabbitMQ broker, amqp:// or amqps:// (required)      %[1]s_BUS
+  -db url            database of heartbeats and records                    %[1]s_DB
+                     (sqlite:%[2]s.db; or postgres://…, mysql://…)
+  -listen addr       admin HTTP address (127.0.0.1:0: a free port)         %[1]s_LISTEN
+  -prefix p          queue prefix, and table names (cloudbus)              %[1]s_PREFIX
+  -log-level l       debug, info, warn or error (info), logs on stderr     %[1]s_LOG_LEVEL
+  -heartbeat d       heartbeat interval (500ms)                            %[1]s_HEARTBEAT
+  -evict-after d     evict a node silent for this long (3s)                %[1]s_EVICT_AFTER
+  -ring kind         ring of resource owners: table, a partition table,    %[1]s_RING
+                     or consistent, buraksezer/consistent (table); every
+                     node of a cluster must use the same
+  -db-allow-no-idle-timeout  run on MySQL, which cannot end a transaction  %[1]s_DB_ALLOW_NO_IDLE_TIMEOUT
+                     left idle (false): see docs/operations.md
+`
+
+// Register defines the node's flags on fs, writing into s, with the
+// defaults above; program names the default SQLite file.
+func (s *Settings) Register(fs *flag.FlagSet, program string) {
+	def := heartbeat.DefaultConfig()
+	fs.StringVar(&s.Bus, "bus", "", "RabbitMQ broker, amqp:// or amqps://")
+	fs.StringVar(&s.DB, "db", "sqlite:"+program+".db", "database of heartbeats and records")
+	fs.StringVar(&s.Listen, "listen", "127.0.0.1:0", "admin HTTP address")
+	fs.StringVar(&s.Prefix, "prefix", bus.DefaultPrefix, "queue prefix, and table names")
+	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&s.Heartbeat.Interval, "heartbeat", def.Interval, "heartbeat interval")
+	fs.DurationVar(&s.Heartbeat.EvictAfter, "evict-after", def.EvictAfter, "evict a node silent for this long")
+	fs.StringVar(&s.Ring, "ring", "table", "ring of resource owners: table or consistent")
+	fs.BoolVar(&s.AllowNoIdleTimeout, "db-allow-no-idle-timeout", false, "run on MySQL, which cannot end a transaction left idle")
+}
+
+// Parse parses args into fs, then sets each flag not given on the
+// command line from its environment variable, if set: envPrefix, '_',
+// and the flag's name upper-cased with '-' as '_' (-evict-after:
+// VOLUME_EVICT_AFTER for envPrefix "VOLUME"). A flag wins over its
+// variable. getenv is os.Getenv, injected for tests.
+func Parse(fs *flag.FlagSet, args []string, envPrefix string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		variable := EnvName(envPrefix, f.Name)
+		if v := getenv(variable); v != "" && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", variable, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// EnvName returns the variable of flag name: envPrefix_NAME, upper-cased,
+// '-' as '_'.
+func EnvName(envPrefix, name string) string {
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// queuePrefix is a valid bus prefix (bus.Config.Prefix).
+var queuePrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64})*$`)
+
+// Validate reports every problem with s at once, naming the flags and
+// their variables (envPrefix as in [Parse]), and fills the heartbeat's
+// OpTimeout (one interval) if unset.
+func (s *Settings) Validate(envPrefix string) error {
+	var errs []error
+	switch {
+	case s.Bus == "":
+		errs = append(errs, errors.New("-bus (or "+EnvName(envPrefix, "bus")+") is required: the amqp:// URL of the RabbitMQ broker the nodes share, "+
+			"e.g. -bus amqp://guest:guest@127.0.0.1:5672/. An in-memory bus cannot span processes"))
+	case !strings.HasPrefix(s.Bus, "amqp://") && !strings.HasPrefix(s.Bus, "amqps://"):
+		errs = append(errs, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(s.Bus)))
+	}
+	if _, err := s.Level(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Heartbeat.OpTimeout == 0 {
+		s.Heartbeat.OpTimeout = s.Heartbeat.Interval
+	}
+	if s.Heartbeat.Interval <= 0 || s.Heartbeat.EvictAfter <= 0 {
+		errs = append(errs, errors.New("-heartbeat and -evict-after must be positive"))
+	} else if err := s.Heartbeat.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-heartbeat %s, -evict-after %s: %w", s.Heartbeat.Interval, s.Heartbeat.EvictAfter, err))
+	}
+	if _, err := sqlconn.ParseURL(s.DB, sqlconn.Auto); err != nil {
+		errs = append(errs, fmt.Errorf("-db: %w", err))
+	}
+	if !queuePrefix.MatchString(s.Prefix) {
+		errs = append(errs, fmt.Errorf("-prefix %q: use letters, digits, '_' and '-' in dot-separated segments", s.Prefix))
+	}
+	if _, err := NewRing(s.Ring); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// NewRing returns an empty ring of the kind named: "table", the default
+// partition table, or "consistent", buraksezer/consistent with the
+// library's defaults (docs/design.md, "The ring", compares them).
+func NewRing(kind string) (ring.Ring, error) {
+	switch kind {
+	case "table", "":
+		return ring.New(ring.DefaultConfig())
+	case "consistent":
+		return ring.NewConsistent(ring.DefaultConsistentConfig())
+	}
+	return nil, fmt.Errorf("-ring %q: use table or consistent", kind)
+}
+
+// evictAfter is s's eviction threshold, or the default.
+func (s *Settings) evictAfter() time.Duration {
+	return s.Heartbeat.WithDefaults().EvictAfter
+}
+
+// Level returns LogLevel as a slog.Level ("" is info).
+func (s *Settings) Level() (slog.Level, error) {
+	var l slog.Level
+	if s.LogLevel == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(s.LogLevel)); err != nil {
+		return l, fmt.Errorf("-log-level %q: use debug, info, warn or error", s.LogLevel)
+	}
+	return l, nil
+}
