@@ -198,7 +198,7 @@ func (a *Admin) Status() Status {
 
 // dbStatus is the database section; a.db is set.
 func (a *Admin) dbStatus() DatabaseStatus {
-	return DatabaseStatus{Heartbeat: poolOf(a.db.HeartbeatDB()), Records: poolOf(a.db.DB()), Beats: a.beats.status(time.Now())}
+	return DatabaseStatus{Heartbeat: poolOf(a.db.HeartbeatDB()), Records: poolOf(a.db.DB()), Beats: a.beats.status(time.Now()), IdleTimeout: a.db.Shown}
 }
 
 // statusJSON is Status with the program's sections added.

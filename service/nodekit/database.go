@@ -101,6 +101,12 @@ type Database struct {
 	// "idle_in_transaction_session_timeout=3000", or "" where none is
 	// needed (SQLite) or possible (MySQL, allowed).
 	IdleTimeout string
+	// Shown is the idle-transaction bound as the services' pool's
+	// session reports it (PostgreSQL: SHOW
+	// idle_in_transaction_session_timeout, e.g. "3s"; MariaDB: SHOW
+	// SESSION VARIABLES LIKE 'idle_transaction_timeout', e.g. "3"), read
+	// once at open; "" on SQLite and MySQL.
+	Shown string
 
 	hbPool, svcPool *sqlconn.Pool
 }
@@ -159,10 +165,33 @@ func OpenDatabase(ctx context.Context, cfg DatabaseConfig) (_ *Database, err err
 	if d.svcPool, err = sqlconn.Open(sqlconn.Config{URL: withIdle, MaxOpenConns: ServiceConns, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("nodekit: open the database: %w", err)
 	}
+	if d.Shown, err = showIdleTimeout(ctx, d.svcPool.DB, d.Dialect, d.IdleTimeout != ""); err != nil {
+		return nil, fmt.Errorf("nodekit: database %s: %w", u.Masked, err)
+	}
 	if d.Heartbeat, err = sqlstore.OpenDB(ctx, d.hbPool.DB, sqlstore.Config{URL: cfg.URL, Table: cfg.HeartbeatTable, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("nodekit: open the heartbeat store: %w", err)
 	}
 	return d, nil
+}
+
+// showIdleTimeout reads the idle-transaction bound of a session of db,
+// if set is true.
+func showIdleTimeout(ctx context.Context, db *sql.DB, d sqlstore.Dialect, set bool) (string, error) {
+	if !set {
+		return "", nil
+	}
+	var name, shown string
+	var err error
+	switch d {
+	case sqlconn.Postgres:
+		err = db.QueryRowContext(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&shown)
+	case sqlconn.MySQL:
+		err = db.QueryRowContext(ctx, "SHOW SESSION VARIABLES LIKE 'idle_transaction_timeout'").Scan(&name, &shown)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the idle-transaction bound of a session: %w", err)
+	}
+	return shown, nil
 }
 
 // DB returns the services' pool (Env.DB).

@@ -91,6 +91,7 @@ func TestPostgresSessionSetting(t *testing.T) {
 		t.Logf("%s pool: SHOW idle_in_transaction_session_timeout = %s", db.name, db.got)
 	}
 	assert.Equal(t, "idle_in_transaction_session_timeout=3000", d.IdleTimeout)
+	assert.Equal(t, "3s", d.Shown)
 }
 
 // TestMariaDBEndsIdleTransactions: on MariaDB, the node's pools end a

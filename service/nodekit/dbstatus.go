@@ -140,6 +140,10 @@ type DatabaseStatus struct {
 	Records PoolStatus `json:"records_pool"`
 	// Beats are the node's heartbeats.
 	Beats BeatStatus `json:"beats"`
+	// IdleTimeout is the idle-transaction bound the node's sessions run
+	// with, as a session reported it at start (Database.Shown): "3s" on
+	// PostgreSQL, "3" (seconds) on MariaDB, absent on SQLite and MySQL.
+	IdleTimeout string `json:"idle_tx_timeout,omitempty"`
 }
 
 // millis is d in milliseconds, to the microsecond.

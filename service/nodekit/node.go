@@ -136,6 +136,9 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		AllowNoIdleTimeout: s.AllowNoIdleTimeout, Logger: ioLog}); err != nil {
 		return nil, fmt.Errorf("%w; check -db", err)
 	}
+	if n.db.Shown != "" {
+		ioLog.Info("nodekit: transactions left idle end after the eviction threshold", "setting", n.db.IdleTimeout, "shown", n.db.Shown)
+	}
 	if cfg.Schema != nil {
 		found, err := cfg.Schema.Migrate(ctx, n.db.DB(), n.db.Dialect, tables)
 		if err != nil {
