@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,14 +35,24 @@ func Main(cfg Config) {
 // programs with subcommands: it parses args (flags as
 // [Settings.Register] defines them, variables as [Parse] reads them),
 // runs the node until ctx ends, and returns the exit code.
+//
+// With "purge" first in args, it runs [Purge] instead, with the same
+// flags: it deletes what the stopped cluster of -prefix left on the
+// broker and in the database.
 func MainArgs(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	envPrefix := strings.ToUpper(cfg.Name)
+	purge := len(args) > 0 && args[0] == "purge"
+	if purge {
+		args = args[1:]
+	}
 	fs := flag.NewFlagSet(cfg.Name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var s Settings
 	s.Register(fs, cfg.Name)
-	usage := fmt.Sprintf("Usage: %s -bus amqp://user:password@host:5672/ [flags]\n\nRuns one management node; SIGTERM or Ctrl-C leaves the cluster in order.\n\nFlags (each may also be set by the variable shown; a flag wins):\n"+FlagsHelp+
-		"\nAdmin HTTP: GET /healthz (200 while serving), GET /status (JSON).\n", cfg.Name, envPrefix, cfg.Name)
+	usage := fmt.Sprintf("Usage: %[1]s [purge] -bus amqp://user:password@host:5672/ [flags]\n\nRuns one management node; SIGTERM or Ctrl-C leaves the cluster in order.\n"+
+		"\"%[1]s purge\" deletes what a stopped cluster of -prefix left on the broker and in the database.\n\n", cfg.Name) +
+		"Flags (each may also be set by the variable shown; a flag wins):\n" + fmt.Sprintf(FlagsHelp, envPrefix, cfg.Name) +
+		"\nAdmin HTTP: GET /healthz (200 while serving), GET /status (JSON).\n"
 	err := Parse(fs, args, envPrefix, getenv)
 	if err == nil && fs.NArg() > 0 {
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -58,8 +69,21 @@ func MainArgs(ctx context.Context, cfg Config, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "%s: %v\nRun \"%s -h\" for the flags.\n", cfg.Name, err, cfg.Name)
 		return 2
 	}
+	if purge {
+		p, err := Purge(ctx, s, cfg.Name)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s purge: %v\n", cfg.Name, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "deleted %d queues: %s\ndropped tables: %s\n", len(p.Queues), strings.Join(p.Queues, " "), strings.Join(p.Tables, " "))
+		return 0
+	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = stdout
+	}
+	if cfg.Logger == nil {
+		level, _ := s.Level()
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	}
 	if err := Run(ctx, cfg, s); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cfg.Name, err)
