@@ -20,7 +20,8 @@ import (
 )
 
 // TestBrokerPermissions runs a cluster under the least-privilege broker
-// users of the README ("Broker users: least privilege"): two `refnode
+// users of docs/operations.md ("Broker users: least privilege"), with
+// the permissions TestBrokerPermissionsDoc holds the document to: two `refnode
 // serve` processes log in as the node user, `refnode ctl` as the client
 // user. The client's calls work, the nodes serve, leave and never meet a
 // refusal, and the broker refuses the client user (ACCESS_REFUSED) a
@@ -32,13 +33,13 @@ func TestBrokerPermissions(t *testing.T) {
 	testStart := time.Now()
 	pc := newProcCluster(t, ctx, broker, onSQLite, "perm")
 
-	// The users, with the README's permissions for this test's prefix.
+	// The users, with the documented permissions for this test's prefix.
 	tag := randomHex(4)
 	prefix := pc.prefix
-	p := regexp.QuoteMeta(prefix) // '.' would need escaping; '-' does not
 	clientUser, nodeUser := "cloudbus-test-client-"+tag, "cloudbus-test-node-"+tag
-	clientURL := brokerUser(t, ctx, broker, clientUser, `^`+p+`\.reply\..*`, `^`+p+`\.api$`, `^`+p+`\.reply\..*`)
-	nodeURL := brokerUser(t, ctx, broker, nodeUser, `^`+p+`\..*`, `^(`+p+`\..*|amq\.default)$`, `^`+p+`\..*`)
+	perm := brokerPermissions(prefix)
+	clientURL := brokerUser(t, ctx, broker, clientUser, perm["client"][0], perm["client"][1], perm["client"][2])
+	nodeURL := brokerUser(t, ctx, broker, nodeUser, perm["node"][0], perm["node"][1], perm["node"][2])
 
 	// Two nodes as the node user (by REFNODE_BUS: no password in argv).
 	nodes, ids, r := pc.startSQLite(t, ctx, []string{"A", "B"}, []string{"REFNODE_BUS=" + nodeURL})
@@ -120,6 +121,38 @@ func TestBrokerPermissions(t *testing.T) {
 // (ACCESS_REFUSED) when amqpbus reports it, else amqpbus's words for a
 // publishing channel the broker closed.
 var refusalLog = regexp.MustCompile(`ACCESS_REFUSED|publishing channel \d+ closed|channel closed before the broker confirmed`)
+
+// brokerPermissions returns the RabbitMQ permissions (configure, write,
+// read) of the "node" and "client" users of a cluster with the given
+// queue prefix: docs/operations.md, "Broker users: least privilege",
+// gives them for the prefix cloudbus.
+func brokerPermissions(prefix string) map[string][3]string {
+	p := regexp.QuoteMeta(prefix) // '.' would need escaping; '-' does not
+	return map[string][3]string{
+		"node":   {`^` + p + `\..*`, `^(` + p + `\..*|amq\.default)$`, `^` + p + `\..*`},
+		"client": {`^` + p + `\.reply\..*`, `^` + p + `\.api$`, `^` + p + `\.reply\..*`},
+	}
+}
+
+// setPermissionsRE is a documented `rabbitmqctl set_permissions -p /
+// cloudbus-<user> 'configure' 'write' 'read'` line.
+var setPermissionsRE = regexp.MustCompile(`^rabbitmqctl set_permissions -p / cloudbus-(\w+) '([^']*)' '([^']*)' '([^']*)'$`)
+
+// TestBrokerPermissionsDoc: docs/operations.md gives the node and client
+// users the permissions TestBrokerPermissions runs a cluster with, for
+// the default prefix.
+func TestBrokerPermissionsDoc(t *testing.T) {
+	lines := section(readDoc(t, operationsPath), "## Broker users: least privilege")
+	require.NotEmpty(t, lines, "docs/operations.md has no section \"## Broker users: least privilege\" (TestBrokerPermissions cites it)")
+	doc := map[string][3]string{}
+	for _, l := range lines {
+		if m := setPermissionsRE.FindStringSubmatch(l); m != nil {
+			doc[m[1]] = [3]string{m[2], m[3], m[4]}
+		}
+	}
+	assert.Equal(t, brokerPermissions("cloudbus"), doc,
+		"docs/operations.md's rabbitmqctl set_permissions lines (configure, write, read) for cloudbus-node and cloudbus-client differ from what TestBrokerPermissions runs with: make them agree")
+}
 
 // brokerUser creates a broker user with a random password and these
 // permissions on the broker's vhost, deletes it when the test ends, and

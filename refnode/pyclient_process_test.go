@@ -78,7 +78,8 @@ func TestPythonClient(t *testing.T) {
 	_, ids, r := pc.startSQLite(t, ctx, []string{"A", "B", "C"}, []string{"REFNODE_BUS=" + broker})
 	t.Logf("3 nodes healthy, rings agreeing, %s after the test began", time.Since(testStart).Round(time.Millisecond))
 
-	// The client, as the README runs it; the broker URL by its variable.
+	// The client, as examples/python/README.md runs it; the broker URL by
+	// its variable.
 	pyStart := time.Now()
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer pcancel()
