@@ -1,0 +1,6 @@
+//go:build !race
+
+package volume_test
+
+// raceEnabled reports whether the test binary runs under -race.
+const raceEnabled = false
