@@ -5,7 +5,8 @@
 //
 // A transaction here is a function that stages its writes and returns a
 // commit function; [Fence.Do] applies it only if the claim still holds
-// and records the reply with it, atomically. A claimant waiting for a
+// and records the reply with it, atomically; [Run] does so with a typed
+// reply, recorded as JSON. A claimant waiting for a
 // resource preempts its holder once the holder's heartbeat record stops
 // being live; the holder's commit then fails with a [*fence.StaleError].
 package memfence
