@@ -418,6 +418,9 @@ func collectErrors(err error, into *[]*Error, depth int) {
 }
 
 // CodeOf returns the code of err as [AsError] would assign it, or "" for nil.
+// CodeOf(err).Retry() knows only the classes of this process's codes;
+// AsError(err).Retry() also knows the class a received error carried on
+// the wire, for a code this process did not register.
 func CodeOf(err error) Code {
 	if err == nil {
 		return ""

@@ -61,7 +61,7 @@ func Example() {
 	reply, err = f.Do(ctx, w, start) // redelivered
 	fmt.Println(string(reply), err)
 
-	_ = hb.Deregister(ctx, node, epoch) // peers evicted the node
+	_ = hb.Deregister(ctx, node, epoch) // the node left, or peers evicted it: its record is gone
 	w.Key = fence.NewKey(message.NewUUID(), "myapp.v1.StopVm", []byte(`{}`))
 	_, err = f.Do(ctx, w, start)
 	fmt.Println(errors.Is(err, fence.ErrStale), errors.Is(err, message.ErrNotOwner))
