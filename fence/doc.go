@@ -4,7 +4,10 @@
 // "Fencing".
 //
 // A [Claim] holds while its node's heartbeat record is live at its epoch;
-// a write whose claim does not hold fails with a [*StaleError].
+// a write whose claim does not hold fails with a [*StaleError]. A
+// transaction's reply is recorded with it for its message's [Key]; the
+// fences' Run functions record a typed reply as JSON ([MarshalReply]) and
+// give a repeat the same typed value ([UnmarshalReply]).
 //
 // # Side effects outside the database
 //

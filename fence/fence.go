@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
@@ -130,35 +131,77 @@ var ErrStale = errors.New("fence: stale claim")
 var ErrKeyReused = errors.New("fence: message id reused for a different message")
 
 // StaleError reports a write whose claim did not hold: nothing was
-// written; retrying on the resource's current owner is safe.
+// written by this attempt, and retrying on the resource's current owner
+// is safe. It does not say the operation failed: the error matches
+// message.ErrNotOwner (retry class safe), so a caller that re-routes
+// not_owner (service.Call does, and so does the API portal for its
+// clients) sends the message again to the resource's new owner, where the
+// write may then succeed. Only a caller that stops at this error sees it.
 type StaleError struct {
 	// Claim is the claim that failed.
 	Claim Claim
-	// Reason says why, for people.
+	// Reason says why, for people, as far as the fence can tell from the
+	// heartbeat store.
 	Reason string
+	// Claimant says, for people, what the claimant node itself knew of
+	// its claim when the error left its handler: it left in order, its
+	// peers evicted it, it rejoined with another epoch, its lease
+	// expired. service.Node sets it, on the error its handler returned,
+	// before the error goes on the wire; empty if nobody said. (A text
+	// made earlier by fmt.Errorf around the error does not show it; the
+	// error's details on the wire, from Unwrap, do.)
+	Claimant string
 	// Cause is the database's error, if any.
 	Cause error
 }
 
 // Error says which claim failed and why.
 func (e *StaleError) Error() string {
-	s := "fence: stale claim " + e.Claim.String() + ": " + e.Reason + "; nothing was written: another node may own the resource now, retry on its owner"
+	s := "fence: stale claim " + e.Claim.String() + ": " + e.why() + "; nothing was written: another node may own the resource now, retry on its owner"
 	if e.Cause != nil {
 		s += ": " + e.Cause.Error()
 	}
 	return s
 }
 
+// why joins Reason and Claimant.
+func (e *StaleError) why() string {
+	if e.Claimant == "" {
+		return e.Reason
+	}
+	return e.Reason + "; the claimant node says: " + e.Claimant
+}
+
 // Is matches [ErrStale].
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
-// Unwrap returns message.ErrNotOwner, with Reason as details, and Cause.
+// Unwrap returns message.ErrNotOwner, with Reason and Claimant as
+// details, and Cause.
 func (e *StaleError) Unwrap() []error {
-	errs := []error{message.ErrNotOwner.WithDetails(e.Reason)}
+	errs := []error{message.ErrNotOwner.WithDetails(e.why())}
 	if e.Cause != nil {
 		errs = append(errs, e.Cause)
 	}
 	return errs
+}
+
+// StaleReason says, for [StaleError.Reason], why c does not hold, from
+// what the heartbeat store holds of c.Node: found says whether it holds a
+// record, epoch is the record's epoch and age the age of its last beat.
+// It returns "" if c holds by them: found, same epoch, age under maxAge.
+// The store alone cannot tell an orderly leave from an eviction: both
+// delete the record, and the reason says so.
+func StaleReason(c Claim, found bool, epoch int64, age, maxAge time.Duration) string {
+	switch {
+	case !found:
+		return fmt.Sprintf("the heartbeat record of node %s is gone: the node left in order (a leaving node deletes its record last) or its peers evicted it; the store cannot tell which", c.Node)
+	case epoch != c.Epoch:
+		return fmt.Sprintf("node %s has another life now (epoch %d, the claim's is %d): it was evicted and rejoined, or it restarted; the claim was an earlier life's", c.Node, epoch, c.Epoch)
+	case age >= maxAge:
+		return fmt.Sprintf("node %s last beat %s ago, longer than the fence's MaxAge %s: the node is stalled or cut off from the database, and its peers may evict it at any moment (its record is still there)",
+			c.Node, age.Round(time.Millisecond), maxAge)
+	}
+	return ""
 }
 
 // Reused returns the [ErrKeyReused] error for k, whose id has type was

@@ -15,7 +15,10 @@
 // Every failure a caller may see has a [Code], and every code one retry
 // class ([Code.Retry]) saying whether retrying is safe. Match errors with
 // errors.Is against the sentinels, such as [ErrNotFound]: an error
-// decoded on another node still matches.
+// decoded on another node still matches. A service registers codes of
+// its own, with their classes, by [RegisterCode]; an error carries its
+// class on the wire, so a caller that does not know the code still
+// learns it ([Error.Retry]).
 //
 // # Resource UUIDs
 //
@@ -35,7 +38,8 @@
 //  1. An optional field whose absence keeps today's meaning needs no new
 //     version: receivers ignore unknown fields.
 //  2. A new error code needs none: an older node reads it as
-//     [RetryUnknown].
+//     [RetryUnknown]; a newer one that does not know it reads its class
+//     from the error's "retry" field.
 //  3. A changed payload is registered under a new type name
 //     ("refnode.v2.StartVm").
 //  4. Anything an older receiver would misread bumps the version, in two

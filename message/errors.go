@@ -10,11 +10,13 @@ import (
 )
 
 // Code classifies an error so that it survives the wire. Codes are stable
-// lower-case strings ([Codes]); one unknown to this version (from a newer
-// node) is kept and counts as [RetryUnknown].
+// lower-case strings: the built-in ones ([Codes]) and those a service
+// registers ([RegisterCode]). A code unknown to this process (from a newer
+// node, or registered only by the service that sent it) is kept, and its
+// retry class is the one the error carried on the wire ([Error.Retry]).
 type Code string
 
-// The codes; codeTable gives each its retry class.
+// The built-in codes; codeTable gives each its retry class.
 const (
 	codeTimeout        Code = "timeout"
 	codeCanceled       Code = "canceled"
@@ -32,6 +34,9 @@ const (
 	codeClosed         Code = "closed"
 	codeUnavailable    Code = "unavailable"
 	codeNotSent        Code = "not_sent"
+	codeConflict       Code = "conflict"
+	codePrecondition   Code = "failed_precondition"
+	codeAlreadyExists  Code = "already_exists"
 )
 
 // Retry is what is known of whether a failed operation happened, and so
@@ -65,7 +70,8 @@ func (r Retry) String() string {
 	}
 }
 
-// Codes lists every code, in table order; the caller owns the slice.
+// Codes lists every built-in code, in table order; the caller owns the
+// slice. Codes registered with [RegisterCode] are not in it.
 func Codes() []Code {
 	out := make([]Code, len(codeTable))
 	for i, c := range codeTable {
@@ -94,16 +100,27 @@ var codeTable = []struct {
 	{codeClosed, RetryUnknown},
 	{codeUnavailable, RetryUnknown},
 	{codeNotSent, RetrySafe},
+	{codeConflict, RetryNever},
+	{codePrecondition, RetryNever},
+	{codeAlreadyExists, RetryNever},
 }
 
-// Retry returns c's retry class: [RetryUnknown] for an unknown code.
+// Retry returns c's retry class in this process: a built-in code's, or a
+// code's registered with [RegisterCode]; [RetryUnknown] for any other
+// code. An error received from a peer may know more: see [Error.Retry].
 func (c Code) Retry() Retry {
+	r, _ := lookupRetry(c)
+	return r
+}
+
+// lookupRetry returns c's class and true if c is built in or registered.
+func lookupRetry(c Code) (Retry, bool) {
 	for _, e := range codeTable {
 		if e.code == c {
-			return e.retry
+			return e.retry, true
 		}
 	}
-	return RetryUnknown
+	return registeredRetry(c)
 }
 
 // String returns the code itself.
@@ -122,16 +139,31 @@ type Error struct {
 	Details string
 	// Cause is the underlying error; optional.
 	Cause error
+
+	// sent is the retry class the error carried on the wire, kept only
+	// for a code this process does not know ([Error.Retry]).
+	sent Retry
 }
 
-// The sentinels, one per code; match them with errors.Is, never ==. By
-// retry class: nothing happened and a retry may succeed with ErrNoRoute,
-// ErrNotOwner, ErrBusy and ErrNotSent (which also matches
+// The sentinels, one per built-in code; match them with errors.Is, never
+// ==. By retry class: nothing happened and a retry may succeed with
+// ErrNoRoute, ErrNotOwner, ErrBusy and ErrNotSent (which also matches
 // ErrUnavailable); nothing happened and a retry fails the same way with
-// ErrUnknownMessage, ErrBadRequest, ErrInvalidUUID, ErrNotFound and
-// ErrTooLarge; the outcome is unknown with ErrTimeout, ErrCanceled,
-// ErrNodeLeft, ErrInternal, ErrClosed and ErrUnavailable; the handler
-// ran with ErrBadReply.
+// ErrUnknownMessage, ErrBadRequest, ErrInvalidUUID, ErrNotFound,
+// ErrTooLarge, ErrConflict, ErrFailedPrecondition and ErrAlreadyExists;
+// the outcome is unknown with ErrTimeout, ErrCanceled, ErrNodeLeft,
+// ErrInternal, ErrClosed and ErrUnavailable; the handler ran with
+// ErrBadReply.
+//
+// ErrBadRequest says the request itself is wrong (malformed, out of its
+// limits); the three that follow it in the list below say the request is
+// well formed but the state it meets refuses it. ErrConflict: the
+// resource's state conflicts with the request (a volume attached to
+// another VM, a VM that is running); ErrFailedPrecondition: a condition
+// the request states does not hold (an expected version, "only if
+// stopped"); ErrAlreadyExists: what the request would create exists
+// already. A service with failures of its own registers codes for them
+// with [RegisterCode].
 var (
 	ErrTimeout        = &Error{Code: codeTimeout, Description: "deadline exceeded"}
 	ErrCanceled       = &Error{Code: codeCanceled, Description: "canceled by the caller"}
@@ -149,6 +181,10 @@ var (
 	ErrClosed         = &Error{Code: codeClosed, Description: "closed"}
 	ErrUnavailable    = &Error{Code: codeUnavailable, Description: "transport unavailable"}
 	ErrNotSent        = &Error{Code: codeNotSent, Description: "not sent: the transport refused the message before sending it"}
+
+	ErrConflict           = &Error{Code: codeConflict, Description: "the resource's state conflicts with the request"}
+	ErrFailedPrecondition = &Error{Code: codePrecondition, Description: "a precondition of the request does not hold"}
+	ErrAlreadyExists      = &Error{Code: codeAlreadyExists, Description: "already exists"}
 )
 
 // NewError returns an error with the given code and description.
@@ -218,21 +254,55 @@ func (e *Error) Is(target error) bool {
 // Unwrap returns the cause, if any.
 func (e *Error) Unwrap() error { return e.Cause }
 
-// Retry reports whether retrying is safe; see [Code.Retry].
-func (e *Error) Retry() Retry { return e.Code.Retry() }
+// Retry reports whether retrying is safe. For a code this process knows
+// (built in, or registered with [RegisterCode]) it is the code's class,
+// whatever a peer wrote: a peer cannot change a known code's class. For
+// any other code it is the class the error carried on the wire (the
+// "retry" field, which nodes write since the field was added), and
+// [RetryUnknown] if it carried none, as from an older node.
+func (e *Error) Retry() Retry {
+	if r, ok := lookupRetry(e.Code); ok {
+		return r
+	}
+	return e.sent
+}
 
 // maxCauseDepth bounds the cause chain put on the wire.
 const maxCauseDepth = 8
 
 type wireError struct {
 	Code        Code       `json:"code"`
+	Retry       string     `json:"retry,omitempty"`
 	Description string     `json:"description,omitempty"`
 	Details     string     `json:"details,omitempty"`
 	Cause       *wireError `json:"cause,omitempty"`
 }
 
+// retryNames are the retry classes' names on the wire, by value.
+var retryNames = [...]string{RetryUnknown: "unknown", RetrySafe: "safe", RetryNever: "never", RetryRan: "ran"}
+
+// wireRetry returns the name of code's class as e has it, or "" for no
+// code (a plain cause).
+func wireRetry(code Code, r Retry) string {
+	if code == "" || r < 0 || int(r) >= len(retryNames) {
+		return ""
+	}
+	return retryNames[r]
+}
+
+// parseRetry returns the class named s: RetryUnknown for a name this
+// version does not know (a class added later).
+func parseRetry(s string) Retry {
+	for r, name := range retryNames {
+		if s == name {
+			return Retry(r)
+		}
+	}
+	return RetryUnknown
+}
+
 func toWire(e *Error, depth int) *wireError {
-	w := &wireError{Code: e.Code, Description: e.Description, Details: e.Details}
+	w := &wireError{Code: e.Code, Retry: wireRetry(e.Code, e.Retry()), Description: e.Description, Details: e.Details}
 	if e.Cause != nil && depth < maxCauseDepth {
 		w.Cause = causeToWire(e.Cause, depth+1)
 	}
@@ -247,7 +317,7 @@ func causeToWire(err error, depth int) *wireError {
 	var e *Error
 	if errors.As(err, &e) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		a := AsError(err)
-		return &wireError{Code: a.Code, Description: a.Description}
+		return &wireError{Code: a.Code, Retry: wireRetry(a.Code, a.Retry()), Description: a.Description}
 	}
 	return &wireError{Description: err.Error()}
 }
@@ -257,20 +327,27 @@ func fromWire(w *wireError, depth int) *Error {
 	if e.Code == "" && depth == 0 {
 		e.Code = codeInternal
 	}
+	if _, known := lookupRetry(e.Code); !known && e.Code != "" {
+		e.sent = parseRetry(w.Retry)
+	}
 	if w.Cause != nil && depth < maxCauseDepth {
 		e.Cause = fromWire(w.Cause, depth+1)
 	}
 	return e
 }
 
-// MarshalJSON encodes e with its causes, at most 8 deep. A cause keeps
-// its code only if it is or wraps an *Error or a context error.
+// MarshalJSON encodes e with its causes, at most 8 deep, each coded one
+// with its retry class ([Error.Retry]) as "retry": "safe", "never",
+// "unknown" or "ran". A cause keeps its code only if it is or wraps an
+// *Error or a context error.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	return json.Marshal(toWire(e, 0))
 }
 
 // UnmarshalJSON decodes [Error.MarshalJSON]'s output; an empty top-level
-// code becomes "internal" and causes past 8 deep are dropped.
+// code becomes "internal" and causes past 8 deep are dropped. The
+// "retry" class is kept only for a code this process does not know, and
+// a class name it does not know reads as [RetryUnknown].
 func (e *Error) UnmarshalJSON(data []byte) error {
 	var w wireError
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -310,7 +387,7 @@ func AsError(err error) *Error {
 				d = context + ": " + d
 			}
 		}
-		return &Error{Code: e.Code, Description: e.Description, Details: d, Cause: e.Cause}
+		return &Error{Code: e.Code, Description: e.Description, Details: d, Cause: e.Cause, sent: e.sent}
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -341,6 +418,9 @@ func collectErrors(err error, into *[]*Error, depth int) {
 }
 
 // CodeOf returns the code of err as [AsError] would assign it, or "" for nil.
+// CodeOf(err).Retry() knows only the classes of this process's codes;
+// AsError(err).Retry() also knows the class a received error carried on
+// the wire, for a code this process did not register.
 func CodeOf(err error) Code {
 	if err == nil {
 		return ""

@@ -12,7 +12,8 @@ import (
 
 // FuzzErrorJSON: the error object of a reply, decoded from outside bytes,
 // never panics; a decoded error always has a code (an empty top-level code
-// becomes internal), its cause chain is at most 8 deep and made of
+// becomes internal), a built-in code keeps its own retry class whatever
+// the wire says, its cause chain is at most 8 deep and made of
 // *message.Error only, it matches the sentinel of its code, and it
 // re-encodes to JSON that decodes to the same error (the round trip is
 // stable after one decode).
@@ -22,6 +23,10 @@ func FuzzErrorJSON(f *testing.F) {
 		`{"code":"internal","description":"x","cause":{"code":"busy","cause":{"description":"plain"}}}`,
 		`{"description":"no code"}`,
 		`{"code":"from_a_newer_node"}`,
+		`{"code":"from_a_newer_node","retry":"never"}`,
+		`{"code":"not_found","retry":"safe"}`,
+		`{"code":"x","retry":"partial","cause":{"code":"","retry":"never","cause":{"code":"y","retry":"ran"}}}`,
+		`{"retry":"never"}`, `{"code":"x","retry":null}`, `{"code":"x","retry":1}`,
 		`{"code":"","cause":{"code":""}}`,
 		`{"cause":{"cause":{"cause":{"cause":{"cause":{"cause":{"cause":{"cause":{"cause":{"cause":{"code":"deep"}}}}}}}}}}}`,
 		`{"code":null,"description":null,"cause":null}`,
@@ -49,8 +54,11 @@ func FuzzErrorJSON(f *testing.F) {
 			if !errors.Is(&e, message.NewError(e.Code, "")) {
 				t.Fatalf("%v does not match the sentinel of its code %s", &e, e.Code)
 			}
-		} else if e.Retry() != message.RetryUnknown {
-			t.Fatalf("unknown code %q has retry class %v, want unknown", e.Code, e.Retry())
+			if e.Retry() != e.Code.Retry() {
+				t.Fatalf("built-in code %q has retry class %v from the wire, want its own %v", e.Code, e.Retry(), e.Code.Retry())
+			}
+		} else if r := e.Retry(); r < message.RetryUnknown || r > message.RetryRan {
+			t.Fatalf("unknown code %q has retry class %v, not one of the four", e.Code, r)
 		}
 		if got := message.CodeOf(&e); got != e.Code {
 			t.Fatalf("CodeOf = %q, want %q", got, e.Code)

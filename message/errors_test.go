@@ -31,6 +31,10 @@ func sentinels() map[message.Code]*message.Error {
 		message.ErrClosed.Code:         message.ErrClosed,
 		message.ErrUnavailable.Code:    message.ErrUnavailable,
 		message.ErrNotSent.Code:        message.ErrNotSent,
+
+		message.ErrConflict.Code:           message.ErrConflict,
+		message.ErrFailedPrecondition.Code: message.ErrFailedPrecondition,
+		message.ErrAlreadyExists.Code:      message.ErrAlreadyExists,
 	}
 }
 
@@ -52,6 +56,9 @@ func TestEveryCodeHasASentinelAndARetryRule(t *testing.T) {
 	assert.Equal(t, message.RetryNever, message.ErrBadRequest.Code.Retry())
 	assert.Equal(t, message.RetryNever, message.ErrUnknownMessage.Code.Retry(), "unknown_message: nothing ran")
 	assert.Equal(t, message.RetryRan, message.ErrBadReply.Code.Retry(), "bad_reply: the handler ran")
+	assert.Equal(t, message.RetryNever, message.ErrConflict.Code.Retry(), "conflict: nothing ran, the state refuses it")
+	assert.Equal(t, message.RetryNever, message.ErrFailedPrecondition.Code.Retry(), "failed_precondition: nothing ran")
+	assert.Equal(t, message.RetryNever, message.ErrAlreadyExists.Code.Retry(), "already_exists: nothing ran")
 	assert.Equal(t, message.RetryUnknown, message.Code("from_a_newer_node").Retry())
 	assert.Equal(t, "Retry(42)", message.Retry(42).String())
 	assert.Equal(t, "Retry(-1)", message.Retry(-1).String())

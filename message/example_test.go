@@ -58,7 +58,7 @@ func ExampleError() {
 	fmt.Println(errors.Is(err, message.ErrNotFound), errors.Is(err, message.ErrBusy))
 	fmt.Println(received.Retry())
 	// Output:
-	// {"code":"not_found","description":"not found","details":"vm 932763162d054c04adaab6ab498c9139"}
+	// {"code":"not_found","retry":"never","description":"not found","details":"vm 932763162d054c04adaab6ab498c9139"}
 	// true false
 	// do not retry
 }
@@ -138,4 +138,29 @@ func ExampleCode_Retry() {
 	// bad_reply         the operation ran: do not retry unless repeating it is intended
 	// from_a_newer_node unknown outcome: retry only if idempotent
 	// ran once; fix the reply type instead of retrying
+}
+
+// A service registers the codes of its own failures, with their retry
+// classes, in package-level variables; its handlers return the
+// sentinels, and callers match them with errors.Is. The class travels
+// with the error, so a caller that never registered the code, in Go or
+// another language, still knows not to retry.
+func ExampleRegisterCode() {
+	var errVolumeAttached = message.MustRegisterCode("volume_attached", message.RetryNever,
+		"the volume is attached to another VM")
+
+	// The handler's side.
+	sent := errVolumeAttached.WithDetails("volume 5e0c1d2b3a4f4e5d9c8b7a6f5e4d3c2b is attached to vm 932763162d054c04adaab6ab498c9139")
+	wire, _ := json.Marshal(sent)
+	fmt.Println(string(wire))
+
+	// The caller's side.
+	var received message.Error
+	_ = json.Unmarshal(wire, &received)
+	fmt.Println(errors.Is(&received, errVolumeAttached), errors.Is(&received, message.ErrBadRequest))
+	fmt.Println(received.Retry())
+	// Output:
+	// {"code":"volume_attached","retry":"never","description":"the volume is attached to another VM","details":"volume 5e0c1d2b3a4f4e5d9c8b7a6f5e4d3c2b is attached to vm 932763162d054c04adaab6ab498c9139"}
+	// true false
+	// do not retry
 }

@@ -423,6 +423,16 @@ func TestWireDoc(t *testing.T) {
 			if row, ok := got[code]; ok && unquote(row[1]) != retry {
 				t.Errorf("%s: the retry class of `%s` is %s, not %q: fix its row", where, code, retry, row[1])
 			}
+			// The error object carries the class, by the document's name.
+			b, err := json.Marshal(message.NewError(message.Code(code), "d"))
+			require.NoError(t, err)
+			var obj struct {
+				Retry string `json:"retry"`
+			}
+			require.NoError(t, json.Unmarshal(b, &obj))
+			if obj.Retry != retry {
+				t.Errorf("%s: an error with code `%s` carries \"retry\": %q on the wire, the document's class is %s: the names of section 6 and of the code differ", where, code, obj.Retry, retry)
+			}
 		}
 	})
 
@@ -440,7 +450,16 @@ func TestWireDoc(t *testing.T) {
 			}
 			fields = append(fields, docField{path: k, typ: typ})
 		}
-		checkFields(t, wireDocPath+", table wire:error", doc.table(t, "error", 2), fields, false)
+		tab := doc.table(t, "error", 2)
+		checkFields(t, wireDocPath+", table wire:error", tab, fields, false)
+		// The retry field's row names every class the field may carry.
+		if row, ok := keyed(t, "error", tab)["retry"]; ok {
+			for _, name := range retryNames {
+				if !strings.Contains(row[len(row)-1], "`"+name+"`") {
+					t.Errorf("%s, table wire:error: the row of `retry` must name the class `%s`", wireDocPath, name)
+				}
+			}
+		}
 	})
 
 	t.Run("headers", func(t *testing.T) {

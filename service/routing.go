@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -176,6 +177,11 @@ func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
 // given back to its queue after a short pause (bus.ErrRelease), for this
 // node once it can serve it, or for the survivors that drain its queues
 // once it has been evicted.
+//
+// A message about a resource runs with this node's claim on it in its
+// ctx (fence.WithClaim). If the handler fails with a *fence.StaleError
+// of that claim, the guard adds, as its Claimant, what the node knows of
+// why the claim stopped holding (explainStale).
 func (n *Node) guard(s Service) bus.Handler {
 	return handlerFunc(func(ctx context.Context, r *bus.Request) (any, error) {
 		oneWay := busx.EnvelopeOf(r).Kind == wire.KindSend
@@ -225,9 +231,66 @@ func (n *Node) guard(s Service) bus.Handler {
 			// (package fence): the guard's checks hold when the handler
 			// starts, the fence when it commits.
 			ctx = fence.WithClaim(ctx, fence.Claim{Resource: res, Node: n.id, Epoch: n.Epoch()})
+			reply, err := s.Handle(ctx, r)
+			if err != nil {
+				n.explainStale(err)
+			}
+			return reply, err
 		}
 		return s.Handle(ctx, r)
 	})
+}
+
+// explainStale sets the Claimant of the *fence.StaleError in err, if it
+// is of this node's claim and has none: what this node knows of why its
+// claim stopped holding, which the fence, reading only the heartbeat
+// store, cannot tell (a record gone: left in order or evicted?).
+func (n *Node) explainStale(err error) {
+	var se *fence.StaleError
+	if !errors.As(err, &se) || se.Claim.Node != n.id || se.Claimant != "" {
+		return
+	}
+	se.Claimant = n.claimView(se.Claim.Epoch)
+}
+
+// claimView says what this node knows of its claim of epoch: whether it
+// is leaving or left in order, was evicted, has rejoined with another
+// epoch, or its lease expired. It reads only the node's own state.
+func (n *Node) claimView(epoch int64) string {
+	var says []string
+	if now := n.Epoch(); now != epoch && now != 0 {
+		says = append(says, fmt.Sprintf("it was evicted and has rejoined with epoch %d; the claim was of its life with epoch %d", now, epoch))
+	}
+	switch st := n.State(); st {
+	case StateLeaving:
+		says = append(says, "it is leaving in order: it deletes its heartbeat record once its queues are drained, or when its leave times out")
+	case StateEvicted:
+		says = append(says, "it was evicted by its peers")
+	case StateStarting:
+		says = append(says, "it was evicted by its peers and is joining again")
+	case StateStopped:
+		select {
+		case <-n.done:
+			switch err := n.Err(); {
+			case err == nil:
+				says = append(says, "it left in order and has stopped")
+			case errors.Is(err, ErrEvicted):
+				says = append(says, "it was evicted by its peers and has stopped")
+			default:
+				says = append(says, fmt.Sprintf("it has stopped: %v", err))
+			}
+		default:
+			says = append(says, "it is stopping")
+		}
+	case StateServing:
+		switch {
+		case n.LeaseExpired():
+			says = append(says, "its lease expired: it has not written its heartbeat for longer than its lease, and its peers may evict it")
+		case len(says) == 0:
+			says = append(says, fmt.Sprintf("it still serves in epoch %d with its lease current: its beats may have stalled only now, or the fence's MaxAge is shorter than the heartbeat's lease", epoch))
+		}
+	}
+	return strings.Join(says, "; ")
 }
 
 // maxForwardHops bounds the forwards of one message.

@@ -30,18 +30,34 @@ import pika.exceptions
 
 PROTOCOL = 1  # the envelope's "protocol" field; absent means 1
 
-# Every error code and its retry class (message/errors.go). The class is
-# not on the wire: a client keeps this table; an unknown code is "unknown".
+# Every built-in error code and its retry class (docs/wire.md, section 6).
 #   safe: nothing happened, a retry may succeed; never: nothing happened, a
 #   retry fails the same way; unknown: it may have happened (retry only if
 #   idempotent); ran: it happened, only its reply could not be read.
+# The error object carries the class too, as "retry": for these codes this
+# table decides (no peer changes a built-in code's class); for any other
+# code (one a service registered) the "retry" field does, and a code
+# without it (from an older node) or with a class not listed here is
+# "unknown".
 RETRY = {
     "timeout": "unknown", "canceled": "unknown", "no_route": "safe",
     "unknown_message": "never", "bad_reply": "ran", "node_left": "unknown",
     "not_owner": "safe", "busy": "safe", "bad_request": "never",
     "invalid_uuid": "never", "not_found": "never", "too_large": "never",
     "internal": "unknown", "closed": "unknown", "unavailable": "unknown",
+    "not_sent": "safe", "conflict": "never", "failed_precondition": "never",
+    "already_exists": "never",
 }
+CLASSES = ("safe", "never", "unknown", "ran")
+
+
+def retry_class(err):
+    """The retry class of an error object: the table's, else its "retry"."""
+    code = err.get("code") or "internal"
+    if code in RETRY:
+        return RETRY[code]
+    sent = err.get("retry")
+    return sent if sent in CLASSES else "unknown"
 
 
 def new_uuid():
@@ -56,7 +72,7 @@ class CallError(Exception):
         self.code = err.get("code") or "internal"  # no code reads as internal
         self.description = err.get("description", "")
         self.details = err.get("details", "")
-        self.retry = RETRY.get(self.code, "unknown")
+        self.retry = retry_class(err)
         super().__init__(": ".join(s for s in (self.code, self.description, self.details) if s))
 
 

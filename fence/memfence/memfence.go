@@ -5,7 +5,8 @@
 //
 // A transaction here is a function that stages its writes and returns a
 // commit function; [Fence.Do] applies it only if the claim still holds
-// and records the reply with it, atomically. A claimant waiting for a
+// and records the reply with it, atomically; [Run] does so with a typed
+// reply, recorded as JSON. A claimant waiting for a
 // resource preempts its holder once the holder's heartbeat record stops
 // being live; the holder's commit then fails with a [*fence.StaleError].
 package memfence
@@ -94,18 +95,11 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) (string, error) {
 		return "", fmt.Errorf("memfence: check claim %s: %w", c, err)
 	}
 	for _, r := range recs {
-		if r.Node != c.Node {
-			continue
+		if r.Node == c.Node {
+			return fence.StaleReason(c, true, r.Epoch, r.Age, f.cfg.MaxAge), nil
 		}
-		switch {
-		case r.Epoch != c.Epoch:
-			return fmt.Sprintf("node %s has another life now (epoch %d, the claim's is %d): it was evicted and rejoined", c.Node, r.Epoch, c.Epoch), nil
-		case r.Age >= f.cfg.MaxAge:
-			return fmt.Sprintf("node %s last beat %s ago, longer than the fence's MaxAge %s: peers may have evicted it", c.Node, r.Age.Round(time.Millisecond), f.cfg.MaxAge), nil
-		}
-		return "", nil
 	}
-	return fmt.Sprintf("the heartbeat record of node %s is gone: peers evicted it", c.Node), nil
+	return fence.StaleReason(c, false, 0, 0, f.cfg.MaxAge), nil
 }
 
 // Do runs fn guarded by w, like sqlfence.Fence.Do: w.Claim is checked and

@@ -244,16 +244,11 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) string {
 	var epoch, ageUS int64
 	switch err := f.db.QueryRowContext(ctx, f.st.record, c.Node).Scan(&epoch, &ageUS); {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Sprintf("the heartbeat record of node %s is gone: peers evicted it", c.Node)
+		return fence.StaleReason(c, false, 0, 0, f.cfg.MaxAge)
 	case err != nil:
 		return ""
-	case epoch != c.Epoch:
-		return fmt.Sprintf("node %s has another life now (epoch %d, the claim's is %d): it was evicted and rejoined", c.Node, epoch, c.Epoch)
-	case time.Duration(ageUS)*time.Microsecond >= f.cfg.MaxAge:
-		return fmt.Sprintf("node %s last beat %s ago, longer than the fence's MaxAge %s: peers may have evicted it",
-			c.Node, (time.Duration(ageUS) * time.Microsecond).Round(time.Millisecond), f.cfg.MaxAge)
 	}
-	return ""
+	return fence.StaleReason(c, true, epoch, time.Duration(ageUS)*time.Microsecond, f.cfg.MaxAge)
 }
 
 // Verify returns nil if c still holds, or a [*fence.StaleError]. Call it

@@ -108,7 +108,7 @@ func TestEncodeEnvelopeWireFormat(t *testing.T) {
 		`"service_id":"reply.n","resource_uuid":"932763162d054c04adaab6ab498c9139","correlation_id":"c1",`+
 		`"reply_to":"r","source":"3694776ab31a45709259254a018913ca","timeout_ns":1500000000,`+
 		`"headers":{"a":"2","z":"1"},"body":{"vm_uuid":"x"},`+
-		`"error":{"code":"busy","description":"busy: queue for the resource is full","details":"queue full"}}`, string(data))
+		`"error":{"code":"busy","retry":"safe","description":"busy: queue for the resource is full","details":"queue full"}}`, string(data))
 
 	minimal := &wire.Envelope{ID: "a", Kind: wire.KindEvent, Type: "test.v1.X", Headers: map[string]string{}}
 	data, err = wire.EncodeEnvelope(minimal, 0)
