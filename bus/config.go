@@ -34,7 +34,7 @@ type Config struct {
 	// its own replies (service.Client): it declares its reply queue and
 	// nothing else (no event queue bound to the broadcast fan-out, no
 	// dead-letter queue), so it works with a broker user that may only
-	// publish to the API entry and read its reply queue (see the README's
+	// publish to the API entry and read its reply queue (see docs/operations.md's
 	// broker permissions). It cannot serve, subscribe or broadcast.
 	ClientOnly bool
 

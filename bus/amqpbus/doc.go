@@ -25,7 +25,7 @@
 //	API messages                 exchange cloudbus.api, key = cloudbus.message.api.portal   mandatory, persistent, publisher-confirmed
 //
 // Clients need only to publish to cloudbus.api and to declare and read
-// their reply queue; the README lists the RabbitMQ permissions of the
+// their reply queue; docs/operations.md lists the RabbitMQ permissions of the
 // client and node users. A publish the broker refuses (403, or 404 for an
 // entry no node declared yet) closes the publishing channel: the
 // transport reopens it at the next publish and reports the broker's reason

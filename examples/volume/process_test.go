@@ -336,7 +336,7 @@ func TestNodesStartTogether(t *testing.T) {
 	broker := processTest(t)
 	for _, tc := range []struct {
 		name string
-		db   func(t *testing.T) string
+		db   func(t testing.TB) string
 	}{{"postgres", testenv.PostgresDSN}, {"mariadb", testenv.MySQLDSN}} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := tc.db(t)

@@ -20,8 +20,8 @@ import (
 	"testing"
 )
 
-// The variables naming the services. The names are fixed: .ci/run, the
-// README and developers' shells set them.
+// The variables naming the services. The names are fixed: .ci/run,
+// CONTRIBUTING.md and developers' shells set them.
 const (
 	// AMQPVar names the RabbitMQ broker, as an amqp:// URL.
 	AMQPVar = "CLOUDBUS_AMQP_URL"
