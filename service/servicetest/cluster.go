@@ -503,6 +503,15 @@ func (c *Cluster) close() error {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range nodes {
+		c.mu.Lock()
+		killed := m.killed
+		c.mu.Unlock()
+		if killed {
+			// Its process is gone, and its connection with it: closed
+			// first, its leave fails at once instead of waiting out
+			// service.Config.LeaveTimeout for a broker that never returns.
+			_ = m.tr.Close()
+		}
 		wg.Go(func() { _ = m.node.Close() })
 	}
 	wg.Wait()
