@@ -8,6 +8,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkPortalCall(b *testing.B) {
 		return m, nil
 	})
 	c := servicetest.Start(b, servicetest.Options{Nodes: 1, Registry: reg,
-		Services: func(int) []service.Service { return []service.Service{service.API("inventory", mux)} }})
+		Services: func(int, nodekit.Env) []service.Service { return []service.Service{service.API("inventory", mux)} }})
 	client := c.Client(b)
 	node := c.Node(0)
 	for _, size := range []struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,7 +97,7 @@ func TestEvictedConsumerDoesNotSpinOnDrainMarkers(t *testing.T) {
 			Registry: reg,
 			Limits:   bus.Limits{Prefetch: prefetch},
 			NoRejoin: true, // once it learns of its eviction it stops, leaving its queues to the survivors
-			Services: func(i int) []service.Service {
+			Services: func(i int, _ nodekit.Env) []service.Service {
 				if i == 2 {
 					return []service.Service{newRecorder(j), local}
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,7 +35,7 @@ func startCluster(t *testing.T, n int, j *journal, opts servicetest.Options) (*s
 	var recs []*recorder
 	opts.Nodes = n
 	opts.Registry = registry()
-	opts.Services = func(i int) []service.Service {
+	opts.Services = func(i int, _ nodekit.Env) []service.Service {
 		r := newRecorder(j)
 		mu.Lock()
 		recs = append(recs, r)

@@ -17,6 +17,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -90,7 +91,7 @@ func TestPortalForwardsBytes(t *testing.T) {
 			return VerbatimReply{raw: replyBody(r.Node())}, nil
 		})
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg,
-			Services: func(int) []service.Service { return []service.Service{service.API("verbatim", mux)} }})
+			Services: func(int, nodekit.Env) []service.Service { return []service.Service{service.API("verbatim", mux)} }})
 
 		// By hand, through the portal: whichever node's portal takes
 		// them, the owners see and send exactly these bytes.

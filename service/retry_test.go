@@ -12,6 +12,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,7 +96,7 @@ func (l *idem) set(f func(l *idem)) {
 func startIdem(t *testing.T, n int, l *idem) *servicetest.Cluster {
 	t.Helper()
 	return servicetest.Start(t, servicetest.Options{Nodes: n, Registry: registry(), NoRejoin: true,
-		Services: func(int) []service.Service {
+		Services: func(int, nodekit.Env) []service.Service {
 			mux := bus.NewMux()
 			bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
 				return l.handle(ctx, r, m.Resource)

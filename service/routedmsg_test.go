@@ -13,6 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,7 +116,7 @@ func TestCallRule(t *testing.T) {
 			return Touched{Node: r.Node()}, nil
 		})
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg,
-			Services: func(int) []service.Service { return []service.Service{service.Named("where", mux)} }})
+			Services: func(int, nodekit.Env) []service.Service { return []service.Service{service.Named("where", mux)} }})
 		for i := range 3 {
 			n := c.Node(i)
 			got, err := service.Call[Touched](t.Context(), n, Local{})
@@ -207,7 +208,7 @@ func TestNonOwnerNeverRuns(t *testing.T) {
 			return Touched{Node: r.Node()}, nil
 		})
 		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg,
-			Services: func(int) []service.Service { return []service.Service{service.Named("where", mux)} }})
+			Services: func(int, nodekit.Env) []service.Service { return []service.Service{service.Named("where", mux)} }})
 		sender := c.Node(0).Bus()
 		for _, res := range uuids(30) {
 			owner := c.Owner(res)

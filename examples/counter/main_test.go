@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func TestCountsSurviveNodeDeath(t *testing.T) {
 		c := servicetest.Start(t, servicetest.Options{
 			Nodes:    3,
 			Registry: reg,
-			Services: func(int) []service.Service { return []service.Service{counts.Service()} },
+			Services: func(int, nodekit.Env) []service.Service { return []service.Service{counts.Service()} },
 		})
 		cl := c.Client(t)
 		incr := func(key string) Count {

@@ -2,6 +2,8 @@ package servicetest
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 )
 
 // Cluster is a running test cluster, safe for concurrent use. Its Wait
@@ -21,59 +24,68 @@ import (
 type Cluster struct {
 	opts    Options
 	net     *membus.Network
-	store   *memstore.Store
+	store   *memstore.Store // in memory; nil on SQL
+	sql     *sqlCluster     // on SQL; nil in memory
 	started int
 
-	mu    sync.Mutex
-	nodes []*member // every node started, in start order
+	mu     sync.Mutex
+	nodes  []*member // every node started, in start order
+	closed bool      // by Close
 }
 
 type member struct {
 	node   *service.Node
 	tr     *membus.Transport
-	killed bool // by Kill, for good
-	cut    bool // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
-	parted bool // off the bus, from Partition(true) to Partition(false)
+	db     *nodeDB       // on SQL: the node's pools, heartbeat store and fence
+	setCut func(on bool) // cuts the node's view of the heartbeat store off, or back
+	killed bool          // by Kill, for good
+	cut    bool          // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
+	parted bool          // off the bus, from Partition(true) to Partition(false)
 }
 
 // Start starts a cluster with [New], failing t if it cannot, and closes
-// it when the test ends.
+// it when the test ends, failing t if the close leaves tables behind.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		if err := c.close(); err != nil {
+			t.Errorf("servicetest: close the cluster: %v", err)
+		}
+	})
 	return c
 }
 
 // New starts opts.Nodes nodes and waits until every ring agrees (bounded
 // by ctx and ten eviction thresholds). It reports every problem with opts
-// at once, starting nothing. The caller closes the cluster; on error New
-// has closed what it started.
+// at once, starting nothing; with Options.Database it connects to the
+// database first, failing if it cannot within ctx. The caller closes the
+// cluster; on error New has closed what it started and dropped the
+// tables it created.
 func New(ctx context.Context, opts Options) (*Cluster, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{
-		opts:  opts,
-		net:   membus.New(),
-		store: memstore.New(memstore.Config{Now: opts.StoreClock}),
+	c := &Cluster{opts: opts, net: membus.New()}
+	if opts.Database == "" {
+		c.store = memstore.New(memstore.Config{Now: opts.StoreClock})
+	} else if c.sql, err = openSQL(ctx, opts.Database, opts.Logger); err != nil {
+		return nil, err
 	}
 	for range opts.Nodes {
 		if _, err := c.Add(ctx); err != nil {
-			c.Close()
-			return nil, err
+			return nil, errors.Join(err, c.close())
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*opts.Heartbeat.EvictAfter)
 	defer cancel()
 	if err := c.AwaitConverged(ctx); err != nil {
 		err = fmt.Errorf("%w; the nodes:%s", err, c.rings())
-		c.Close()
-		return nil, err
+		return nil, errors.Join(err, c.close())
 	}
 	return c, nil
 }
@@ -89,17 +101,36 @@ func (c *Cluster) AddNode(t testing.TB) *service.Node {
 }
 
 // Add starts one more node and returns it once it serves; other rings
-// may still be adding it.
+// may still be adding it. On SQL it first opens the node's pools, its
+// heartbeat store and its fence, and migrates Options.Schema.
 func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errors.New("servicetest: add a node: the cluster is closed")
+	}
 	i := c.started
 	c.started++
 	c.mu.Unlock()
 	id := message.NewUUID()
-	tr := c.net.Transport(id)
+	m := &member{}
+	env := nodekit.Env{Node: id, Heartbeat: c.opts.Heartbeat.WithDefaults(), Logger: c.opts.Logger}
+	if c.sql == nil {
+		env.Store = c.store.For(id)
+		m.setCut = func(on bool) { c.store.SetUnreachable(id, on) }
+	} else {
+		db, err := c.sql.openNode(ctx, id, c.opts)
+		if err != nil {
+			return nil, fmt.Errorf("servicetest: node %d: %w", i, err)
+		}
+		m.db, m.setCut = db, db.view.setCut
+		env.DB, env.Dialect, env.Tables = db.pools.records.DB, c.sql.info.Dialect, c.sql.info.Tables
+		env.Fence, env.Store = db.fence, db.view
+	}
+	m.tr = c.net.Transport(id)
 	var svcs []service.Service
 	if c.opts.Services != nil {
-		svcs = c.opts.Services(i)
+		svcs = c.opts.Services(i, env)
 	}
 	var r ring.Ring
 	if c.opts.NewRing != nil {
@@ -108,8 +139,8 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	n, err := service.NewNode(service.Config{
 		Node:      id,
 		Prefix:    c.opts.Prefix,
-		Transport: tr,
-		Store:     c.store.For(id),
+		Transport: m.tr,
+		Store:     env.Store,
 		Registry:  c.opts.Registry,
 		Ring:      r,
 		Services:  svcs,
@@ -119,24 +150,62 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		NoRejoin:  c.opts.NoRejoin,
 	})
 	if err != nil {
-		_ = tr.Close()
-		return nil, fmt.Errorf("servicetest: node %d: %w", i, err)
+		return nil, errors.Join(fmt.Errorf("servicetest: node %d: %w", i, err), m.closeLinks())
 	}
 	if err := n.Start(ctx); err != nil {
-		_ = tr.Close()
-		return nil, fmt.Errorf("servicetest: start node %d: %w", i, err)
+		return nil, errors.Join(fmt.Errorf("servicetest: start node %d: %w", i, err), m.closeLinks())
 	}
+	m.node = n
 	c.mu.Lock()
-	c.nodes = append(c.nodes, &member{node: n, tr: tr})
+	if c.closed { // Close ran while the node started
+		c.mu.Unlock()
+		return nil, errors.Join(errors.New("servicetest: add a node: the cluster was closed while it started"), n.Close(), m.closeLinks())
+	}
+	c.nodes = append(c.nodes, m)
 	c.mu.Unlock()
 	return n, nil
+}
+
+// closeLinks closes m's transport and, on SQL, its store and pools,
+// once its node is closed or was never started.
+// A transport's error is of no interest to the test: its node is gone.
+func (m *member) closeLinks() error {
+	_ = m.tr.Close()
+	if m.db != nil {
+		return m.db.close()
+	}
+	return nil
 }
 
 // Network returns the in-memory broker, for finer fault injection.
 func (c *Cluster) Network() *membus.Network { return c.net }
 
-// Store returns the in-memory heartbeat store.
+// Store returns the in-memory heartbeat store, for finer fault injection
+// (memstore.Store.SetLatency), or nil for a cluster on SQL: its nodes
+// reach the database each through a store of their own (nodekit.Env.Store),
+// and [Cluster.Database] says where it is.
 func (c *Cluster) Store() *memstore.Store { return c.store }
+
+// Database describes the cluster's SQL database, or is the zero
+// Database for a cluster in memory.
+func (c *Cluster) Database() Database {
+	if c.sql == nil {
+		return Database{}
+	}
+	return c.sql.info
+}
+
+// DB returns the cluster's own pool on its SQL database, for the test to
+// read what the services wrote (the tables are named after
+// Database().Tables), or nil for a cluster in memory. It is closed by
+// Close; a test must not close it. Its few connections are the
+// cluster's, not a node's: no fault applies to them.
+func (c *Cluster) DB() *sql.DB {
+	if c.sql == nil {
+		return nil
+	}
+	return c.sql.admin.DB
+}
 
 // Registry returns the cluster's registry.
 func (c *Cluster) Registry() *message.Registry { return c.opts.Registry }
@@ -206,13 +275,16 @@ func (c *Cluster) mustMember(id string) *member {
 
 // Kill crashes the node: its consumers vanish, its queues stay, it stops
 // beating and says no goodbye. It is not live from then on, and peers
-// evict it after the threshold. It panics if the cluster has no node id.
+// evict it after the threshold. Its handlers that are running go on, and
+// on SQL the pool of its services stays open: a write of theirs reaches
+// the database, where the fence refuses it once peers evicted the node.
+// It panics if the cluster has no node id.
 func (c *Cluster) Kill(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
 	m.killed = true
 	c.mu.Unlock()
-	c.store.SetUnreachable(id, true)
+	m.setCut(true)
 	c.net.Kill(id)
 }
 
@@ -226,7 +298,7 @@ func (c *Cluster) StopHeartbeat(id string) {
 	c.mu.Lock()
 	m.cut = true
 	c.mu.Unlock()
-	c.store.SetUnreachable(id, true)
+	m.setCut(true)
 }
 
 // ResumeHeartbeat undoes StopHeartbeat. A node not yet evicted is live
@@ -240,7 +312,7 @@ func (c *Cluster) ResumeHeartbeat(id string) {
 	killed := m.killed
 	c.mu.Unlock()
 	if !killed {
-		c.store.SetUnreachable(id, false)
+		m.setCut(false)
 	}
 }
 
@@ -408,17 +480,47 @@ func (c *Cluster) NewClient(ctx context.Context) (*service.Client, error) {
 }
 
 // Close stops every node, in order for the live ones, and closes the
-// transports. It is idempotent.
+// transports. On SQL it then closes each node's store and pools, drops
+// every table of the cluster (see [Database].Prefix) and, for "sqlite",
+// removes the temporary directory; what fails there is logged to
+// Options.Logger at Error ([Start] fails the test instead). It is
+// idempotent.
 func (c *Cluster) Close() {
+	if err := c.close(); err != nil {
+		c.opts.Logger.Error("servicetest: close the cluster", "err", err)
+	}
+}
+
+// close is Close, returning what failed in releasing the database.
+func (c *Cluster) close() error {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
 	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range nodes {
+		c.mu.Lock()
+		killed := m.killed
+		c.mu.Unlock()
+		if killed {
+			// Its process is gone, and its connection with it: closed
+			// first, its leave fails at once instead of waiting out
+			// service.Config.LeaveTimeout for a broker that never returns.
+			_ = m.tr.Close()
+		}
 		wg.Go(func() { _ = m.node.Close() })
 	}
 	wg.Wait()
+	var errs []error
 	for _, m := range nodes {
-		_ = m.tr.Close()
+		errs = append(errs, m.closeLinks())
 	}
+	if c.sql != nil {
+		errs = append(errs, c.sql.close())
+	}
+	return errors.Join(errs...)
 }

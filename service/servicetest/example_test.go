@@ -8,6 +8,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -46,7 +47,7 @@ func whereOptions() servicetest.Options {
 	return servicetest.Options{
 		Nodes:    3,
 		Registry: reg,
-		Services: func(int) []service.Service { return []service.Service{&whereService{}} },
+		Services: func(int, nodekit.Env) []service.Service { return []service.Service{&whereService{}} },
 	}
 }
 

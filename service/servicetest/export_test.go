@@ -1,4 +1,9 @@
 package servicetest
 
-// MergeHeartbeat exposes mergeHeartbeat to the external tests.
-var MergeHeartbeat = mergeHeartbeat
+import "github.com/cloudbus-go/cloudbus/heartbeat"
+
+// MergeHeartbeat exposes mergeHeartbeat, on the in-memory base, to the
+// external tests.
+func MergeHeartbeat(c heartbeat.Config) heartbeat.Config {
+	return mergeHeartbeat(c, heartbeat.TestConfig())
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -27,7 +28,7 @@ func Example() {
 	c, err := servicetest.New(ctx, servicetest.Options{
 		Nodes:    2,
 		Registry: reg,
-		Services: func(int) []service.Service {
+		Services: func(int, nodekit.Env) []service.Service {
 			set, _ := services.New(services.Config{Store: db, Hypervisor: hv})
 			return set.Services()
 		},

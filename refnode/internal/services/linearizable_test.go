@@ -29,6 +29,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -275,7 +276,7 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 		require.NoError(t, err)
 		cc := &chaosCluster{db: memdb.New()}
 		st := &staller{}
-		cc.c = servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, NewRing: newRing, Services: func(i int) []service.Service {
+		cc.c = servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, NewRing: newRing, Services: func(i int, _ nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: cc.db.For(cc.view(i)), Hypervisor: hv, PingInterval: pingInterval,
 				StallImageWrite: st.stall})
 			if err != nil {

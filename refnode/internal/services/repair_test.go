@@ -26,6 +26,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -116,7 +117,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		const sweep = time.Second
 		var mu sync.Mutex
 		sets := map[int]*services.Set{}
-		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
+		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
 				StallVMFinalWrite: st.stall, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
@@ -282,7 +283,7 @@ func TestRepairOrderedAfterLaterWrite(t *testing.T) {
 		db := memdb.New()
 		logs := &logBuffer{}
 		const sweep = time.Second
-		c := servicetest.Start(t, servicetest.Options{Nodes: 2, Registry: reg, Services: func(i int) []service.Service {
+		c := servicetest.Start(t, servicetest.Options{Nodes: 2, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
 				Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,7 +66,7 @@ func startWith(t *testing.T, nodes int, hv simhv.Config, wrap func(cloud.Store) 
 	f.c = servicetest.Start(t, servicetest.Options{
 		Nodes:    nodes,
 		Registry: reg,
-		Services: func(i int) []service.Service {
+		Services: func(i int, _ nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: store, Hypervisor: f.hv, PingInterval: pingInterval})
 			if err != nil {
 				panic(err)
@@ -544,7 +545,7 @@ func TestVMJournalRepairs(t *testing.T) {
 		sets := map[int]*services.Set{}
 		var mu sync.Mutex
 		const sweep = 2 * time.Second
-		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int) []service.Service {
+		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
 				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
