@@ -146,10 +146,8 @@ type StaleError struct {
 	// Claimant says, for people, what the claimant node itself knew of
 	// its claim when the error left its handler: it left in order, its
 	// peers evicted it, it rejoined with another epoch, its lease
-	// expired. service.Node sets it, on the error its handler returned,
-	// before the error goes on the wire; empty if nobody said. (A text
-	// made earlier by fmt.Errorf around the error does not show it; the
-	// error's details on the wire, from Unwrap, do.)
+	// expired. service.Node sets it, on a copy of the error its handler
+	// returned, before the error goes on the wire; empty if nobody said.
 	Claimant string
 	// Cause is the database's error, if any.
 	Cause error

@@ -49,6 +49,10 @@ const (
 	snippetPlaceholder = "// SNIPPET:"
 	// snippetSource is the example the snippet comes from.
 	snippetSource = "../examples/volume"
+	// testSnippetBegin and testSnippetEnd mark the README's second
+	// snippet, the example's test: a fragment of one of its test files.
+	testSnippetBegin = "<!-- snippet:test:begin -->"
+	testSnippetEnd   = "<!-- snippet:test:end -->"
 )
 
 // readDoc returns the lines of the document at path, relative to this
@@ -121,6 +125,12 @@ func headingLevel(line string) int {
 // readmeSnippet returns the Go code of the README's marked snippet: one
 // ```go block, alone between the markers.
 func readmeSnippet(lines []string) (string, error) {
+	return markedSnippet(lines, snippetBegin, snippetEnd)
+}
+
+// markedSnippet returns the Go code of one ```go block, alone between
+// the lines begin and end.
+func markedSnippet(lines []string, snippetBegin, snippetEnd string) (string, error) {
 	begin, end := slices.Index(lines, snippetBegin), slices.Index(lines, snippetEnd)
 	if begin < 0 || end < 0 || end < begin {
 		return "", fmt.Errorf("README.md: the snippet of %q is not between the lines %s and %s", writeYourOwnHeading, snippetBegin, snippetEnd)
@@ -148,6 +158,22 @@ func TestReadmeSnippet(t *testing.T) {
 		buildSnippet(t, snippet)
 		return
 	}
+	findFragment(t, snippet)
+}
+
+// TestReadmeTestSnippet: the README's second snippet, the example's
+// test, appears line for line in a test file of examples/volume, which
+// CI runs.
+func TestReadmeTestSnippet(t *testing.T) {
+	snippet, err := markedSnippet(readDoc(t, readmePath), testSnippetBegin, testSnippetEnd)
+	require.NoError(t, err)
+	findFragment(t, snippet)
+}
+
+// findFragment fails t unless snippet is a fragment of a Go file of
+// snippetSource.
+func findFragment(t *testing.T, snippet string) {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join(snippetSource, "*.go"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "README.md's snippet is a fragment, but %s has no Go file to find it in", snippetSource)

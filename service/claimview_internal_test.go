@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -44,7 +45,8 @@ func TestClaimView(t *testing.T) {
 }
 
 // TestExplainStale: only a StaleError of this node's claim gets the
-// node's view, once, wherever it is wrapped; its matching is kept.
+// node's view, once, wherever it is wrapped, on a copy: the handler's
+// error is left as it was; its matching is kept.
 func TestExplainStale(t *testing.T) {
 	const id, other = "7d2c9a4e1b3f4c5d8e6f7a8b9c0d1e2f", "3694776ab31a45709259254a018913ca"
 	n := &Node{id: id, done: make(chan struct{}), epoch: 3}
@@ -52,26 +54,30 @@ func TestExplainStale(t *testing.T) {
 	claim := fence.Claim{Resource: "932763162d054c04adaab6ab498c9139", Node: id, Epoch: 3}
 
 	se := &fence.StaleError{Claim: claim, Reason: "record gone"}
-	n.explainStale(se)
-	assert.Equal(t, "it was evicted by its peers", se.Claimant)
-	assert.Contains(t, se.Error(), "record gone; the claimant node says: it was evicted by its peers")
+	got := n.explainStale(se)
+	var out *fence.StaleError
+	require.ErrorAs(t, got, &out)
+	assert.Equal(t, "it was evicted by its peers", out.Claimant)
+	assert.Empty(t, se.Claimant, "the handler's error is not changed")
+	assert.Contains(t, got.Error(), "record gone; the claimant node says: it was evicted by its peers")
 
-	// Wrapped, as a handler may return it: fmt.Errorf fixed its text
-	// already, but the details that go on the wire carry the view.
-	se = &fence.StaleError{Claim: claim, Reason: "record gone"}
+	// Wrapped, as a handler may return it: the text keeps the handler's
+	// words, and the details that go on the wire carry the view.
 	wrapped := fmt.Errorf("vm: start: %w", se)
-	n.explainStale(wrapped)
-	assert.Equal(t, "it was evicted by its peers", se.Claimant)
-	assert.ErrorIs(t, wrapped, fence.ErrStale)
-	assert.ErrorIs(t, wrapped, message.ErrNotOwner)
-	assert.Contains(t, message.AsError(wrapped).Details, "record gone; the claimant node says: it was evicted by its peers")
+	got = n.explainStale(wrapped)
+	assert.Contains(t, got.Error(), "vm: start: fence: stale claim")
+	assert.Contains(t, got.Error(), "; the claimant node says: it was evicted by its peers")
+	assert.ErrorIs(t, got, fence.ErrStale)
+	assert.ErrorIs(t, got, message.ErrNotOwner)
+	assert.Contains(t, message.AsError(got).Details, "record gone; the claimant node says: it was evicted by its peers")
+	assert.Empty(t, se.Claimant)
 
 	n.state.Store(int32(StateLeaving))
-	n.explainStale(wrapped)
-	assert.Equal(t, "it was evicted by its peers", se.Claimant, "set once")
+	again := n.explainStale(got)
+	assert.Same(t, got, again, "explained once")
 
 	theirs := &fence.StaleError{Claim: fence.Claim{Resource: claim.Resource, Node: other, Epoch: 1}, Reason: "x"}
-	n.explainStale(theirs)
-	assert.Empty(t, theirs.Claimant, "another node's claim: this node knows nothing of it")
-	n.explainStale(errors.New("plain")) // no StaleError: nothing to do
+	assert.Same(t, theirs, n.explainStale(theirs), "another node's claim: this node knows nothing of it")
+	plain := errors.New("plain")
+	assert.Equal(t, plain, n.explainStale(plain), "no StaleError: nothing to do")
 }

@@ -233,7 +233,7 @@ func (n *Node) guard(s Service) bus.Handler {
 			ctx = fence.WithClaim(ctx, fence.Claim{Resource: res, Node: n.id, Epoch: n.Epoch()})
 			reply, err := s.Handle(ctx, r)
 			if err != nil {
-				n.explainStale(err)
+				err = n.explainStale(err)
 			}
 			return reply, err
 		}
@@ -241,17 +241,35 @@ func (n *Node) guard(s Service) bus.Handler {
 	})
 }
 
-// explainStale sets the Claimant of the *fence.StaleError in err, if it
-// is of this node's claim and has none: what this node knows of why its
-// claim stopped holding, which the fence, reading only the heartbeat
-// store, cannot tell (a record gone: left in order or evicted?).
-func (n *Node) explainStale(err error) {
+// explainStale returns err with what this node knows of why its claim
+// stopped holding, which the fence, reading only the heartbeat store,
+// cannot tell (a record gone: left in order or evicted?), if err holds a
+// *fence.StaleError of this node's claim without a Claimant: a copy of
+// it with Claimant set, in place of err or wrapping it. err itself is
+// not changed: the handler may share it.
+func (n *Node) explainStale(err error) error {
 	var se *fence.StaleError
 	if !errors.As(err, &se) || se.Claim.Node != n.id || se.Claimant != "" {
-		return
+		return err
 	}
-	se.Claimant = n.claimView(se.Claim.Epoch)
+	c := *se
+	c.Claimant = n.claimView(se.Claim.Epoch)
+	if err == error(se) {
+		return &c
+	}
+	return &claimantNote{text: err.Error() + "; the claimant node says: " + c.Claimant, stale: &c}
 }
+
+// claimantNote is a handler's error that wraps a *fence.StaleError,
+// with the claimant's view added: its text is the handler's, its chain
+// the explained copy of the StaleError.
+type claimantNote struct {
+	text  string
+	stale *fence.StaleError
+}
+
+func (e *claimantNote) Error() string { return e.text }
+func (e *claimantNote) Unwrap() error { return e.stale }
 
 // claimView says what this node knows of its claim of epoch: whether it
 // is leaving or left in order, was evicted, has rejoined with another

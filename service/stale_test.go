@@ -16,6 +16,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
@@ -61,7 +62,7 @@ func TestStaleClaimSaysWhatTheNodeKnows(t *testing.T) {
 	// reply reaches the caller.
 	c := servicetest.Start(t, servicetest.Options{
 		Nodes: 1, Registry: reg,
-		Services:  func(int) []service.Service { return []service.Service{svc} },
+		Services:  func(int, nodekit.Env) []service.Service { return []service.Service{svc} },
 		Heartbeat: heartbeat.Config{Interval: 50 * time.Millisecond, Lease: 200 * time.Millisecond, EvictAfter: 10 * time.Second},
 	})
 	svc.f.Store(memfence.New(c.Store(), memfence.Config{MaxAge: 150 * time.Millisecond}))

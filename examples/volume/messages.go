@@ -9,14 +9,14 @@ import (
 // CreateVolume creates a volume. It is about no existing resource, so
 // it runs on the node that takes it from api.portal.
 type CreateVolume struct {
-	Name   string `json:"name"`
-	SizeGB int    `json:"size_gb"`
+	Name   string `json:"name"`    // for people; need not be unique
+	SizeGB int    `json:"size_gb"` // positive
 }
 
 // AttachVolume attaches Volume to VM. It runs on the volume's owner.
 type AttachVolume struct {
-	Volume string `json:"volume"`
-	VM     string `json:"vm"`
+	Volume string `json:"volume"` // the volume's UUID
+	VM     string `json:"vm"`     // the VM's UUID
 }
 
 // ResourceUUID routes the message to the volume's owner.
@@ -24,7 +24,7 @@ func (m AttachVolume) ResourceUUID() string { return m.Volume }
 
 // DetachVolume detaches Volume from its VM. It runs on the volume's owner.
 type DetachVolume struct {
-	Volume string `json:"volume"`
+	Volume string `json:"volume"` // the volume's UUID
 }
 
 // ResourceUUID routes the message to the volume's owner.
@@ -32,7 +32,7 @@ func (m DetachVolume) ResourceUUID() string { return m.Volume }
 
 // GetVolume reads Volume. It runs on the volume's owner.
 type GetVolume struct {
-	Volume string `json:"volume"`
+	Volume string `json:"volume"` // the volume's UUID
 }
 
 // ResourceUUID routes the message to the volume's owner.
@@ -41,9 +41,9 @@ func (m GetVolume) ResourceUUID() string { return m.Volume }
 // Volume is every reply: the volume as the operation left it, and the
 // node that handled it.
 type Volume struct {
-	UUID       string `json:"uuid"`
-	Name       string `json:"name"`
-	SizeGB     int    `json:"size_gb"`
+	UUID       string `json:"uuid"`                  // the volume's UUID
+	Name       string `json:"name"`                  // as created
+	SizeGB     int    `json:"size_gb"`               // as created
 	AttachedTo string `json:"attached_to,omitempty"` // a VM's UUID, or "" if detached
 	Version    int64  `json:"version"`               // 1 at creation, +1 per attach or detach
 	Node       string `json:"node"`                  // the node that handled the message

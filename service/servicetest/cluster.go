@@ -124,7 +124,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 			return nil, fmt.Errorf("servicetest: node %d: %w", i, err)
 		}
 		m.db, m.setCut = db, db.view.setCut
-		env.DB, env.Dialect, env.Tables = db.pools.records.DB, c.sql.info.Dialect, c.sql.info.Tables
+		env.DB, env.Dialect, env.Tables = db.db.DB(), c.sql.info.Dialect, c.sql.info.Tables
 		env.Fence, env.Store = db.fence, db.view
 	}
 	m.tr = c.net.Transport(id)

@@ -16,6 +16,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
 	"github.com/cloudbus-go/cloudbus/heartbeat/sqlstore"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
+	"github.com/cloudbus-go/cloudbus/service/nodekit"
 )
 
 // Database describes the SQL database of a cluster (see
@@ -41,18 +42,9 @@ type Database struct {
 	Dir string
 }
 
-// The caps on each node's pools, as a production node has them (see
-// openPools).
-const (
-	// heartbeatConns caps a node's heartbeat pool: the monitor, the queue
-	// sweep and the event checks each make one statement at a time.
-	heartbeatConns = sqlconn.DefaultMaxOpenConns
-	// recordConns caps the pool of a node's services (Env.DB): a fenced
-	// transaction holds a connection for several round trips.
-	recordConns = 2 * sqlconn.DefaultMaxOpenConns
-	// adminConns caps the cluster's own pool ([Cluster.DB]).
-	adminConns = 2
-)
+// adminConns caps the cluster's own pool ([Cluster.DB]); each node's
+// pools are a production node's (nodekit.OpenDatabase).
+const adminConns = 2
 
 // dropTimeout bounds the drop of a cluster's tables at Close.
 const dropTimeout = 30 * time.Second
@@ -118,37 +110,10 @@ func randomPrefix() (string, error) {
 	return "st" + hex.EncodeToString(b), nil
 }
 
-// nodePools are one node's connection pools.
-type nodePools struct {
-	// heartbeat is the heartbeat store's own pool, so that no beat waits
-	// for a connection behind the services' work.
-	heartbeat *sqlconn.Pool
-	// records is Env.DB's pool, for the services' transactions and the
-	// fence.
-	records *sqlconn.Pool
-}
-
-// openPools opens a node's pools on url, as a production node does: one
-// for its heartbeat store, one for its services. It is the one place
-// that opens them, to be switched to the node kit's opener, which also
-// bounds a transaction's idle time by the eviction threshold (package
-// fence/sqlfence, rule 3). On failure it closes what it opened.
-func openPools(url string, log *slog.Logger) (nodePools, error) {
-	var p nodePools
-	var err error
-	if p.heartbeat, err = sqlconn.Open(sqlconn.Config{URL: url, MaxOpenConns: heartbeatConns, Logger: log}); err != nil {
-		return nodePools{}, err
-	}
-	if p.records, err = sqlconn.Open(sqlconn.Config{URL: url, MaxOpenConns: recordConns, Logger: log}); err != nil {
-		return nodePools{}, errors.Join(err, p.heartbeat.Close())
-	}
-	return p, nil
-}
-
 // nodeDB is what a node of a cluster on SQL opened: its pools, its
 // heartbeat store and the view of it the node uses, and its fence.
 type nodeDB struct {
-	pools nodePools
+	db    *nodekit.Database
 	store *sqlstore.Store
 	view  *storeView
 	fence *sqlfence.Fence
@@ -158,22 +123,23 @@ type nodeDB struct {
 // migrates the services' tables of opts.Schema, creating the cluster's
 // tables that are missing. On failure it closes what it opened.
 func (d *sqlCluster) openNode(ctx context.Context, id string, opts Options) (_ *nodeDB, err error) {
-	pools, err := openPools(d.url, opts.Logger)
+	// Opened as a production node opens them (nodekit.OpenDatabase): a
+	// pool for the heartbeat store, one for the services, both bounding
+	// a transaction's idle time by the eviction threshold. MySQL, which
+	// cannot, is accepted here: a test is not production.
+	ndb, err := nodekit.OpenDatabase(ctx, nodekit.DatabaseConfig{URL: d.url, HeartbeatTable: d.info.HeartbeatTable,
+		EvictAfter: opts.Heartbeat.WithDefaults().EvictAfter, AllowNoIdleTimeout: true, Logger: opts.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("open its database pools: %w", err)
+		return nil, fmt.Errorf("open its database: %w", err)
 	}
-	n := &nodeDB{pools: pools}
+	n := &nodeDB{db: ndb, store: ndb.Heartbeat}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.close())
 		}
 	}()
-	n.store, err = sqlstore.OpenDB(ctx, pools.heartbeat.DB, sqlstore.Config{URL: d.url, Table: d.info.HeartbeatTable, Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("open its heartbeat store: %w", err)
-	}
 	n.view = &storeView{s: n.store, node: id}
-	n.fence, err = sqlfence.Open(ctx, pools.records.DB, sqlfence.Config{
+	n.fence, err = sqlfence.Open(ctx, ndb.DB(), sqlfence.Config{
 		Dialect:        d.info.Dialect,
 		HeartbeatTable: n.store.Table(),
 		Table:          d.info.Tables + "_fence",
@@ -184,7 +150,7 @@ func (d *sqlCluster) openNode(ctx context.Context, id string, opts Options) (_ *
 		return nil, fmt.Errorf("open its fence: %w", err)
 	}
 	if opts.Schema != nil {
-		if _, err := opts.Schema.Migrate(ctx, pools.records.DB, d.info.Dialect, d.info.Tables); err != nil {
+		if _, err := opts.Schema.Migrate(ctx, ndb.DB(), d.info.Dialect, d.info.Tables); err != nil {
 			return nil, fmt.Errorf("migrate Options.Schema: %w", err)
 		}
 	}
@@ -194,12 +160,7 @@ func (d *sqlCluster) openNode(ctx context.Context, id string, opts Options) (_ *
 // close closes the node's store and pools; the fence holds none. It is
 // called once.
 func (n *nodeDB) close() error {
-	var errs []error
-	if n.store != nil {
-		errs = append(errs, n.store.Close())
-	}
-	errs = append(errs, n.pools.records.Close(), n.pools.heartbeat.Close())
-	return errors.Join(errs...)
+	return n.db.Close()
 }
 
 // close drops every table of the cluster (on SQLite, removes the
