@@ -12,7 +12,10 @@ import (
 
 // endsOneWay reports whether err ends a one-way message (rule 1).
 func endsOneWay(err error) bool {
-	switch message.CodeOf(err).Retry() {
+	if err == nil {
+		return false
+	}
+	switch message.AsError(err).Retry() { // a received error's own class, for a code this node does not know
 	case message.RetryNever, message.RetryRan:
 		return true
 	}

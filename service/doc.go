@@ -91,6 +91,8 @@
 // and why a node stopped by itself; [Node.Close] leaves in order.
 //
 // Package service/servicetest starts an N-node cluster with your services
-// on an in-memory bus and store, with fault injection, inside
-// testing/synctest.
+// on an in-memory bus, with fault injection: on an in-memory store inside
+// testing/synctest, or on SQLite, PostgreSQL or MySQL with your SQL
+// repository. Package service/nodekit runs the same services as a
+// production program.
 package service

@@ -140,7 +140,7 @@ func settle(orphan, err error) error {
 	if orphan == nil || err == nil {
 		return err
 	}
-	switch message.CodeOf(err).Retry() {
+	switch message.AsError(err).Retry() {
 	case message.RetrySafe, message.RetryNever:
 		return message.ErrNodeLeft.WithDetails(fmt.Sprintf(
 			"an earlier attempt's owner left mid-call and that attempt may still run where its message was moved; the last attempt failed: %v", err))
