@@ -515,8 +515,8 @@ func serving(fc *faultCluster) error {
 		if err != nil {
 			return err
 		}
-		if st.State != "serving" || st.Fenced || st.Transport != "connected" {
-			return fmt.Errorf("node %s is %s (fenced %t), transport %s", c.label, st.State, st.Fenced, st.Transport)
+		if st.State != "serving" || st.LeaseExpired || st.Transport != "connected" {
+			return fmt.Errorf("node %s is %s (lease expired %t), transport %s", c.label, st.State, st.LeaseExpired, st.Transport)
 		}
 	}
 	return nil

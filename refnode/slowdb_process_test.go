@@ -254,7 +254,7 @@ func sampleNodes(nodes []*slowNode, period time.Duration) (stop func()) {
 				n.hbMax = max(n.hbMax, st.Database.Heartbeat.InUse)
 				n.recMax = max(n.recMax, st.Database.Records.InUse)
 				n.last = *st.Database
-				n.fenced = n.fenced || st.Fenced
+				n.fenced = n.fenced || st.LeaseExpired
 				mu.Unlock()
 			}
 			select {

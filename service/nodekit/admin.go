@@ -43,11 +43,16 @@ type Status struct {
 	Epoch int64 `json:"epoch"`
 	// State is service.State: starting, serving, leaving, …
 	State string `json:"state"`
-	// Fenced reports that the node serves but could not write its
+	// LeaseExpired reports that the node serves but could not write its
 	// heartbeat for longer than the lease: it refuses messages about
 	// resources (not_owner) until a beat goes through, or its peers
-	// evict it (service.Node.LeaseExpired). The JSON name is kept for
-	// the scripts that read it.
+	// evict it (service.Node.LeaseExpired).
+	LeaseExpired bool `json:"lease_expired"`
+	// Fenced is LeaseExpired under its old name, kept for the scripts
+	// that read it.
+	//
+	// Deprecated: read lease_expired; fenced will be removed in the next
+	// release.
 	Fenced bool `json:"fenced"`
 	// Transport is the broker connection: connected, reconnecting, closed.
 	Transport string `json:"transport"`
@@ -176,6 +181,7 @@ func (a *Admin) Status() Status {
 		Node:            n.UUID(),
 		Epoch:           n.Epoch(),
 		State:           n.State().String(),
+		LeaseExpired:    n.LeaseExpired(),
 		Fenced:          n.LeaseExpired(),
 		Transport:       a.tr.State().String(),
 		ConnectionsLost: lost,
