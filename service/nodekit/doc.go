@@ -7,12 +7,21 @@
 // environment variables named after the program). [Main] does the rest:
 //
 //	func main() {
+//		reg := message.NewRegistry()
+//		if err := volume.Register(reg); err != nil {
+//			panic(err)
+//		}
 //		nodekit.Main(nodekit.Config{
 //			Name:     "volume", // flags -bus, -db, …; variables VOLUME_BUS, VOLUME_DB, …
+//			Registry: reg,
 //			Schema:   &volume.Schema,
-//			Services: volume.Services, // func(ctx, env nodekit.Env) ([]service.Service, error)
+//			Services: func(_ context.Context, env nodekit.Env) ([]service.Service, error) {
+//				return []service.Service{volume.New(env)}, nil
+//			},
 //		})
 //	}
+//
+// examples/volume is that program, complete.
 //
 // What a node does, in order ([Open], [Node.Run], [Node.Close]):
 //

@@ -21,7 +21,7 @@ import (
 // stderr), 2 for a usage error. A second signal quits at once.
 //
 //	func main() {
-//		nodekit.Main(nodekit.Config{Name: "volume", Schema: &volume.Schema, Services: volume.Services})
+//		nodekit.Main(nodekit.Config{Name: "volume", Registry: reg, Schema: &volume.Schema, Services: services})
 //	}
 func Main(cfg Config) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
