@@ -52,7 +52,8 @@ For audits and fault tests:
                      before the write of its outcome
   -test-pprof        serve the goroutine profile on the admin server,      REFNODE_TEST_PPROF
                      GET /debug/pprof/goroutine[?debug=2] (off): for
-                     tests that count a node's goroutines
+                     tests that count a node's goroutines; text even
+                     with -pprof
   -test-hooks        serve POST /test/stall-vm-final-write?for=d on the    REFNODE_TEST_HOOKS
                      admin server (off): arms a one-shot stall, for d,
                      of the next VM operation after its hypervisor call
@@ -60,7 +61,8 @@ For audits and fault tests:
                      disarms); logs "test stall" at WARN: for fault
                      tests only
 
-Admin HTTP: GET /healthz (200 while serving), GET /status (JSON).
+Admin HTTP: GET /healthz (200 while serving), GET /livez and GET /readyz
+(200 or 503, JSON checks: see docs/operations.md), GET /status (JSON).
 `
 
 // serveOptions are the parsed flags of refnode serve: the node kit's
@@ -213,7 +215,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	admin.Section("hosts", func() any { return hostStatus(set.Host.Stats()) })
 	admin.Section("vms", func() any { return vmStatus(set.VM.Stats()) })
 	if o.testPprof {
-		admin.Handle("/debug/pprof/", withGoroutineProfile(http.NotFoundHandler()))
+		admin.HandleFunc("GET /debug/pprof/goroutine", goroutineProfile) // more specific than -pprof's /debug/pprof/
 	}
 	if arm != nil {
 		admin.Handle("/test/", withTestHooks(http.NotFoundHandler(), arm))
@@ -221,21 +223,17 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	return n.Run(ctx)
 }
 
-// withGoroutineProfile serves h, and GET /debug/pprof/goroutine: the
-// goroutine profile in runtime/pprof's text form ("goroutine profile:
-// total N" first; ?debug=2 for every goroutine's stack). -test-pprof.
-func withGoroutineProfile(h http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.HandleFunc("GET /debug/pprof/goroutine", func(w http.ResponseWriter, r *http.Request) {
-		debug, err := strconv.Atoi(r.URL.Query().Get("debug"))
-		if err != nil || debug < 1 {
-			debug = 1
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_ = pprof.Lookup("goroutine").WriteTo(w, debug)
-	})
-	return mux
+// goroutineProfile serves GET /debug/pprof/goroutine: the goroutine
+// profile in runtime/pprof's text form ("goroutine profile: total N"
+// first; ?debug=2 for every goroutine's stack). -test-pprof; with -pprof
+// too, this route stays text and the node kit serves the others.
+func goroutineProfile(w http.ResponseWriter, r *http.Request) {
+	debug, err := strconv.Atoi(r.URL.Query().Get("debug"))
+	if err != nil || debug < 1 {
+		debug = 1
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_ = pprof.Lookup("goroutine").WriteTo(w, debug)
 }
 
 // testStall returns a hook that stalls the first VM operation of the

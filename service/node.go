@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,42 @@ func (n *Node) Owner(resourceUUID string) (string, error) {
 func (n *Node) LeaseExpired() bool {
 	m := n.monitor.Load()
 	return m != nil && n.State() == StateServing && m.LeaseExpired()
+}
+
+// StoreView is what a node's heartbeat monitor last read from the
+// heartbeat store, for health checks ([Node.StoreView]).
+type StoreView struct {
+	// Live are the live nodes of its last successful read of the store,
+	// this node included, sorted: what the ring must hold.
+	Live []string
+	// Reads counts its successful reads of the store in this life (0:
+	// none yet).
+	Reads uint64
+	// LastBeat is when its last successful beat was sent, by the node's
+	// clock; zero before it joined.
+	LastBeat time.Time
+}
+
+// Heartbeat returns the node's heartbeat timing, defaults filled in.
+func (n *Node) Heartbeat() heartbeat.Config { return n.cfg.Heartbeat.WithDefaults() }
+
+// StoreView returns what the node's heartbeat monitor last read from the
+// store, without a round trip; the zero StoreView before the node
+// started joining.
+func (n *Node) StoreView() StoreView {
+	m := n.monitor.Load()
+	if m == nil {
+		return StoreView{}
+	}
+	records, reads := m.View()
+	live := []string{n.id}
+	for _, r := range records {
+		if r.Node != n.id {
+			live = append(live, r.Node)
+		}
+	}
+	slices.Sort(live)
+	return StoreView{Live: live, Reads: reads, LastBeat: m.LastBeat()}
 }
 
 // Fenced is the old name of [Node.LeaseExpired].

@@ -15,8 +15,12 @@ import (
 )
 
 // Admin is a node's admin HTTP handler: GET /healthz (200 "serving"
-// while the node serves, 503 with its state otherwise) and GET /status
-// (the node's state as JSON: see [Status]). A program adds its own
+// while the node serves, 503 with its state otherwise), GET /livez (200
+// while the node's loops are not stuck: see [Admin.Liveness]), GET
+// /readyz (200 while the node serves with its store, broker and ring in
+// order: see [Admin.Readiness]), GET /status (the node's state as JSON:
+// see [Status]), and with -pprof (Settings.Pprof) the profiles under
+// /debug/pprof/. A program adds its own
 // routes with [Admin.Handle] and its own top-level /status sections with
 // [Admin.Section], before [Node.Run]. It is safe for concurrent use once
 // serving.
@@ -30,8 +34,10 @@ type Admin struct {
 	db     *Database  // nil: no database section
 	beats  *beatStats // with db
 
-	mu       sync.Mutex
-	sections map[string]func() any
+	mu            sync.Mutex
+	sections      map[string]func() any
+	ringDiff      string    // the ring and the store's live nodes when they last differed; "": they agree
+	ringDiffSince time.Time // when GET /readyz first saw ringDiff
 }
 
 // Status is the JSON of GET /status; a program's sections
@@ -128,6 +134,8 @@ func newAdmin(tr driver.Transport, prefix string, start time.Time, db *Database,
 		}
 		fmt.Fprintln(w, st)
 	})
+	a.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { serveHealth(w, a.Liveness()) })
+	a.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { serveHealth(w, a.Readiness()) })
 	a.mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -49,6 +49,7 @@ type beatStats struct {
 	run, maxRun   int // failed beats in a row: now, and the most since the start
 	log           [beatLog]beat
 	next          int
+	lastEnd       time.Time // when the last beat, success or not, ended
 }
 
 // beat is one beat: when it started, how long it took, whether it failed.
@@ -69,8 +70,17 @@ func (b *beatStats) add(at time.Time, took time.Duration, failed bool) {
 	} else {
 		b.run = 0
 	}
+	b.lastEnd = at.Add(took)
 	b.log[b.next] = beat{at: at, took: took, failed: failed}
 	b.next = (b.next + 1) % beatLog
+}
+
+// last returns when the last beat, success or not, ended (zero: none
+// yet) and how many beats failed since the last that succeeded.
+func (b *beatStats) last() (ended time.Time, failing int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastEnd, b.run
 }
 
 // status summarizes the beats: every one since the start, and those

@@ -161,6 +161,9 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		return nil, fmt.Errorf("connect to the broker: %w; check -bus and that RabbitMQ runs", err)
 	}
 	n.admin = newAdmin(n.tr, s.Prefix, n.start, n.db, &beatStats{})
+	if s.Pprof {
+		n.admin.servePprof()
+	}
 	store := timedStore{Store: n.db.Heartbeat, beats: n.admin.beats}
 	svcs, err := cfg.Services(ctx, Env{Node: id, DB: n.db.DB(), Dialect: n.db.Dialect, Tables: tables, Fence: n.fence,
 		Store: store, Heartbeat: hb, Logger: cfg.Logger})

@@ -43,6 +43,10 @@ type Settings struct {
 	// AllowNoIdleTimeout lets the node run on MySQL, which cannot end an
 	// idle transaction: see DatabaseConfig.AllowNoIdleTimeout.
 	AllowNoIdleTimeout bool
+	// Pprof serves the runtime's profiles (goroutine, heap, CPU, trace,
+	// …) under /debug/pprof/ on the admin listener, as net/http/pprof
+	// does. Off by default: the admin address should not be public.
+	Pprof bool
 }
 
 // FlagsHelp is the usage text of the flags [Settings.Register] defines,
@@ -60,6 +64,8 @@ const FlagsHelp = `  -bus url           RabbitMQ broker, amqp:// or amqps:// (re
                      node of a cluster must use the same
   -db-allow-no-idle-timeout  run on MySQL, which cannot end a transaction  %[1]s_DB_ALLOW_NO_IDLE_TIMEOUT
                      left idle (false): see docs/operations.md
+  -pprof             serve the runtime's profiles on the admin listener,   %[1]s_PPROF
+                     GET /debug/pprof/ (off): go tool pprof reads them
 `
 
 // Register defines the node's flags on fs, writing into s, with the
@@ -75,6 +81,7 @@ func (s *Settings) Register(fs *flag.FlagSet, program string) {
 	fs.DurationVar(&s.Heartbeat.EvictAfter, "evict-after", def.EvictAfter, "evict a node silent for this long")
 	fs.StringVar(&s.Ring, "ring", "table", "ring of resource owners: table or consistent")
 	fs.BoolVar(&s.AllowNoIdleTimeout, "db-allow-no-idle-timeout", false, "run on MySQL, which cannot end a transaction left idle")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve the runtime's profiles under /debug/pprof/ on the admin listener")
 }
 
 // Parse parses args into fs, then sets each flag not given on the
