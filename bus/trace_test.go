@@ -130,3 +130,22 @@ func TestTracerHook(t *testing.T) {
 	assert.Equal(t, b.Node(), rec.spans[1].Node)
 	assert.Equal(t, 2, rec.ended)
 }
+
+// TestTraceContextOfAnEvent: a subscriber's ctx carries the
+// broadcaster's trace context.
+func TestTraceContextOfAnEvent(t *testing.T) {
+	a, b, _ := pair(t, bus.Config{})
+	got := make(chan string, 1)
+	_, err := bus.Subscribe(b, func(ctx context.Context, ev HostAdded) {
+		tp, _ := bus.TraceContextFrom(ctx)
+		got <- tp
+	})
+	require.NoError(t, err)
+	require.NoError(t, a.Broadcast(bus.WithTraceContext(t.Context(), parentA, ""), HostAdded{}))
+	select {
+	case tp := <-got:
+		assert.Equal(t, parentA, tp)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event within 5 s")
+	}
+}
