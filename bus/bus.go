@@ -17,15 +17,16 @@ import (
 // services of management nodes, and runs this node's handlers. Open one
 // per process (node or client); it is safe for concurrent use.
 type CloudBus struct {
-	cfg   Config
-	tr    driver.Transport
-	reg   *message.Registry
-	log   *slog.Logger
-	obs   Observer
-	node  string
-	reply string // this bus's reply queue
-	event string // this bus's event queue
-	fan   string // the prefix's broadcast fan-out
+	cfg    Config
+	tr     driver.Transport
+	reg    *message.Registry
+	log    *slog.Logger
+	obs    Observer
+	tracer Tracer
+	node   string
+	reply  string // this bus's reply queue
+	event  string // this bus's event queue
+	fan    string // the prefix's broadcast fan-out
 
 	scheds []*scheduler // one per service ever registered; guarded by mu
 
@@ -92,6 +93,7 @@ func Open(ctx context.Context, cfg Config) (*CloudBus, error) {
 		reg:       cfg.Registry,
 		log:       cfg.Logger.With("node", cfg.Node),
 		obs:       cfg.Observer,
+		tracer:    cfg.Tracer,
 		node:      cfg.Node,
 		reply:     cfg.Prefix + ".reply." + cfg.Node,
 		event:     cfg.Prefix + ".event." + cfg.Node,

@@ -53,6 +53,9 @@ type Config struct {
 	// Observer, optional, sees every send, call, delivery and reply; see
 	// [Observer].
 	Observer Observer
+	// Tracer, optional, makes spans around sends, calls and handlers; see
+	// [Tracer]. Without it the bus still carries the W3C trace context.
+	Tracer Tracer
 
 	// Limits bound the bus's timeouts, sizes, concurrency and retries;
 	// their fields read as the Config's own (cfg.Prefetch).

@@ -78,6 +78,15 @@
 // clock's error against it, at arrival and again just before the
 // handler starts; the handler's ctx ends at the deadline.
 //
+// # Tracing
+//
+// The W3C trace context ([HeaderTraceParent], [HeaderTraceState]) travels
+// with each message: a handler's ctx carries its message's
+// ([TraceContextFrom]), and whatever is sent with a ctx carrying one
+// ([WithTraceContext]) carries it on, forwards and drained messages
+// included. The bus makes no spans itself; a [Tracer] (Config.Tracer,
+// e.g. package service/tracing for OpenTelemetry) does.
+//
 // # Shutdown
 //
 // [CloudBus.Shutdown] stops consuming, lets running handlers finish, then

@@ -28,8 +28,9 @@ func WithTimeout(d time.Duration) Option {
 	return Option{func(o *busx.CallOptions) { o.Timeout = d }}
 }
 
-// WithHeader adds a header that passes through the bus untouched, such as
-// a W3C traceparent. Default: none.
+// WithHeader adds a header that passes through the bus untouched. A
+// [HeaderTraceParent] set so is sent instead of the trace context ctx
+// carries (with [HeaderTraceState] only if set so too). Default: none.
 func WithHeader(key, value string) Option {
 	return Option{func(o *busx.CallOptions) {
 		if o.Headers == nil {

@@ -150,7 +150,10 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		b.refuseLate(s.id, env, d, arrived, dl)
 		return
 	}
+	ctx = incomingTrace(ctx, env)
+	ctx, end := b.startSpan(ctx, SpanInfo{Op: OpHandle, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID})
 	resp, err := b.invoke(ctx, s.handler, &Request{env: env, Payload: payload, bus: b, deadline: dl.at})
+	end(err)
 	obs := Observation{Op: OpHandle, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID, Headers: env.Headers,
 		Start: start, Deadline: dl.at, Duration: time.Since(start), Queued: start.Sub(arrived), Err: err}
 	if errors.Is(err, ErrRelease) {

@@ -41,9 +41,12 @@ func (b *CloudBus) Send(ctx context.Context, target string, msg any, opts ...Opt
 	start := time.Now()
 	env, o, err := b.envelope(wire.KindSend, target, msg, opts)
 	if err == nil {
+		ctx, end := b.startSpan(ctx, spanOf(OpSend, env))
+		stampTrace(ctx, env, false)
 		ctx, cancel := bound(ctx, o, b.cfg.DefaultTimeout, false)
 		defer cancel()
 		err = b.publish(ctx, env)
+		end(err)
 	}
 	if err != nil {
 		err = fmt.Errorf("bus: send %s to %s: %w", typeOf(env), target, err)
@@ -113,8 +116,16 @@ func (b *CloudBus) call(ctx context.Context, target string, msg any, opts []Opti
 		}
 		return typ, nil, err
 	}
+	ctx, end := b.startSpan(ctx, spanOf(OpCall, env))
+	stampTrace(ctx, env, false)
 	reply, err := b.roundTrip(ctx, env, o)
+	end(err)
 	return typ, reply, err
+}
+
+// spanOf describes env's operation to a Tracer.
+func spanOf(op Op, env *wire.Envelope) SpanInfo {
+	return SpanInfo{Op: op, Type: env.Type, ServiceID: env.ServiceID, ID: env.ID, Resource: env.ResourceUUID}
 }
 
 // callRaw is callAny with a body encoded already and the reply left
@@ -127,7 +138,12 @@ func (b *CloudBus) callRaw(ctx context.Context, target, typ string, body []byte,
 	if !b.isClosed() {
 		var env *wire.Envelope
 		if env, err = b.encoded(wire.KindRequest, target, typ, body, nil, o); err == nil {
+			s := spanOf(OpCall, env)
+			s.Forward = true
+			ctx, end := b.startSpan(ctx, s)
+			stampTrace(ctx, env, false)
 			reply, err = b.roundTrip(ctx, env, o)
+			end(err)
 		}
 	}
 	var raw busx.Raw
@@ -195,6 +211,9 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 	start := time.Now()
 	env, o, err := b.envelope(wire.KindEvent, "", event, opts)
 	if err == nil {
+		ctx, end := b.startSpan(ctx, spanOf(OpBroadcast, env))
+		defer func() { end(err) }()
+		stampTrace(ctx, env, false)
 		var data []byte
 		data, err = wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
 		if err == nil {
@@ -233,7 +252,20 @@ func (b *CloudBus) forward(ctx context.Context, r *Request, target string, heade
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	if err := b.publish(ctx, &env); err != nil { // stamps the deadline again
+	op := OpSend
+	if env.Kind == wire.KindRequest {
+		op = OpCall
+	}
+	s := spanOf(op, &env)
+	s.Forward = true
+	ctx, end := b.startSpan(ctx, s)
+	// The forward continues the handler's trace (ctx's), not the
+	// sender's, unless headers name one.
+	_, named := headers[HeaderTraceParent]
+	stampTrace(ctx, &env, !named)
+	err := b.publish(ctx, &env) // stamps the deadline again
+	end(err)
+	if err != nil {
 		return fmt.Errorf("bus: forward %s to %s: %w", env.Type, target, err)
 	}
 	return nil

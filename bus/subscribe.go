@@ -58,8 +58,9 @@ func (b *CloudBus) subscribe(eventType string, fn func(ctx context.Context, ev *
 // Subscribe calls fn for every broadcast event of the registered type E
 // that b receives, one event at a time, in arrival order, off the receive
 // path: a slow subscriber delays other events, never service messages. fn
-// must not block forever; its ctx ends when the bus closes; a panic is
-// logged. unsubscribe is idempotent.
+// must not block forever; its ctx ends when the bus closes and carries
+// the event's trace context ([TraceContextFrom]); a panic is logged.
+// unsubscribe is idempotent.
 func Subscribe[E any](b *CloudBus, fn func(ctx context.Context, ev E)) (unsubscribe func(), err error) {
 	name, err := message.NameFor[E](b.reg)
 	if err != nil {
@@ -101,8 +102,9 @@ func (b *CloudBus) dispatchEvents() {
 			subs := append([]*subscription(nil), b.subs[j.env.Type]...)
 			b.mu.Unlock()
 			ev := &subEvent{Envelope: j.env, Payload: j.payload}
+			ctx := incomingTrace(b.base, j.env) // the broadcaster's trace goes on
 			for _, s := range subs {
-				b.runSubscriber(s, ev)
+				b.runSubscriber(ctx, s, ev)
 			}
 			b.observe(Observation{Op: OpEvent, Type: j.env.Type})
 		case <-b.closing:
@@ -111,11 +113,11 @@ func (b *CloudBus) dispatchEvents() {
 	}
 }
 
-func (b *CloudBus) runSubscriber(s *subscription, ev *subEvent) {
+func (b *CloudBus) runSubscriber(ctx context.Context, s *subscription, ev *subEvent) {
 	defer func() {
 		if r := recover(); r != nil {
 			b.log.Error("event subscriber panicked", "type", s.typ, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
-	s.fn(b.base, ev)
+	s.fn(ctx, ev)
 }

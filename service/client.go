@@ -27,6 +27,9 @@ type ClientConfig struct {
 	Logger *slog.Logger
 	// Observer, optional, sees the client's calls.
 	Observer bus.Observer
+	// Tracer, optional, makes spans around the client's calls and sends;
+	// see bus.Tracer.
+	Tracer bus.Tracer
 	// OwnTransport makes Close close the transport too.
 	OwnTransport bool
 	// ClockSyncTimeout bounds NewClient's first measurement of the cluster
@@ -72,6 +75,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		Limits:     bus.Limits{DefaultTimeout: cfg.DefaultTimeout},
 		Logger:     cfg.Logger,
 		Observer:   cfg.Observer,
+		Tracer:     cfg.Tracer,
 		Clock:      clockFunc(cc.sync.Now),
 	})
 	if err != nil {

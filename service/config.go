@@ -64,6 +64,11 @@ type Config struct {
 	// the node's bus; see bus.Observer.
 	Observer bus.Observer
 
+	// Tracer, optional, makes spans around the node's sends, calls,
+	// forwards and handlers; see bus.Tracer and package service/tracing.
+	// The W3C trace context travels without it.
+	Tracer bus.Tracer
+
 	// NoRejoin makes Run return ErrEvicted when peers evict this live node,
 	// instead of joining again with a new epoch. Default: rejoin.
 	NoRejoin bool

@@ -424,10 +424,15 @@ const portalReleasePause = 100 * time.Millisecond
 // whose portal forwarded it.
 const HeaderPortal = "cloudbus-portal"
 
-// withHeaders returns an option per header of h.
+// withHeaders returns an option per header of h but the trace context,
+// which the handler's ctx carries on (bus.TraceContextFrom): the forward
+// is a child of the portal's span, when a bus.Tracer makes one.
 func withHeaders(h map[string]string) []bus.Option {
 	opts := make([]bus.Option, 0, len(h))
 	for k, v := range h {
+		if k == bus.HeaderTraceParent || k == bus.HeaderTraceState {
+			continue
+		}
 		opts = append(opts, bus.WithHeader(k, v))
 	}
 	return opts

@@ -363,3 +363,12 @@ func replyAddressPrefix(data []byte) (kind, replyTo, correlationID string) {
 		}
 	}
 }
+
+// HeaderTraceParent and HeaderTraceState are the W3C Trace Context
+// headers (https://www.w3.org/TR/trace-context/), under their W3C names:
+// the bus carries them from a handler's incoming message to the messages
+// it sends, and never interprets them further.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)

@@ -148,6 +148,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		Limits:    c.opts.Limits,
 		Logger:    c.opts.Logger,
 		NoRejoin:  c.opts.NoRejoin,
+		Tracer:    c.opts.Tracer,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("servicetest: node %d: %w", i, err), m.closeLinks())
@@ -470,7 +471,7 @@ func (c *Cluster) Client(t testing.TB) *service.Client {
 func (c *Cluster) NewClient(ctx context.Context) (*service.Client, error) {
 	tr := c.net.Transport("client-" + message.NewUUID())
 	cl, err := service.NewClient(ctx, service.ClientConfig{
-		Transport: tr, Prefix: c.opts.Prefix, Registry: c.opts.Registry, OwnTransport: true,
+		Transport: tr, Prefix: c.opts.Prefix, Registry: c.opts.Registry, OwnTransport: true, Tracer: c.opts.Tracer,
 	})
 	if err != nil {
 		_ = tr.Close()

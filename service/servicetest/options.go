@@ -65,6 +65,9 @@ type Options struct {
 	NewRing func() ring.Ring
 	// Logger receives every node's logs. Default: discarded.
 	Logger *slog.Logger
+	// Tracer, optional, is every node's and client's bus.Tracer (see
+	// package service/tracing).
+	Tracer bus.Tracer
 	// NoRejoin makes an evicted node stop instead of rejoining.
 	NoRejoin bool
 }
