@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/metrics"
+	"github.com/cloudbus-go/cloudbus/service/servicetest"
 )
 
 func TestMain(m *testing.M) {
@@ -88,6 +90,8 @@ func cluster(t *testing.T, n int) ([]*service.Node, []*metrics.Metrics) {
 	}
 	for _, node := range nodes {
 		require.NoError(t, node.AwaitMembers(ctx, n))
+		require.Eventually(t, func() bool { return len(node.Heartbeats()) == n }, 10*time.Second, 5*time.Millisecond,
+			"every node's heartbeat monitor lists every node")
 	}
 	return nodes, ms
 }
@@ -269,4 +273,33 @@ func TestPools(t *testing.T) {
 	assert.InDelta(t, 1, value(find(fams, "go_sql_open_connections", map[string]string{"db_name": "services"})), 0,
 		"the pool's open connections, by its name")
 	assert.NotNil(t, find(fams, "go_sql_wait_duration_seconds_total", map[string]string{"db_name": "services"}))
+}
+
+// TestEviction reads a servicetest cluster's nodes after one is killed:
+// the survivors evict it, and their ring, heartbeat and membership
+// metrics say so.
+func TestEviction(t *testing.T) {
+	c := servicetest.Start(t, servicetest.Options{Nodes: 3})
+	c.WaitConverged(t, 10*time.Second)
+	var ms []*metrics.Metrics
+	for _, n := range c.Live() {
+		m, err := metrics.New(metrics.Config{Node: n})
+		require.NoError(t, err)
+		ms = append(ms, m)
+	}
+	victim := c.Node(2).UUID()
+	c.Kill(victim)
+	c.WaitGone(t, victim, 10*time.Second)
+	var evictions float64
+	for _, m := range ms[:2] {
+		c.WaitFor(t, 10*time.Second, "the dead node's record gone from the survivors' heartbeat lists", func() bool {
+			return find(scrape(t, m), "cloudbus_heartbeat_age_seconds", map[string]string{"peer": victim}) == nil
+		})
+		fams := scrape(t, m)
+		assert.InDelta(t, 2, value(find(fams, "cloudbus_ring_members", nil)), 0)
+		assert.InDelta(t, 1, value(find(fams, "cloudbus_membership_leaves_total", nil)), 0, "the victim left each survivor's ring once")
+		assert.Len(t, fams["cloudbus_heartbeat_age_seconds"].GetMetric(), 1, "one peer left")
+		evictions += value(find(fams, "cloudbus_evictions_total", nil))
+	}
+	assert.GreaterOrEqual(t, evictions, 1.0, "a survivor evicted the dead node")
 }

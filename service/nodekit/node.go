@@ -124,7 +124,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	hbTable, tables := base+"_heartbeat", base+"_"+cfg.Name
 	out := cfg.Stdout
 	fmt.Fprintf(out, "node:    %s\n", id)
-	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status)\n", n.ln.Addr())
+	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status, GET /metrics)\n", n.ln.Addr())
 	fmt.Fprintf(out, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(s.Bus), s.Prefix, id)
 	fmt.Fprintf(out, "db:      %s (tables %s, %s_*)\n", maskDB(s.DB), hbTable, tables)
 	if s.Ring != "" && s.Ring != "table" {
