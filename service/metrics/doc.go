@@ -65,6 +65,15 @@
 // The default registry adds the Go runtime (go_*) and process
 // (process_*) collectors.
 //
+// Refusals are failures by code: op="reject" with code timeout (late),
+// bad_request or unknown_message (undecodable), too_large (oversize);
+// a call about a resource this node does not own (or while its lease
+// expired) ends as op="handle" with code not_owner, a one-way one as
+// op="release" or, forwarded to its owner, as a handle without failure.
+// A fence's refusal is the handler's error: op="handle" with the code the
+// handler returned. Dead letters are op="dead-letter" (and
+// cloudbus_bus_deliveries_total{outcome="dead_lettered"}).
+//
 // # Label values
 //
 // Every label value is bounded: service and type names, ops, codes,
