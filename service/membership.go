@@ -43,6 +43,7 @@ func (n *Node) memberJoined(node string, epoch int64, why string) {
 		return
 	}
 	if err == nil {
+		n.mstats.joined.Add(1)
 		n.log.Debug("ring: member joined", "member", node, "epoch", epoch, "why", why, "fingerprint", n.ring.Fingerprint())
 		n.hooks.ringChanged(node, true)
 	}
@@ -92,6 +93,7 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 		n.log.Error("ring remove failed", "member", node, "err", err)
 	}
 	if was && err == nil {
+		n.mstats.left.Add(1)
 		n.log.Debug("ring: member left", "member", node, "epoch", epoch, "why", why, "fingerprint", n.ring.Fingerprint())
 		n.hooks.ringChanged(node, false)
 	}
@@ -131,6 +133,7 @@ func (n *Node) onHeartbeat(ev heartbeat.Event) {
 		n.memberLeft(r.Node, r.Epoch, "membership record gone", abandonLater)
 		n.kickSweep()
 	case heartbeat.Evicted:
+		n.mstats.evicted.Add(1)
 		if r.BusDown > 0 && r.Age <= n.cfg.Heartbeat.WithDefaults().EvictAfter {
 			n.log.Warn("evicted a node cut off from the bus", "member", r.Node, "bus_down", r.BusDown)
 		} else {

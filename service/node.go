@@ -95,6 +95,7 @@ type Node struct {
 	drained   DrainStats
 	monitor   atomic.Pointer[heartbeat.Monitor] // of the current life
 	hooks     *hooks
+	mstats    membershipCounters // MembershipStats
 }
 
 func (n *Node) setState(s State) {

@@ -42,6 +42,7 @@
 //  4. It connects to the broker, builds the services with their [Env],
 //     and joins the cluster.
 //  5. It serves the admin handler ([Admin]): GET /healthz, GET /status,
+//     GET /metrics (Prometheus, see [Node.Metrics]),
 //     and the program's own routes and status sections.
 //  6. On SIGTERM or SIGINT it leaves in order: out of every ring, its
 //     queues drained, its services stopped. Run's error says why a node
@@ -50,7 +51,7 @@
 // The node prints what an operator needs on stdout:
 //
 //	node:    0b5f…
-//	admin:   http://127.0.0.1:41117 (GET /healthz, GET /status)
+//	admin:   http://127.0.0.1:41117 (GET /healthz, GET /status, GET /metrics)
 //	bus:     amqp://guest:xxxxx@127.0.0.1:5672/ (queues cloudbus.message.<service>.0b5f…)
 //	db:      postgres://app:xxxxx@db:5432/app (tables cloudbus_heartbeat, cloudbus_volume_*)
 //	serving: 2 nodes in the ring (fingerprint 3f2a…), ready in 412ms; SIGTERM or Ctrl-C leaves in order

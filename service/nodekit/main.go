@@ -52,7 +52,7 @@ func MainArgs(ctx context.Context, cfg Config, args []string, stdout, stderr io.
 	usage := fmt.Sprintf("Usage: %[1]s [purge] -bus amqp://user:password@host:5672/ [flags]\n\nRuns one management node; SIGTERM or Ctrl-C leaves the cluster in order.\n"+
 		"\"%[1]s purge\" deletes what a stopped cluster of -prefix left on the broker and in the database.\n\n", cfg.Name) +
 		"Flags (each may also be set by the variable shown; a flag wins):\n" + fmt.Sprintf(FlagsHelp, envPrefix, cfg.Name) +
-		"\nAdmin HTTP: GET /healthz (200 while serving), GET /status (JSON).\n"
+		"\nAdmin HTTP: GET /healthz (200 while serving), GET /status (JSON), GET /metrics (Prometheus).\n"
 	err := Parse(fs, args, envPrefix, getenv)
 	if err == nil && fs.NArg() > 0 {
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))

@@ -17,6 +17,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/metrics"
 )
 
 // Config is a program's own part of a node: its name, its messages, its
@@ -70,6 +71,7 @@ type Node struct {
 	tr       *amqpbus.Transport
 	node     *service.Node
 	admin    *Admin
+	metrics  *metrics.Metrics
 
 	stopSweep context.CancelFunc
 	swept     chan struct{}
@@ -122,7 +124,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	hbTable, tables := base+"_heartbeat", base+"_"+cfg.Name
 	out := cfg.Stdout
 	fmt.Fprintf(out, "node:    %s\n", id)
-	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status)\n", n.ln.Addr())
+	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status, GET /metrics)\n", n.ln.Addr())
 	fmt.Fprintf(out, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(s.Bus), s.Prefix, id)
 	fmt.Fprintf(out, "db:      %s (tables %s, %s_*)\n", maskDB(s.DB), hbTable, tables)
 	if s.Ring != "" && s.Ring != "table" {
@@ -174,10 +176,10 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var obs bus.Observer = n.admin
-	if cfg.Observer != nil {
-		obs = bus.ObserverFunc(func(o bus.Observation) { n.admin.Observe(o); cfg.Observer.Observe(o) })
+	if err = n.openMetrics(); err != nil {
+		return nil, err
 	}
+	obs := observers(n.admin, n.metrics, cfg.Observer)
 	if n.node, err = service.NewNode(service.Config{
 		Node: id, Prefix: s.Prefix, Transport: n.tr, Store: store, Registry: cfg.Registry, Ring: rg,
 		Services: svcs, Heartbeat: s.Heartbeat, Limits: cfg.Limits, Observer: obs, Logger: cfg.Logger,
@@ -185,6 +187,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		return nil, err
 	}
 	n.admin.node = n.node
+	n.metrics.SetNode(n.node)
 	return n, nil
 }
 
