@@ -20,7 +20,7 @@
 // or MySQL) holds the heartbeat records and the host, image and VM
 // records, so nodes started on one or many machines with the same broker,
 // database and prefix form one cluster. It prints the node's UUID, its
-// admin HTTP address (GET /healthz, GET /status) and the masked bus and
+// admin HTTP address (GET /healthz, /livez, /readyz, /status, /metrics) and the masked bus and
 // database URLs, and leaves the cluster in order on SIGTERM or Ctrl-C.
 //
 // "ctl" drives a running cluster through api.portal, as a client that is

@@ -106,7 +106,7 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Equal(t, serveOptions{
 		Settings: nodekit.Settings{Bus: "amqps://broker/", DB: "postgres://db/x", Listen: "127.0.0.1:9999", Prefix: "green", LogLevel: "debug",
 			Heartbeat: heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
-			Ring:      "consistent"},
+			Ring:      "consistent", Trace: "none"},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
 		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second,
 	}, o, "variables fill the flags not given; a flag wins")

@@ -41,9 +41,14 @@
 //     message records every minute.
 //  4. It connects to the broker, builds the services with their [Env],
 //     and joins the cluster.
-//  5. It serves the admin handler ([Admin]): GET /healthz, GET /status,
-//     GET /metrics (Prometheus, see [Node.Metrics]),
-//     and the program's own routes and status sections.
+//  5. It serves the admin handler ([Admin]) on its own listener (-listen,
+//     never a public one): GET /healthz (serving), GET /livez and GET
+//     /readyz (JSON bodies naming each check), GET /status, GET /metrics
+//     (Prometheus, package service/metrics; see [Node.Metrics]),
+//     /debug/pprof/ with -pprof, and the program's own routes and status
+//     sections. With -trace stdout or otlp it makes OpenTelemetry spans
+//     (package service/tracing); the W3C trace context travels in the
+//     messages either way.
 //  6. On SIGTERM or SIGINT it leaves in order: out of every ring, its
 //     queues drained, its services stopped. Run's error says why a node
 //     stopped otherwise (evicted by its peers: start it again).

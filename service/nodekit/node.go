@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/fence/sqlfence"
@@ -18,6 +20,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/metrics"
+	"github.com/cloudbus-go/cloudbus/service/tracing"
 )
 
 // Config is a program's own part of a node: its name, its messages, its
@@ -72,6 +75,7 @@ type Node struct {
 	node     *service.Node
 	admin    *Admin
 	metrics  *metrics.Metrics
+	traces   *sdktrace.TracerProvider // nil: -trace none
 
 	stopSweep context.CancelFunc
 	swept     chan struct{}
@@ -180,9 +184,16 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		return nil, err
 	}
 	obs := observers(n.admin, n.metrics, cfg.Observer)
+	var tracer bus.Tracer
+	if n.traces, err = tracing.NewProvider(ctx, tracing.ProviderConfig{Exporter: s.Trace, ServiceName: cfg.Name, Node: id, Writer: os.Stderr}); err != nil {
+		return nil, fmt.Errorf("nodekit: -trace %s: %w", s.Trace, err)
+	}
+	if n.traces != nil {
+		tracer = tracing.New(n.traces)
+	}
 	if n.node, err = service.NewNode(service.Config{
 		Node: id, Prefix: s.Prefix, Transport: n.tr, Store: store, Registry: cfg.Registry, Ring: rg,
-		Services: svcs, Heartbeat: s.Heartbeat, Limits: cfg.Limits, Observer: obs, Logger: cfg.Logger,
+		Services: svcs, Heartbeat: s.Heartbeat, Limits: cfg.Limits, Observer: obs, Tracer: tracer, Logger: cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}
@@ -278,6 +289,11 @@ func (n *Node) Close() error {
 	}
 	if n.tr != nil {
 		errs = append(errs, n.tr.Close())
+	}
+	if n.traces != nil { // flushes the spans not yet exported, within 5 s
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, n.traces.Shutdown(sctx))
+		cancel()
 	}
 	if n.stopSweep != nil {
 		n.stopSweep()

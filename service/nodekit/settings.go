@@ -14,6 +14,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/ring"
+	"github.com/cloudbus-go/cloudbus/service/tracing"
 )
 
 // Settings are what an operator sets for one node: flags and their
@@ -40,6 +41,11 @@ type Settings struct {
 	// or "consistent", buraksezer/consistent. Every node of a cluster
 	// must use the same.
 	Ring string
+	// Trace is where the node's spans go: "none" (the default: the W3C
+	// trace context still travels in the messages), "stdout" (JSON on
+	// stderr) or "otlp" (OTLP over HTTP to OTEL_EXPORTER_OTLP_ENDPOINT,
+	// default http://localhost:4318). See package service/tracing.
+	Trace string
 	// AllowNoIdleTimeout lets the node run on MySQL, which cannot end an
 	// idle transaction: see DatabaseConfig.AllowNoIdleTimeout.
 	AllowNoIdleTimeout bool
@@ -66,6 +72,9 @@ const FlagsHelp = `  -bus url           RabbitMQ broker, amqp:// or amqps:// (re
                      left idle (false): see docs/operations.md
   -pprof             serve the runtime's profiles on the admin listener,   %[1]s_PPROF
                      GET /debug/pprof/ (off): go tool pprof reads them
+  -trace exporter    where the node's spans go: none, stdout (JSON on      %[1]s_TRACE
+                     stderr) or otlp (OTEL_EXPORTER_OTLP_ENDPOINT) (none);
+                     the W3C trace context travels in messages anyway
 `
 
 // Register defines the node's flags on fs, writing into s, with the
@@ -80,6 +89,7 @@ func (s *Settings) Register(fs *flag.FlagSet, program string) {
 	fs.DurationVar(&s.Heartbeat.Interval, "heartbeat", def.Interval, "heartbeat interval")
 	fs.DurationVar(&s.Heartbeat.EvictAfter, "evict-after", def.EvictAfter, "evict a node silent for this long")
 	fs.StringVar(&s.Ring, "ring", "table", "ring of resource owners: table or consistent")
+	fs.StringVar(&s.Trace, "trace", "none", "where spans go: none, stdout or otlp")
 	fs.BoolVar(&s.AllowNoIdleTimeout, "db-allow-no-idle-timeout", false, "run on MySQL, which cannot end a transaction left idle")
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve the runtime's profiles under /debug/pprof/ on the admin listener")
 }
@@ -147,6 +157,11 @@ func (s *Settings) Validate(envPrefix string) error {
 	}
 	if _, err := NewRing(s.Ring); err != nil {
 		errs = append(errs, err)
+	}
+	switch s.Trace {
+	case "", tracing.ExporterNone, tracing.ExporterStdout, tracing.ExporterOTLP:
+	default:
+		errs = append(errs, fmt.Errorf("-trace %q: use none, stdout or otlp", s.Trace))
 	}
 	return errors.Join(errs...)
 }
