@@ -49,6 +49,12 @@ const (
 	// OpDeadLetter: a one-way message was dead-lettered; Err is its last
 	// failure.
 	OpDeadLetter
+	// OpReroute: a message about a resource was sent again, to the
+	// resource's owner by the sender's ring, after its attempt failed
+	// with Err (not_owner, no_route or node_left). The service layer
+	// (service.Call, service.Send and the API portal) reports it, not
+	// the bus: ServiceID is the target the failed attempt went to.
+	OpReroute
 )
 
 // String returns the operation's name, or "Op(n)" for an unknown value.
@@ -76,6 +82,8 @@ func (o Op) String() string {
 		return "retry"
 	case OpDeadLetter:
 		return "dead-letter"
+	case OpReroute:
+		return "reroute"
 	default:
 		return fmt.Sprintf("Op(%d)", uint8(o))
 	}
@@ -108,6 +116,13 @@ type Observation struct {
 	Deadline time.Time
 	// Err is the error, if the operation failed.
 	Err error
+	// Forward is true for a send or call that passes on a message this
+	// node received rather than one it made (as [SpanInfo.Forward]): the
+	// API portal's forwards (OpCall, Duration the round trip) and
+	// messages forwarded to their owner (OpSend, Duration the publish,
+	// whatever the message's kind: the reply, if any, goes to its
+	// original caller).
+	Forward bool
 }
 
 func (b *CloudBus) observe(o Observation) {

@@ -152,7 +152,7 @@ func (b *CloudBus) callRaw(ctx context.Context, target, typ string, body []byte,
 	} else {
 		err = fmt.Errorf("bus: call %s on %s: %w", typ, target, err)
 	}
-	b.observe(Observation{Op: OpCall, Type: typ, ServiceID: target, Duration: time.Since(start), Err: err})
+	b.observe(Observation{Op: OpCall, Type: typ, ServiceID: target, Duration: time.Since(start), Err: err, Forward: true})
 	return raw, err
 }
 
@@ -236,9 +236,15 @@ func (b *CloudBus) Broadcast(ctx context.Context, event any, opts ...Option) err
 // original caller. The handler that forwards should then neither reply
 // nor fail (for a one-way message, return nil). It fails with
 // message.ErrNoRoute if target's queue does not exist, and with
-// message.ErrTimeout once the message's deadline has passed.
-func (b *CloudBus) forward(ctx context.Context, r *Request, target string, headers map[string]string) error {
+// message.ErrTimeout once the message's deadline has passed. The
+// Observer sees it as an OpSend with Forward set.
+func (b *CloudBus) forward(ctx context.Context, r *Request, target string, headers map[string]string) (err error) {
+	start := time.Now()
 	env := *r.env
+	defer func() {
+		b.observe(Observation{Op: OpSend, Type: env.Type, ServiceID: target, ID: env.ID, Resource: env.ResourceUUID,
+			Duration: time.Since(start), Err: err, Forward: true})
+	}()
 	env.ServiceID = target
 	if len(headers) > 0 {
 		h := make(map[string]string, len(env.Headers)+len(headers))
@@ -263,7 +269,7 @@ func (b *CloudBus) forward(ctx context.Context, r *Request, target string, heade
 	// sender's, unless headers name one.
 	_, named := headers[HeaderTraceParent]
 	stampTrace(ctx, &env, !named)
-	err := b.publish(ctx, &env) // stamps the deadline again
+	err = b.publish(ctx, &env) // stamps the deadline again
 	end(err)
 	if err != nil {
 		return fmt.Errorf("bus: forward %s to %s: %w", env.Type, target, err)

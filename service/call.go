@@ -70,7 +70,7 @@ func (n *Node) route(ctx context.Context, msg any, opts []bus.Option, send func(
 	case svc == "":
 		return fmt.Errorf("service: call %s: %w", name, message.ErrBadRequest.WithDetails("more than one service of this node handles "+name))
 	}
-	return n.dispatch(ctx, svc, msg, opts, send)
+	return n.dispatch(ctx, svc, name, msg, opts, send)
 }
 
 func (c *Client) route(ctx context.Context, msg any, opts []bus.Option, send func(b *bus.CloudBus, target string, o []bus.Option) error) error {

@@ -26,10 +26,11 @@ func (n *Node) busForCall() (*bus.CloudBus, error) {
 	return b, nil
 }
 
-// dispatch finds the resource msg is about and sends it to its owner, or
-// to this node if it is about none. A nil msg (a body forwarded encoded)
-// is about the resource opts name (bus.WithResource), if any.
-func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus.Option, sendVia func(b *bus.CloudBus, target string, o []bus.Option) error) error {
+// dispatch finds the resource msg (of type typ) is about and sends it to
+// its owner, or to this node if it is about none. A nil msg (a body
+// forwarded encoded) is about the resource opts name (bus.WithResource),
+// if any.
+func (n *Node) dispatch(ctx context.Context, service, typ string, msg any, opts []bus.Option, sendVia func(b *bus.CloudBus, target string, o []bus.Option) error) error {
 	b, err := n.busForCall()
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus
 	if id == "" {
 		fixed = []bus.Option{bus.WithID(message.NewUUID())}
 	}
-	return n.routed(ctx, service, res, retries, func(target string, o []bus.Option) error {
+	return n.routed(ctx, service, typ, res, retries, func(target string, o []bus.Option) error {
 		// The router's options come last, so a caller's headers cannot
 		// override the owner it computed.
 		return send(target, slices.Concat(opts, fixed, o))
@@ -76,8 +77,10 @@ func (n *Node) dispatch(ctx context.Context, service string, msg any, opts []bus
 // differs from the one the failed attempt was routed by; it then routes
 // afresh, with its own re-routes. A wait that ctx or the node's stop
 // ends returns the last attempt's error. After a node_left, an error
-// that says nothing ran is returned as node_left (see settle).
-func (n *Node) routed(ctx context.Context, service, res string, retries int, send func(target string, o []bus.Option) error) (err error) {
+// that says nothing ran is returned as node_left (see settle). Each
+// re-route and retry, once its wait is over, is reported to
+// Config.Observer as a bus.OpReroute of a message of type typ.
+func (n *Node) routed(ctx context.Context, service, typ, res string, retries int, send func(target string, o []bus.Option) error) (err error) {
 	var orphan error // an earlier attempt's node_left: that attempt may still run
 	defer func() { err = settle(orphan, err) }()
 	pause := 10 * time.Millisecond
@@ -102,6 +105,7 @@ func (n *Node) routed(ctx context.Context, service, res string, retries int, sen
 				return err
 			}
 			pause *= 2
+			n.observe(bus.Observation{Op: bus.OpReroute, Type: typ, ServiceID: bus.ServiceID(service, owner), Resource: res, Err: err})
 		case (notOwner || left) && retries > 0:
 			retries--
 			if left {
@@ -121,9 +125,17 @@ func (n *Node) routed(ctx context.Context, service, res string, retries int, sen
 			// Routing starts afresh on the changed ring: a node that
 			// just joined may still refuse for a moment.
 			reroutes, pause = n.cfg.RouteRetries, 10*time.Millisecond
+			n.observe(bus.Observation{Op: bus.OpReroute, Type: typ, ServiceID: bus.ServiceID(service, owner), Resource: res, Err: err})
 		default:
 			return err
 		}
+	}
+}
+
+// observe reports o to Config.Observer, if any.
+func (n *Node) observe(o bus.Observation) {
+	if n.cfg.Observer != nil {
+		n.cfg.Observer.Observe(o)
 	}
 }
 
@@ -381,7 +393,7 @@ func (n *Node) portal(ctx context.Context, r *bus.Request) (any, error) {
 	}
 	env := busx.EnvelopeOf(r)
 	var reply busx.Raw
-	err := n.dispatch(ctx, service, nil, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
+	err := n.dispatch(ctx, service, env.Type, nil, opts, func(b *bus.CloudBus, target string, o []bus.Option) error {
 		var err error
 		reply, err = busx.Of(b).CallRaw(ctx, target, env.Type, env.Body, busx.Apply(o))
 		return err

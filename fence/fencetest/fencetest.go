@@ -44,6 +44,15 @@ type Subject interface {
 	Log(ctx context.Context, resource string) ([]Entry, error)
 }
 
+// Counted is a [Subject] whose fence counts what its Do did (the
+// fences' Stats method). [Run] checks the counts of a Subject that
+// implements it.
+type Counted interface {
+	Subject
+	// Stats returns the fence's counts.
+	Stats() fence.Stats
+}
+
 // Entry is one committed log entry.
 type Entry struct {
 	// Value is what was appended.
@@ -70,6 +79,7 @@ func Run(t *testing.T, newSubject NewSubject) {
 	t.Run("ReusedIDRefused", func(t *testing.T) { testReused(t, newSubject(t, 5*time.Second)) })
 	t.Run("ConcurrentDuplicateRunsOnce", func(t *testing.T) { testConcurrentDuplicate(t, newSubject(t, 5*time.Second)) })
 	t.Run("FailureRecordsNothing", func(t *testing.T) { testFailure(t, newSubject(t, 5*time.Second)) })
+	t.Run("StatsCountEachOutcome", func(t *testing.T) { testStats(t, newSubject(t, 5*time.Second)) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -595,5 +605,48 @@ func testEvictedWhileWaiting(t *testing.T, s Subject) {
 	mustStale(t, errA, "a claimant evicted while it waited")
 	if len(log) != 1 || log[0].Value != "b" {
 		t.Fatalf("log %+v, want only b", log)
+	}
+}
+
+// testStats checks that a run, a repeat and a stale claim each count
+// once, and a failure of the transaction counts nowhere.
+func testStats(t *testing.T, s Subject) {
+	c, ok := s.(Counted)
+	if !ok {
+		t.Skip("the subject does not implement fencetest.Counted")
+	}
+	ctx := ctxFor(t)
+	a := register(t, ctx, s)
+	res := message.NewUUID()
+	if got := c.Stats(); got != (fence.Stats{}) {
+		t.Fatalf("a new fence counts %+v, want zero", got)
+	}
+	k := key("counted")
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: k}, "counted", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Stats(), (fence.Stats{Runs: 1}); got != want {
+		t.Fatalf("after a run: %+v, want %+v", got, want)
+	}
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: k}, "counted", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Stats(), (fence.Stats{Runs: 1, Repeats: 1}); got != want {
+		t.Fatalf("after a repeat: %+v, want %+v", got, want)
+	}
+	failed := errors.New("the handler failed")
+	if _, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: key("fails")}, "fails", func() error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("a failing transaction returned %v, want %v", err, failed)
+	}
+	if got, want := c.Stats(), (fence.Stats{Runs: 1, Repeats: 1}); got != want {
+		t.Fatalf("after a failure: %+v, want %+v (a failure is none of them)", got, want)
+	}
+	if err := s.Members().Deregister(ctx, a.id, a.epoch); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Append(ctx, res, fence.Guard{Claim: a.claim(res), Key: key("stale")}, "stale", nil)
+	mustStale(t, err, "a write by an evicted node")
+	if got, want := c.Stats(), (fence.Stats{Runs: 1, Repeats: 1, Stale: 1}); got != want {
+		t.Fatalf("after a stale claim: %+v, want %+v", got, want)
 	}
 }

@@ -43,9 +43,10 @@ type Fence struct {
 	members heartbeat.Store
 	cfg     Config
 
-	mu   sync.Mutex
-	res  map[string]*resource
-	once map[string]*record
+	mu    sync.Mutex
+	res   map[string]*resource
+	once  map[string]*record
+	stats fence.Counters
 }
 
 type resource struct {
@@ -112,12 +113,23 @@ func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
+	reply, ran, err := f.do(ctx, w, fn)
+	f.stats.Count(ran, err)
+	return reply, err
+}
+
+// Stats returns what Do did so far: transactions run and committed,
+// repeats answered with their recorded reply, stale claims refused.
+func (f *Fence) Stats() fence.Stats { return f.stats.Stats() }
+
+// do is Do once w is valid; ran says whether fn ran.
+func (f *Fence) do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tok fence.Token) (reply []byte, commit func(), err error)) (_ []byte, ran bool, _ error) {
 	var h *hold
 	var tok fence.Token
 	if !w.Claim.IsZero() {
 		var err error
 		if h, tok, err = f.acquire(ctx, w.Claim); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	var rec *record
@@ -125,7 +137,7 @@ func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 		r, reply, done, err := f.begin(ctx, w.Key)
 		if err != nil || done {
 			f.release(h, tok, false)
-			return reply, err
+			return reply, false, err
 		}
 		rec = r
 	}
@@ -144,7 +156,7 @@ func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 			close(rec.running)
 		}
 		f.releaseLocked(h, tok, false)
-		return nil, err
+		return nil, true, err
 	}
 	if commit != nil {
 		commit()
@@ -154,7 +166,7 @@ func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 		close(rec.running)
 	}
 	f.releaseLocked(h, tok, true)
-	return reply, nil
+	return reply, true, nil
 }
 
 // acquire waits until the resource is free (or its holder's claim died),

@@ -60,3 +60,5 @@ func TestConformance(t *testing.T) {
 		return &subject{members: members, f: memfence.New(members, memfence.Config{MaxAge: maxAge}), logs: map[string][]fencetest.Entry{}}
 	})
 }
+
+func (s *subject) Stats() fence.Stats { return s.f.Stats() }

@@ -110,6 +110,7 @@ type Fence struct {
 	cfg    Config
 	st     statements
 	schema sqlconn.Schema
+	stats  fence.Counters
 }
 
 // Open creates the fence's tables in db if they are missing, under a lock
@@ -329,11 +330,18 @@ func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 		reply, ran, err := f.do(ctx, w, fn)
 		// Nothing committed and fn did not run: a retry is safe.
 		if err == nil || ran || attempt == 3 || !(deadlock(err) || sqlconn.BrokenConn(err)) || errors.Is(err, fence.ErrStale) || ctx.Err() != nil {
+			f.stats.Count(ran, err)
 			return reply, err
 		}
 		f.cfg.Logger.Debug("sqlfence: deadlock before the transaction ran; again", "claim", w.Claim, "attempt", attempt, "err", err)
 	}
 }
+
+// Stats returns what Do (and Run) did so far in this process:
+// transactions run and committed, repeats answered with their recorded
+// reply, stale claims refused. A transaction of the caller's own, using
+// Check, Begin and Finish, is not counted.
+func (f *Fence) Stats() fence.Stats { return f.stats.Stats() }
 
 // deadlock reports whether err is MySQL's 1213 or PostgreSQL's 40P01 or 40001.
 func deadlock(err error) bool {

@@ -100,6 +100,8 @@ func openTB(t testing.TB, url string, maxAge time.Duration) *env {
 
 func (e *env) Members() heartbeat.Store { return e.hb }
 
+func (e *env) Stats() fence.Stats { return e.f.Stats() }
+
 func (e *env) Append(ctx context.Context, resource string, w fence.Guard, value string, hook func() error) ([]byte, error) {
 	return e.f.Do(ctx, w, func(ctx context.Context, tx *sql.Tx, tok fence.Token) ([]byte, error) {
 		var herr error

@@ -41,6 +41,9 @@ var (
 	descDrainQueues  = desc("cloudbus_drained_queues_total", "Queues of departed nodes this node emptied and deleted.")
 	descDrainMsgs    = desc("cloudbus_drained_messages_total", "Messages this node took from departed nodes' queues, by outcome (moved, late, dropped).", "outcome")
 	descConnected    = desc("cloudbus_transport_connected", "1 while the transport reaches the broker.")
+	descFenceRuns    = desc("cloudbus_fence_runs_total", "Transactions the node's fence ran and committed (Do and Run).")
+	descFenceRepeats = desc("cloudbus_fence_repeats_total", "Messages handled before whose recorded reply the node's fence returned without running them again.")
+	descFenceStale   = desc("cloudbus_fence_stale_total", "Writes the node's fence refused because their claim did not hold (the node lost the resource).")
 	descConnLost     = desc("cloudbus_transport_connections_lost_total", "Times the transport lost its broker connection (and reconnected or closed).")
 )
 
@@ -48,7 +51,8 @@ var (
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeState, descEpoch, descLeaseExpired, descRingMembers, descRingShare,
 		descRingInfo, descHBMembers, descHBAge, descJoins, descLeaves, descEvictions, descClockOffset, descClockBound,
-		descPending, descRunning, descQueued, descBusEvents, descDrainQueues, descDrainMsgs, descConnected, descConnLost} {
+		descPending, descRunning, descQueued, descBusEvents, descDrainQueues, descDrainMsgs, descConnected, descConnLost,
+		descFenceRuns, descFenceRepeats, descFenceStale} {
 		ch <- d
 	}
 }
@@ -73,6 +77,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tr := c.m.transport
 	if lc, ok := tr.(interface{ ConnectionsLost() uint64 }); ok {
 		counter(ch, descConnLost, float64(lc.ConnectionsLost()))
+	}
+	if f := c.m.fence; f != nil {
+		s := f.Stats()
+		counter(ch, descFenceRuns, float64(s.Runs))
+		counter(ch, descFenceRepeats, float64(s.Repeats))
+		counter(ch, descFenceStale, float64(s.Stale))
 	}
 	n := c.m.node.Load()
 	if n == nil {

@@ -29,6 +29,17 @@
 //	cloudbus_call_duration_seconds{service,type}            histogram call round trip, caller side
 //	cloudbus_handle_duration_seconds{service,type}          histogram handler run, handler side
 //	cloudbus_handle_queued_seconds{service,type}            histogram wait on this node before the handler ran
+//	cloudbus_forwards_total{service,type}                   counter   messages passed on as they came (bus.Observation.Forward):
+//	                                                                  each attempt of the API portal's forwards (also an
+//	                                                                  op="call"), one-way messages forwarded to their owner
+//	                                                                  (also an op="send")
+//	cloudbus_reroutes_total{service,type,code}              counter   messages about a resource sent again to the owner after
+//	                                                                  an attempt failed with code (not_owner, no_route,
+//	                                                                  node_left): bus.OpReroute, reported by service.Call,
+//	                                                                  service.Send and the portal; service is the failed target's
+//
+// A re-route is not an op of cloudbus_messages_total: the attempts it
+// follows are calls or sends there already.
 //
 // Node state, read at each scrape (absent until [Metrics.SetNode]):
 //
@@ -54,6 +65,13 @@
 //	cloudbus_drained_queues_total             counter departed nodes' queues this node emptied
 //	cloudbus_drained_messages_total{outcome}  counter their messages: moved, late, dropped
 //
+// Fence, read at each scrape when [Config.Fence] is set (the fence's
+// Stats: *sqlfence.Fence, *memfence.Fence; counted by its Do and Run):
+//
+//	cloudbus_fence_runs_total      counter transactions run and committed
+//	cloudbus_fence_repeats_total   counter messages handled before, answered with their recorded reply
+//	cloudbus_fence_stale_total     counter writes refused because their claim did not hold
+//
 // Transport and pools:
 //
 //	cloudbus_transport_connected               gauge   1 while the transport reaches the broker
@@ -69,9 +87,11 @@
 // bad_request or unknown_message (undecodable), too_large (oversize);
 // a call about a resource this node does not own (or while its lease
 // expired) ends as op="handle" with code not_owner, a one-way one as
-// op="release" or, forwarded to its owner, as a handle without failure.
-// A fence's refusal is the handler's error: op="handle" with the code the
-// handler returned. Dead letters are op="dead-letter" (and
+// op="release" or, forwarded to its owner, as a handle without failure
+// (and a forward). A fence's refusal is the handler's error: op="handle"
+// with the code the handler returned (not_owner for a stale claim, also
+// counted by cloudbus_fence_stale_total), which the caller re-routes
+// (cloudbus_reroutes_total). Dead letters are op="dead-letter" (and
 // cloudbus_bus_deliveries_total{outcome="dead_lettered"}).
 //
 // # Label values

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -38,6 +40,18 @@ type Config struct {
 	// created by observations; an observation past the bound counts under
 	// type="other". Default 2000.
 	MaxSeries int
+	// Fence is the fence of the node's services' writes
+	// (*sqlfence.Fence, *memfence.Fence), whose counts are read at each
+	// scrape as cloudbus_fence_*_total. Default nil (a nil pointer
+	// too): no fence metrics.
+	Fence FenceStats
+}
+
+// FenceStats is a fence that counts what it did: *sqlfence.Fence and
+// *memfence.Fence.
+type FenceStats interface {
+	// Stats returns the counts since the fence was made.
+	Stats() fence.Stats
 }
 
 // Validate reports every problem with cfg at once.
@@ -61,10 +75,13 @@ type Metrics struct {
 	reg       *prometheus.Registry
 	node      atomic.Pointer[service.Node]
 	transport driver.Transport
+	fence     FenceStats
 	maxSeries int
 
 	messages *prometheus.CounterVec
 	failures *prometheus.CounterVec
+	forwards *prometheus.CounterVec
+	reroutes *prometheus.CounterVec
 	calls    *prometheus.HistogramVec
 	handles  *prometheus.HistogramVec
 	queued   *prometheus.HistogramVec
@@ -76,6 +93,7 @@ type Metrics struct {
 // seriesKey names one message-flow series; every field is bounded.
 type seriesKey struct {
 	op      bus.Op
+	forward bool // Observation.Forward
 	service string
 	typ     string
 }
@@ -83,7 +101,8 @@ type seriesKey struct {
 // series holds the label children of one (op, service, type), resolved
 // once, so Observe only looks them up.
 type series struct {
-	messages prometheus.Counter
+	messages prometheus.Counter  // nil for OpReroute
+	forwards prometheus.Counter  // forwards; else nil
 	duration prometheus.Observer // OpCall, OpHandle; else nil
 	queued   prometheus.Observer // OpHandle; else nil
 	key      seriesKey
@@ -102,6 +121,9 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = 2000
 	}
+	if v := reflect.ValueOf(cfg.Fence); cfg.Fence != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+		cfg.Fence = nil // a node without a fence
+	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -111,12 +133,21 @@ func New(cfg Config) (*Metrics, error) {
 	m := &Metrics{
 		reg:       reg,
 		transport: cfg.Transport,
+		fence:     cfg.Fence,
 		maxSeries: cfg.MaxSeries,
 		series:    make(map[seriesKey]*series),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cloudbus_messages_total",
 			Help: "Messages by what the bus did with them (op: send, call, broadcast, handle, reply, event, reject, release, retry, dead-letter, late-reply), target service and message type.",
 		}, flow),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cloudbus_forwards_total",
+			Help: "Messages this node passed on as they came, by target service and type: the API portal's forwards (each attempt) and one-way messages forwarded to their owner; each is also an op call or send of cloudbus_messages_total.",
+		}, []string{"service", "type"}),
+		reroutes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cloudbus_reroutes_total",
+			Help: "Messages about a resource this node sent again, to the owner by its ring, by service, type and the code of the failed attempt (not_owner, no_route, node_left).",
+		}, []string{"service", "type", "code"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cloudbus_message_failures_total",
 			Help: "Messages whose operation failed, by op, service, type and error code (a reject's code says why it was refused: timeout for late).",
@@ -140,7 +171,7 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Node != nil {
 		m.node.Store(cfg.Node)
 	}
-	cs := []prometheus.Collector{m.messages, m.failures, m.calls, m.handles, m.queued, &stateCollector{m: m}}
+	cs := []prometheus.Collector{m.messages, m.failures, m.forwards, m.reroutes, m.calls, m.handles, m.queued, &stateCollector{m: m}}
 	for name, db := range cfg.Pools {
 		cs = append(cs, collectors.NewDBStatsCollector(db, name))
 	}
@@ -176,14 +207,27 @@ func (m *Metrics) Handler() http.Handler {
 // Observe records o. It is safe for concurrent use, never blocks on I/O
 // and, once o's series exists, does not allocate (for an o without Err).
 func (m *Metrics) Observe(o bus.Observation) {
-	k := seriesKey{op: o.Op, service: serviceName(o.ServiceID), typ: o.Type}
+	k := seriesKey{op: o.Op, forward: o.Forward, service: serviceName(o.ServiceID), typ: o.Type}
 	m.mu.RLock()
 	s := m.series[k]
 	m.mu.RUnlock()
 	if s == nil {
 		s = m.newSeries(k)
 	}
+	if o.Op == bus.OpReroute {
+		// Counted by the failed attempt's code only: a re-route always
+		// has one.
+		code := message.CodeOf(o.Err)
+		if code == "" {
+			code = other
+		}
+		s.failure(m, code).Inc()
+		return
+	}
 	s.messages.Inc()
+	if s.forwards != nil {
+		s.forwards.Inc()
+	}
 	if s.duration != nil {
 		s.duration.Observe(o.Duration.Seconds())
 	}
@@ -232,8 +276,15 @@ func (m *Metrics) newSeries(k seriesKey) *series {
 			return s
 		}
 	}
-	op := k.op.String()
-	s := &series{key: k, messages: m.messages.WithLabelValues(op, k.service, k.typ)}
+	s := &series{key: k}
+	if k.op == bus.OpReroute {
+		m.series[k] = s // counted only by code, in failure
+		return s
+	}
+	s.messages = m.messages.WithLabelValues(k.op.String(), k.service, k.typ)
+	if k.forward {
+		s.forwards = m.forwards.WithLabelValues(k.service, k.typ)
+	}
 	switch k.op {
 	case bus.OpCall:
 		s.duration = m.calls.WithLabelValues(k.service, k.typ)
@@ -282,7 +333,11 @@ func (s *series) failure(m *Metrics, code message.Code) prometheus.Counter {
 	if s.failures == nil {
 		s.failures = make(map[message.Code]prometheus.Counter)
 	}
-	c = m.failures.WithLabelValues(s.key.op.String(), s.key.service, s.key.typ, label)
+	if s.key.op == bus.OpReroute {
+		c = m.reroutes.WithLabelValues(s.key.service, s.key.typ, label)
+	} else {
+		c = m.failures.WithLabelValues(s.key.op.String(), s.key.service, s.key.typ, label)
+	}
 	s.failures[code] = c
 	return c
 }
