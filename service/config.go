@@ -61,7 +61,8 @@ type Config struct {
 	Limits bus.Limits
 
 	// Observer, optional, sees every send, call, delivery and reply of
-	// the node's bus; see bus.Observer.
+	// the node's bus, and each re-route the node makes (bus.OpReroute);
+	// see bus.Observer.
 	Observer bus.Observer
 
 	// Tracer, optional, makes spans around the node's sends, calls,

@@ -18,7 +18,7 @@ func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
 // openMetrics builds the node's metrics and serves them on the admin
 // handler; the node is set once it exists.
 func (n *Node) openMetrics() error {
-	m, err := metrics.New(metrics.Config{Transport: n.tr,
+	m, err := metrics.New(metrics.Config{Transport: n.tr, Fence: n.fence,
 		Pools: map[string]*sql.DB{"heartbeat": n.db.HeartbeatDB(), "services": n.db.DB()}})
 	if err != nil {
 		return fmt.Errorf("nodekit: %w", err)
