@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -53,7 +54,39 @@ func TestMetricsEndpoint(t *testing.T) {
 		`go_sql_open_connections{db_name="heartbeat"}`,
 		`go_sql_open_connections{db_name="services"}`,
 		"metricstest_things_total 1",
+		"cloudbus_heartbeat_beats_total 0",
+		"cloudbus_heartbeat_beat_failures_total 0",
+		"cloudbus_heartbeat_beats_failing 0",
+		`cloudbus_fence_runs_total 0`,
 	} {
 		assert.True(t, strings.Contains(body, want), "GET /metrics lacks %q:\n%s", want, body)
 	}
+}
+
+// TestBeatCollector: the beats the kit timed, as counters and the
+// current run of failures.
+func TestBeatCollector(t *testing.T) {
+	b := &beatStats{}
+	now := time.Now()
+	b.add(now, time.Millisecond, false)
+	b.add(now, time.Millisecond, true)
+	b.add(now, time.Millisecond, true)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(beatCollector{b}))
+	got, err := reg.Gather()
+	require.NoError(t, err)
+	values := map[string]float64{}
+	for _, mf := range got {
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			values[mf.GetName()] = c.GetValue()
+		} else {
+			values[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"cloudbus_heartbeat_beats_total":         3,
+		"cloudbus_heartbeat_beat_failures_total": 2,
+		"cloudbus_heartbeat_beats_failing":       2,
+	}, values)
 }
