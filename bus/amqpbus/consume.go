@@ -103,10 +103,24 @@ func (c *consumer) open(s *session) (<-chan amqp.Delivery, error) {
 		return nil, err
 	}
 	c.mu.Lock()
+	if c.cancelled {
+		// stop ran while this channel opened (a resume after a reconnect
+		// racing a Cancel): it could not cancel a consumer that did not
+		// exist yet, and nobody reads these deliveries. Close the
+		// channel, so that the broker takes back what it handed over,
+		// instead of leaving a consumer that holds up to prefetch
+		// messages unacknowledged for good.
+		c.mu.Unlock()
+		_ = ch.Close()
+		return nil, errStopped
+	}
 	c.ch = ch
 	c.mu.Unlock()
 	return deliveries, nil
 }
+
+// errStopped is open's error for a consumer stopped meanwhile.
+var errStopped = errors.New("amqpbus: consumer stopped while its channel opened")
 
 // resume restarts the consumer on session s after a reconnect.
 func (c *consumer) resume(s *session) error {
@@ -117,6 +131,9 @@ func (c *consumer) resume(s *session) error {
 		return nil
 	}
 	deliveries, err := c.open(s)
+	if errors.Is(err, errStopped) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
