@@ -33,7 +33,8 @@ Commands:
 
 Flags (before or after COMMAND; each may also be set by the REFNODE_*
 variable shown; a flag wins):
-  -bus url      RabbitMQ broker of the cluster (required)   REFNODE_BUS
+  -bus url      RabbitMQ broker of the cluster (required;   REFNODE_BUS
+                a RabbitMQ cluster's nodes comma-separated)
   -prefix p     the cluster's queue prefix (cloudbus)       REFNODE_PREFIX
   -timeout d    give up after this long (30s)               REFNODE_TIMEOUT
 `
@@ -205,8 +206,10 @@ func ctlCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 // ctlCall connects a client to the cluster's broker, runs call and
 // disconnects.
 func ctlCall(ctx context.Context, o ctlOptions, call func(context.Context, *service.Client) (any, error)) (any, error) {
-	if !strings.HasPrefix(o.bus, "amqp://") && !strings.HasPrefix(o.bus, "amqps://") {
-		return nil, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(o.bus))
+	for _, u := range amqpbus.SplitURLs(o.bus) {
+		if !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
+			return nil, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(u))
+		}
 	}
 	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: o.bus, ConnectionName: "refnode ctl"})
 	if err != nil {

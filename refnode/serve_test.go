@@ -99,12 +99,12 @@ func TestServeEnvironment(t *testing.T) {
 		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
 		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
 		"REFNODE_CLOCK_SKEW": "-1s", "REFNODE_VM_SWEEP": "2s", "REFNODE_TEST_STALL_VM_FINAL_WRITE": "3s",
-		"REFNODE_RING": "consistent",
+		"REFNODE_RING": "consistent", "REFNODE_QUEUE_TYPE": "quorum",
 	}}
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
 	assert.Equal(t, serveOptions{
-		Settings: nodekit.Settings{Bus: "amqps://broker/", DB: "postgres://db/x", Listen: "127.0.0.1:9999", Prefix: "green", LogLevel: "debug",
+		Settings: nodekit.Settings{Bus: "amqps://broker/", QueueType: "quorum", DB: "postgres://db/x", Listen: "127.0.0.1:9999", Prefix: "green", LogLevel: "debug",
 			Heartbeat: heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
 			Ring:      "consistent", Trace: "none"},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +25,17 @@ func TestMain(m *testing.M) {
 // can drop them without a goodbye, as SIGKILL would; a killed transport
 // cannot reconnect (its dials are refused), as a dead process would not.
 type env struct {
-	url   string
+	url   string // one broker URL, or a cluster's, comma-separated
 	mu    sync.Mutex
 	links map[string][]*link // by node
 
-	// viaProxy, when set, sends each node's connections through a proxy
-	// of its own, so that Cut and Heal act on one node.
+	// queueType is the transports' Config.QueueType.
+	queueType amqpbus.QueueType
+
+	// viaProxy, when set, sends each node's connections through proxies
+	// of its own, one per broker, so that Cut and Heal act on one node.
 	viaProxy bool
-	proxies  map[string]*proxy.Proxy
+	proxies  map[string][]*proxy.Proxy
 }
 
 // link is one transport's connections and whether it was killed.
@@ -50,15 +54,25 @@ func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Trans
 	if cfg.URL == "" {
 		cfg.URL = e.url
 		if e.viaProxy {
+			urls := amqpbus.SplitURLs(e.url)
 			e.mu.Lock()
-			p := e.proxies[node]
-			if p == nil {
-				p, _ = proxy.NewURL(t, e.url)
-				e.proxies[node] = p
+			ps := e.proxies[node]
+			if ps == nil {
+				for _, u := range urls {
+					p, _ := proxy.NewURL(t, u)
+					ps = append(ps, p)
+				}
+				e.proxies[node] = ps
 			}
 			e.mu.Unlock()
-			cfg.URL = proxiedURL(t, e.url, p)
+			for i, u := range urls {
+				urls[i] = proxiedURL(t, u, ps[i])
+			}
+			cfg.URL = strings.Join(urls, ",")
 		}
+	}
+	if cfg.QueueType == "" {
+		cfg.QueueType = e.queueType
 	}
 	if cfg.ConnectionName == "" {
 		cfg.ConnectionName = "cloudbus-test-" + node[:min(8, len(node))]
@@ -106,20 +120,28 @@ func (e *env) Kill(t *testing.T, node string) {
 	}
 }
 
-// Cut cuts node's connections off the broker at its proxy.
-func (e *env) Cut(t *testing.T, node string) { e.proxyOf(t, node).Cut() }
+// Cut cuts node's connections off every broker at its proxies.
+func (e *env) Cut(t *testing.T, node string) {
+	for _, p := range e.proxiesOf(t, node) {
+		p.Cut()
+	}
+}
 
 // Heal undoes Cut.
-func (e *env) Heal(t *testing.T, node string) { e.proxyOf(t, node).Heal() }
+func (e *env) Heal(t *testing.T, node string) {
+	for _, p := range e.proxiesOf(t, node) {
+		p.Heal()
+	}
+}
 
-func (e *env) proxyOf(t *testing.T, node string) *proxy.Proxy {
+func (e *env) proxiesOf(t *testing.T, node string) []*proxy.Proxy {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.proxies[node]
-	if p == nil {
+	ps := e.proxies[node]
+	if ps == nil {
 		t.Fatalf("node %s has no proxy: it never dialed", node)
 	}
-	return p
+	return ps
 }
 
 // proxiedURL returns rawURL with its host replaced by p's address.
@@ -134,11 +156,32 @@ func proxiedURL(t testing.TB, rawURL string, p *proxy.Proxy) string {
 
 func TestConformance(t *testing.T) {
 	testenv.AMQPURL(t)
+	runConformance(t, testenv.AMQPURL, amqpbus.QueueClassic)
+}
+
+// TestConformanceQuorum runs the suite with quorum queues on the single
+// broker (a quorum queue of one member).
+func TestConformanceQuorum(t *testing.T) {
+	testenv.AMQPURL(t)
+	runConformance(t, testenv.AMQPURL, amqpbus.QueueQuorum)
+}
+
+// TestConformanceCluster runs the suite on a 3-node RabbitMQ cluster
+// (.ci/rabbitmq-cluster), each transport given every node's URL, with
+// both queue types.
+func TestConformanceCluster(t *testing.T) {
+	testenv.AMQPCluster(t)
+	for _, qt := range []amqpbus.QueueType{amqpbus.QueueQuorum, amqpbus.QueueClassic} {
+		t.Run(string(qt), func(t *testing.T) { runConformance(t, testenv.AMQPCluster, qt) })
+	}
+}
+
+func runConformance(t *testing.T, url func(testing.TB) string, qt amqpbus.QueueType) {
 	bustest.Run(t, bustest.Harness{
 		Features: bustest.Features{CanKill: true, KilledQueuesPersist: true, NoRouteWithin: time.Second, CanCut: true},
 		New: func(t *testing.T) bustest.Env {
-			e := newEnv(t)
-			e.viaProxy, e.proxies = true, map[string]*proxy.Proxy{}
+			e := &env{url: url(t), links: map[string][]*link{}, queueType: qt}
+			e.viaProxy, e.proxies = true, map[string][]*proxy.Proxy{}
 			return e
 		},
 	})

@@ -21,7 +21,25 @@ type Config struct {
 	// URL of the broker: amqp://user:password@host:port/vhost, or amqps://
 	// for TLS. Credentials come from here (or from the broker's defaults)
 	// and never appear in logs or errors: see [MaskURL].
+	//
+	// For a RabbitMQ cluster, list one URL per broker node, separated by
+	// commas (a comma inside a password is written %2C). The transport
+	// connects to one of them, chosen at random so that nodes spread over
+	// the brokers, and when that connection is lost it tries the next,
+	// round the list, with backoff, declaring its whole topology again on
+	// each new connection.
 	URL string
+
+	// QueueType is the RabbitMQ queue type of the durable queues (the
+	// service queues, the API portal and the dead-letter queue):
+	// [QueueClassic], the default, or [QueueQuorum], replicated over a
+	// majority of a cluster's nodes so that they and their messages
+	// outlive the loss of a broker node. Reply and event queues are
+	// always classic: they live and die with one connection, which quorum
+	// queues refuse (no exclusive or auto-delete quorum queue). Every
+	// node of a cluster must use the same type: declaring a queue that
+	// exists with the other type fails, naming both.
+	QueueType QueueType
 
 	// TLS configures amqps:// connections (root CAs, client certificates,
 	// server name). Default: the system roots and the URL's host name.
@@ -87,7 +105,58 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// QueueType is the RabbitMQ type of a transport's durable queues; see
+// [Config.QueueType].
+type QueueType string
+
+// The queue types.
+const (
+	// QueueClassic is RabbitMQ's classic queue: on one broker node,
+	// unavailable while that node is down, and lost with its disk.
+	QueueClassic QueueType = "classic"
+	// QueueQuorum is RabbitMQ's quorum queue (Raft): replicated on every
+	// node of the cluster (RabbitMQ's default initial group size is up to
+	// 3), available while a majority of its members runs; a publish is
+	// confirmed once a majority holds the message.
+	QueueQuorum QueueType = "quorum"
+)
+
+// ParseQueueType parses "classic" or "quorum"; "" is classic.
+func ParseQueueType(s string) (QueueType, error) {
+	switch QueueType(strings.ToLower(strings.TrimSpace(s))) {
+	case "", QueueClassic:
+		return QueueClassic, nil
+	case QueueQuorum:
+		return QueueQuorum, nil
+	}
+	return "", fmt.Errorf("amqpbus: queue type %q: want classic or quorum", s)
+}
+
+// SplitURLs splits a comma-separated list of broker URLs (see
+// [Config.URL]), dropping blanks around and between them.
+func SplitURLs(list string) []string {
+	var urls []string
+	for u := range strings.SplitSeq(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// MaskURLs masks each URL of a comma-separated list with [MaskURL].
+func MaskURLs(list string) string {
+	urls := SplitURLs(list)
+	for i, u := range urls {
+		urls[i] = MaskURL(u)
+	}
+	return strings.Join(urls, ",")
+}
+
 func (c *Config) setDefaults() {
+	if c.QueueType == "" {
+		c.QueueType = QueueClassic
+	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = "cloudbus"
 	}
@@ -127,10 +196,17 @@ func (c *Config) setDefaults() {
 // the URL only in masked form.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.URL == "" {
+	urls := SplitURLs(c.URL)
+	if len(urls) == 0 {
 		errs = append(errs, errors.New("amqpbus: config: URL is required, e.g. amqp://user:password@127.0.0.1:5672/"))
-	} else if _, err := amqp.ParseURI(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("amqpbus: config: URL %s is not an AMQP URI (amqp:// or amqps://)", MaskURL(c.URL)))
+	}
+	for _, u := range urls {
+		if _, err := amqp.ParseURI(u); err != nil {
+			errs = append(errs, fmt.Errorf("amqpbus: config: URL %s is not an AMQP URI (amqp:// or amqps://)", MaskURL(u)))
+		}
+	}
+	if c.QueueType != "" && c.QueueType != QueueClassic && c.QueueType != QueueQuorum {
+		errs = append(errs, fmt.Errorf("amqpbus: config: QueueType %q: want %q or %q", c.QueueType, QueueClassic, QueueQuorum))
 	}
 	if c.Publishers < 0 || c.DialTimeout < 0 || c.ReconnectMax < 0 || c.Heartbeat < 0 || c.PublishTimeout < 0 || c.MaxMessageSize < 0 ||
 		c.ProbeInterval < 0 || c.ProbeTimeout < 0 {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -163,6 +164,18 @@ func (c *consumer) run(f feed) {
 			c.mu.Unlock()
 			c.handle(&delivery{c: c, s: f.s, d: d})
 		}
+		if !f.s.isLost() {
+			c.mu.Lock()
+			cancelled := c.cancelled
+			c.mu.Unlock()
+			if !cancelled {
+				// The broker cancelled the consumer on a live connection
+				// (its queue was deleted, or its broker node went down):
+				// consume again once the queue is back.
+				c.t.wg.Add(1)
+				go c.reconsume(f.s)
+			}
+		}
 		select { // the channel closed: stopped, or the connection dropped
 		case f = <-c.resumed:
 		case <-c.stopped:
@@ -170,6 +183,45 @@ func (c *consumer) run(f feed) {
 		case <-c.t.closing:
 			return
 		}
+	}
+}
+
+// reconsume consumes again on s after the broker cancelled the consumer
+// while the connection stayed up: the queue is declared again if this
+// transport declared it, with backoff from 100 ms to ReconnectMax, until
+// it succeeds, the consumer stops or the session ends (a new session
+// resumes every consumer).
+func (c *consumer) reconsume(s *session) {
+	defer c.t.wg.Done()
+	c.t.log.Warn("the broker cancelled a consumer; consuming again", "queue", c.queue)
+	delay := 100 * time.Millisecond
+	for {
+		select {
+		case <-time.After(jitter(delay)):
+		case <-c.stopped:
+			return
+		case <-s.lost:
+			return
+		case <-c.t.closing:
+			return
+		}
+		c.t.mu.Lock()
+		opts, declared := c.t.queues[c.queue]
+		c.t.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.DialTimeout)
+		var err error
+		if declared {
+			err = s.control(ctx, func(ch *amqp.Channel) error { return c.t.declareOn(ch, c.queue, opts) })
+		}
+		cancel()
+		if err == nil {
+			err = c.resume(s)
+		}
+		if err == nil {
+			return
+		}
+		c.t.log.Info("consuming again failed; retrying", "queue", c.queue, "retry_in", delay, "err", err)
+		delay = min(2*delay, c.t.cfg.ReconnectMax)
 	}
 }
 

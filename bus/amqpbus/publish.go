@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -207,7 +208,7 @@ func (p *publisher) notify() {
 			case returned:
 				r.done <- fmt.Errorf("amqpbus: publish: queue %s does not exist: %w", r.key, message.ErrNoRoute)
 			case !c.Ack:
-				r.done <- notSent(fmt.Errorf("amqpbus: publish to %s: the broker refused it (nack): %w", target(r), message.ErrUnavailable))
+				r.done <- notSent(fmt.Errorf("amqpbus: publish to %s: the broker refused it (nack): %w", target(r), errNacked))
 			default:
 				r.done <- nil
 			}
@@ -317,11 +318,45 @@ func (t *Transport) publishTo(ctx context.Context, exchange, key string, via boo
 	return t.send(ctx, op, r)
 }
 
+// errNacked is the cause of a publish the broker refused with basic.nack:
+// it took none of it (a quorum queue electing a leader, an internal
+// error), so the transport publishes it again.
+var errNacked = fmt.Errorf("nothing was delivered: %w", message.ErrUnavailable)
+
 // send hands r to a publisher of the current session and waits for its
-// outcome or ctx. While the transport reconnects it fails at once with an
-// error matching message.ErrNotSent and message.ErrUnavailable: nothing
-// was sent, so retrying is safe.
+// outcome or ctx. A publish the broker refuses (basic.nack: a quorum
+// queue without a leader during an election, after a broker node was
+// lost) is published again, with backoff from 20 ms to 500 ms, until the
+// broker confirms it or ctx ends; it is never reported as sent. While the
+// transport reconnects, send fails at once with an error matching
+// message.ErrNotSent and message.ErrUnavailable: nothing was sent, so
+// retrying is safe.
 func (t *Transport) send(ctx context.Context, op string, r *pubReq) error {
+	delay := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := t.sendOnce(ctx, op, r)
+		if !errors.Is(err, errNacked) {
+			return err
+		}
+		t.nacked.Add(1)
+		t.log.Debug("the broker refused a publish (nack); publishing it again", "op", op, "attempt", attempt)
+		select {
+		case <-time.After(jitter(delay)):
+		case <-ctx.Done():
+			return fmt.Errorf("%w; refused %d times until %w", err, attempt, ctxErr(ctx))
+		case <-t.closing:
+			return fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+		next := *r
+		next.msg.MessageId = strconv.FormatUint(messageIDs.Add(1), 36)
+		next.done = make(chan error, 1)
+		r = &next
+	}
+}
+
+// sendOnce is one attempt of send.
+func (t *Transport) sendOnce(ctx context.Context, op string, r *pubReq) error {
 	s, err := t.current(op)
 	if err != nil {
 		return notSent(err)
@@ -378,16 +413,19 @@ func ctxErr(ctx context.Context) error {
 	return message.ErrCanceled.WithCause(ctx.Err())
 }
 
-// scrub removes the URL and its password from err's text, in case a
-// library error quotes them.
-func scrub(err error, rawURL string) string {
+// scrub removes the broker URLs and their passwords from err's text, in
+// case a library error quotes them.
+func (t *Transport) scrub(err error) string {
 	s := err.Error()
-	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
+	for _, rawURL := range t.urls {
+		if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				s = strings.ReplaceAll(s, pw, "xxxxx")
+			}
 		}
+		s = strings.ReplaceAll(s, rawURL, MaskURL(rawURL))
 	}
-	return strings.ReplaceAll(s, rawURL, MaskURL(rawURL))
+	return s
 }
 
 // publishTable publishes data persistently to queue with headers.

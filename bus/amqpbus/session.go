@@ -22,11 +22,13 @@ import (
 // When the connection is lost, lost is closed and the session's
 // goroutines end; the transport replaces it with a new one.
 type session struct {
-	t    *Transport
-	conn *amqp.Connection
-	raw  net.Conn   // the TCP (or TLS) connection under conn, closed to kill it
-	lim  *limitConn // what amqp091 reads: it knows when bytes last arrived
-	pubs []*publisher
+	t      *Transport
+	url    int    // index in Transport.urls of the broker it is connected to
+	masked string // that broker's URL, masked
+	conn   *amqp.Connection
+	raw    net.Conn   // the TCP (or TLS) connection under conn, closed to kill it
+	lim    *limitConn // what amqp091 reads: it knows when bytes last arrived
+	pubs   []*publisher
 
 	probeCh  *amqp.Channel // the liveness probe's own channel
 	probeNow chan struct{} // cap 1: asks the prober for a round trip at once
@@ -43,14 +45,14 @@ type session struct {
 // configuration to dial with: the URL with scheme amqp:// and the TLS
 // port made explicit, so that amqp091 speaks AMQP over the TLS session
 // that connect's Dial opens.
-func (t *Transport) plainURL() (string, *tls.Config, error) {
-	u, err := neturl.Parse(t.cfg.URL)
+func (t *Transport) plainURL(raw string) (string, *tls.Config, error) {
+	u, err := neturl.Parse(raw)
 	if err != nil || !strings.EqualFold(u.Scheme, "amqps") {
-		return t.cfg.URL, nil, nil // Validate checked it; amqp091 reports anything else
+		return raw, nil, nil // Validate checked it; amqp091 reports anything else
 	}
-	uri, err := amqp.ParseURI(t.cfg.URL)
+	uri, err := amqp.ParseURI(raw)
 	if err != nil {
-		return "", nil, fmt.Errorf("amqpbus: connect to %s: %w", t.masked, err)
+		return "", nil, fmt.Errorf("amqpbus: connect to %s: %w", MaskURL(raw), err)
 	}
 	u.Scheme = "amqp"
 	u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
@@ -64,8 +66,34 @@ func (t *Transport) plainURL() (string, *tls.Config, error) {
 	return u.String(), cfg, nil
 }
 
-// connect dials the broker and opens a session.
-func (t *Transport) connect(ctx context.Context) (*session, error) {
+// connectAny tries the brokers once each, starting with the one at index
+// first, and returns the first session opened; ctx bounds the whole.
+func (t *Transport) connectAny(ctx context.Context, first int) (*session, error) {
+	var errs []error
+	for i := range t.urls {
+		s, err := t.connect(ctx, (first+i)%len(t.urls))
+		if err == nil {
+			return s, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// connect dials the broker at index i of t.urls and opens a session.
+// With several brokers, one dial is bounded by DialTimeout divided among
+// them (at least 2 s), so that a broker that accepts TCP but never
+// answers (frozen) does not hold up the others for long.
+func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
+	rawURL, masked := t.urls[i], MaskURL(t.urls[i])
+	if n := len(t.urls); n > 1 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(t.cfg.DialTimeout/time.Duration(n), 2*time.Second))
+		defer cancel()
+	}
 	dial := t.cfg.Dial
 	if dial == nil {
 		d := &net.Dialer{Timeout: t.cfg.DialTimeout}
@@ -80,7 +108,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 	done := make(chan result, 1)
 	// TLS is done here rather than by amqp091, so that the body limit
 	// (limitConn) reads the decrypted frames.
-	url, tlsCfg, err := t.plainURL()
+	url, tlsCfg, err := t.plainURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -122,12 +150,15 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 				_ = r.c.Close()
 			}
 		}()
-		return nil, fmt.Errorf("amqpbus: connect to %s: %w", t.masked, ctx.Err())
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, fmt.Errorf("amqpbus: connect to %s: no answer in time: %w", masked, message.ErrUnavailable)
+		}
+		return nil, fmt.Errorf("amqpbus: connect to %s: %w", masked, ctx.Err())
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", t.masked, scrub(r.err, t.cfg.URL), message.ErrUnavailable)
+		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", masked, t.scrub(r.err), message.ErrUnavailable)
 	}
-	s := &session{t: t, conn: r.c, raw: raw, lim: lim, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
+	s := &session{t: t, url: i, masked: masked, conn: r.c, raw: raw, lim: lim, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		s.close()
 		return nil, err
@@ -141,7 +172,7 @@ func (s *session) open() error {
 	t := s.t
 	ctl, err := s.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqpbus: open control channel on %s: %w", t.masked, unavailable(err))
+		return fmt.Errorf("amqpbus: open control channel on %s: %w", s.masked, unavailable(err))
 	}
 	s.ctl = ctl
 	for i := range t.cfg.Publishers {
@@ -153,7 +184,7 @@ func (s *session) open() error {
 	}
 	probe, err := s.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqpbus: open probe channel on %s: %w", t.masked, unavailable(err))
+		return fmt.Errorf("amqpbus: open probe channel on %s: %w", s.masked, unavailable(err))
 	}
 	s.probeCh = probe
 	s.proved.Store(t.mono()) // the handshake just succeeded
@@ -269,7 +300,7 @@ func (s *session) probe() {
 		case !answered: // the session or the transport ended
 			return
 		case err != nil:
-			s.kill(fmt.Sprintf("the liveness probe failed: %v", scrub(err, t.cfg.URL)))
+			s.kill(fmt.Sprintf("the liveness probe failed: %v", t.scrub(err)))
 			return
 		}
 		for {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,8 @@ import (
 type Transport struct {
 	cfg    Config
 	log    *slog.Logger
-	masked string
+	masked string   // every broker URL, masked
+	urls   []string // the brokers, from cfg.URL
 
 	reqs chan *pubReq // publishes, taken by the current session's publishers
 
@@ -54,6 +56,7 @@ type Transport struct {
 	probeWake chan struct{} // closed and replaced at every successful probe
 
 	lostConns atomic.Uint64 // connections lost since Dial
+	nacked    atomic.Uint64 // publishes the broker refused (and the transport sent again)
 }
 
 var _ driver.Transport = (*Transport)(nil)
@@ -68,7 +71,8 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	}
 	t := &Transport{
 		cfg:       cfg,
-		masked:    MaskURL(cfg.URL),
+		masked:    MaskURLs(cfg.URL),
+		urls:      SplitURLs(cfg.URL),
 		reqs:      make(chan *pubReq),
 		state:     driver.TransportConnected,
 		consumers: make(map[*consumer]struct{}),
@@ -78,11 +82,12 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		born:      time.Now(),
 		probeWake: make(chan struct{}),
 	}
-	t.log = cfg.Logger.With("broker", t.masked)
-	s, err := t.connect(ctx)
+	t.log = cfg.Logger
+	s, err := t.connectAny(ctx, rand.IntN(len(t.urls)))
 	if err != nil {
 		return nil, err
 	}
+	t.log.Info("connected to the broker", "broker", s.masked)
 	t.sess = s
 	t.wg.Add(2)
 	go t.supervise(s)
@@ -147,18 +152,22 @@ func (t *Transport) supervise(s *session) {
 		t.sess = nil
 		t.mu.Unlock()
 		t.lostConns.Add(1)
-		t.log.Warn("connection to the broker lost; reconnecting", "err", s.err)
+		t.log.Warn("connection to the broker lost; reconnecting", "broker", s.masked, "err", s.err)
 		t.setState(driver.TransportReconnecting)
 		start := time.Now()
 		delay := 50 * time.Millisecond
+		// Try the next broker first: the one just lost is likely down.
+		// Each attempt moves on round the list.
+		url := s.url
 		for attempt := 1; ; attempt++ {
 			select {
 			case <-t.closing:
 				return
 			case <-time.After(jitter(delay)):
 			}
+			url = (url + 1) % len(t.urls)
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
-			next, err := t.connect(ctx)
+			next, err := t.connect(ctx, url)
 			if err == nil {
 				err = t.redeclare(ctx, next)
 				if err != nil {
@@ -179,10 +188,21 @@ func (t *Transport) supervise(s *session) {
 			t.mu.Unlock()
 			t.setState(driver.TransportConnected)
 			t.resume(s)
-			t.log.Info("reconnected to the broker", "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
+			t.log.Info("reconnected to the broker", "broker", s.masked, "attempts", attempt, "down_for", time.Since(start).Round(time.Millisecond))
 			break
 		}
 	}
+}
+
+// Broker returns the masked URL of the broker the transport is connected
+// to now, or "" while it reconnects or after Close.
+func (t *Transport) Broker() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess == nil || t.state == driver.TransportClosed {
+		return ""
+	}
+	return t.sess.masked
 }
 
 // ConnectionsLost returns how many times the transport's connection to
@@ -190,6 +210,12 @@ func (t *Transport) supervise(s *session) {
 // transport as dead) since [Dial]. Each loss fails the calls waiting on
 // replies through it; a healthy node keeps it at 0.
 func (t *Transport) ConnectionsLost() uint64 { return t.lostConns.Load() }
+
+// PublishesRefused returns how many publishes the broker refused with a
+// nack since [Dial] (each was published again; see [Transport.Publish]).
+// On a RabbitMQ cluster they come in bursts while a quorum queue elects a
+// new leader.
+func (t *Transport) PublishesRefused() uint64 { return t.nacked.Load() }
 
 // jitter spreads d by ±20 % so that nodes do not reconnect in lockstep.
 func jitter(d time.Duration) time.Duration {
@@ -328,14 +354,25 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 	return nil
 }
 
+// quorumDeliveryLimit is the x-delivery-limit of quorum queues: so high
+// that the broker never drops a message for its redeliveries, on
+// RabbitMQ 3 (no limit by default) and 4 (20 by default) alike. The
+// transport counts deliveries itself, the same way on both queue types
+// (QueueOptions.MaxDeliveries), and dead-letters to a queue it names.
+const quorumDeliveryLimit = 1<<31 - 1
+
 func (t *Transport) declareOn(ch *amqp.Channel, name string, opts driver.QueueOptions) error {
 	durable, exclusive, autoDelete := true, false, false
-	args := amqp.Table{"x-expires": t.cfg.QueueExpires.Milliseconds()}
+	args := amqp.Table{"x-expires": t.cfg.QueueExpires.Milliseconds(), "x-queue-type": string(t.cfg.QueueType)}
+	if t.cfg.QueueType == QueueQuorum {
+		args["x-delivery-limit"] = int64(quorumDeliveryLimit)
+	}
 	if opts.Kind == driver.QueueTemporary {
+		// Exclusive and auto-delete: classic whatever QueueType says.
 		durable, exclusive, autoDelete, args = false, true, true, nil
 	}
 	if _, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args); err != nil {
-		return err
+		return t.typeMismatch(name, err)
 	}
 	if opts.Fanout != "" {
 		if err := ch.ExchangeDeclare(opts.Fanout, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
@@ -379,14 +416,21 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	err = s.control(ctx, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(name, true, true, false)
-		return err
-	})
+	t.mu.Lock()
+	opts, declared := t.queues[name]
+	t.mu.Unlock()
+	if t.cfg.QueueType == QueueQuorum && (!declared || opts.Kind == driver.QueueDurable) {
+		err = t.deleteQuorumIfIdle(ctx, s, name)
+	} else {
+		err = s.control(ctx, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(name, true, true, false)
+			return err
+		})
+	}
 	switch {
 	case err == nil:
 	case isCode(err, amqp.NotFound):
-	case isCode(err, amqp.PreconditionFailed):
+	case isCode(err, amqp.PreconditionFailed), errors.Is(err, errQueueBusy):
 		return fmt.Errorf("amqpbus: %s: it has a consumer or messages: %w", op, message.ErrBusy)
 	default:
 		return t.opError(s, op, err)
@@ -398,6 +442,42 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	}
 	t.mu.Unlock()
 	return nil
+}
+
+// errQueueBusy is deleteQuorumIfIdle's refusal of a queue in use.
+var errQueueBusy = errors.New("queue in use")
+
+// deleteQuorumIfIdle deletes a quorum queue if it has no ready message
+// and no consumer. Quorum queues refuse queue.delete's if-unused and
+// if-empty (a connection error, 540 NOT_IMPLEMENTED), so the check and
+// the delete are two steps: a message published between them, within
+// one round trip to the broker, is deleted with the queue. The drain
+// deletes a queue only after every node's ring dropped its owner, so
+// only a sender whose ring lags that long can lose a message there; the
+// transport logs how many went, at error level.
+func (t *Transport) deleteQuorumIfIdle(ctx context.Context, s *session, name string) error {
+	var q amqp.Queue
+	err := s.control(ctx, func(ch *amqp.Channel) error {
+		var err error
+		q, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if q.Messages > 0 || q.Consumers > 0 {
+		return errQueueBusy
+	}
+	var lost int
+	err = s.control(ctx, func(ch *amqp.Channel) error {
+		var err error
+		lost, err = ch.QueueDelete(name, false, false, false)
+		return err
+	})
+	if err == nil && lost > 0 {
+		t.log.Error("messages published to a drained quorum queue in the instant between its idle check and its deletion were deleted with it", "queue", name, "messages", lost)
+	}
+	return err
 }
 
 // Close implements [driver.Transport]: it cancels the consumers, closes the
@@ -438,16 +518,62 @@ func (t *Transport) opError(s *session, op string, err error) error {
 		return fmt.Errorf("amqpbus: %s: %w", op, err)
 	case isCode(err, amqp.NotFound):
 		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrNoRoute)
+	case errors.Is(err, ErrQueueType):
+		return fmt.Errorf("amqpbus: %s: %w", op, err)
 	case isCode(err, amqp.PreconditionFailed):
 		return fmt.Errorf("amqpbus: %s: the broker has it with other settings (%s); delete it or use the same settings on every node: %w", op, err, message.ErrBadRequest)
 	case errors.As(err, &ae), errors.Is(err, amqp.ErrClosed):
 		if s != nil && s.isLost() {
-			return fmt.Errorf("amqpbus: %s: connection to %s lost: %w", op, t.masked, message.ErrUnavailable)
+			return fmt.Errorf("amqpbus: %s: connection to %s lost: %w", op, s.masked, message.ErrUnavailable)
 		}
 		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrUnavailable)
 	default: // I/O errors of the library: the connection is failing
 		return fmt.Errorf("amqpbus: %s: %s: %w", op, err, message.ErrUnavailable)
 	}
+}
+
+// ErrQueueType matches the error of declaring a queue that the broker
+// holds with another queue type (classic or quorum) than
+// [Config.QueueType]: the nodes of one cluster disagree, or the type was
+// changed while the queue existed.
+var ErrQueueType = errors.New("amqpbus: queue exists with another queue type")
+
+// inequivalentType matches the broker's text for a queue declared with
+// another x-queue-type, capturing the type the broker holds ("none" for
+// a queue declared without one: classic).
+var inequivalentType = regexp.MustCompile(`inequivalent arg 'x-queue-type'.*current is (?:the value )?'?([a-z]+)'?`)
+
+// typeMismatch turns the broker's refusal of a queue declared with
+// another type into an error naming both types and what to do.
+func (t *Transport) typeMismatch(name string, err error) error {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return err
+	}
+	m := inequivalentType.FindStringSubmatch(ae.Reason)
+	if m == nil {
+		return err
+	}
+	held := m[1]
+	if held == "none" {
+		held = string(QueueClassic)
+	}
+	return &queueTypeError{queue: name, held: held, want: string(t.cfg.QueueType), cause: err}
+}
+
+// queueTypeError is a declaration refused for its queue type.
+type queueTypeError struct {
+	queue, held, want string
+	cause             error
+}
+
+func (e *queueTypeError) Error() string {
+	return fmt.Sprintf("queue %s exists on the broker as a %s queue but this node declares it %s: give every node of the cluster the same queue type, or delete the old queues first (stop every node, then purge them) to change it", e.queue, e.held, e.want)
+}
+
+// Unwrap matches ErrQueueType and message.ErrBadRequest.
+func (e *queueTypeError) Unwrap() []error {
+	return []error{ErrQueueType, message.ErrBadRequest, e.cause}
 }
 
 func isCode(err error, code int) bool {

@@ -29,7 +29,7 @@ func FuzzMaskURL(f *testing.F) {
 	f.Fuzz(func(t *testing.T, form byte, user, pw, host, vhost string) {
 		raw := amqpURL(form, user, pw, host, vhost)
 		show := func(raw, pw string) []string {
-			return []string{MaskURL(raw), scrub(errors.New("dial "+raw+": password "+pw+" ("+url.QueryEscape(pw)+") refused"), raw)}
+			return []string{MaskURL(raw), (&Transport{urls: []string{raw}}).scrub(errors.New("dial " + raw + ": password " + pw + " (" + url.QueryEscape(pw) + ") refused"))}
 		}
 		other := strings.Repeat("Q", len(pw))
 		if other == pw {

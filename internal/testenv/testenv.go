@@ -30,6 +30,10 @@ const (
 	// MySQLVar names the MySQL/MariaDB database, as a go-sql-driver/mysql
 	// DSN or a mysql:// URL.
 	MySQLVar = "CLOUDBUS_MYSQL_DSN"
+	// AMQPClusterVar names a private 3-node RabbitMQ cluster, as a
+	// comma-separated list of amqp:// URLs, one per broker node; the
+	// script .ci/rabbitmq-cluster starts one and prints the list.
+	AMQPClusterVar = "CLOUDBUS_AMQP_CLUSTER"
 )
 
 // examples are the values the skip messages suggest: the services of a
@@ -38,6 +42,8 @@ var examples = map[string]string{
 	AMQPVar:     "amqp://guest:guest@127.0.0.1:5672/",
 	PostgresVar: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
 	MySQLVar:    "root@tcp(127.0.0.1:3306)/test?parseTime=true",
+	AMQPClusterVar: "$(bash .ci/rabbitmq-cluster start >&2 && cat /tmp/cloudbus-rabbit-cluster/urls), " +
+		"a list like amqp://guest:guest@127.0.0.1:35671/,amqp://guest:guest@127.0.0.1:35672/,amqp://guest:guest@127.0.0.1:35673/",
 }
 
 // AMQPURL returns the broker's URL from [AMQPVar]. Without it the test
@@ -59,6 +65,15 @@ func PostgresDSN(t testing.TB) string {
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
 	return lookup(t, MySQLVar)
+}
+
+// AMQPCluster returns the URLs of a RabbitMQ cluster's nodes from
+// [AMQPClusterVar], comma-separated. Without it the test skips, naming
+// the variable and the script that starts a cluster, or fails under
+// CI=true.
+func AMQPCluster(t testing.TB) string {
+	t.Helper()
+	return lookup(t, AMQPClusterVar)
 }
 
 // WillRun reports whether the tests that need the variable name will

@@ -129,7 +129,8 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	out := cfg.Stdout
 	fmt.Fprintf(out, "node:    %s\n", id)
 	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status, GET /metrics)\n", n.ln.Addr())
-	fmt.Fprintf(out, "bus:     %s (queues %s.message.<service>.%s)\n", amqpbus.MaskURL(s.Bus), s.Prefix, id)
+	qt, _ := amqpbus.ParseQueueType(s.QueueType)
+	fmt.Fprintf(out, "bus:     %s (%s queues %s.message.<service>.%s)\n", amqpbus.MaskURLs(s.Bus), qt, s.Prefix, id)
 	fmt.Fprintf(out, "db:      %s (tables %s, %s_*)\n", maskDB(s.DB), hbTable, tables)
 	if s.Ring != "" && s.Ring != "table" {
 		fmt.Fprintf(out, "ring:    %s (-ring; every node of the cluster must use the same)\n", s.Ring)
@@ -163,7 +164,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		sweepRecords(sweepCtx, n.fence, time.Minute, cfg.Logger)
 	}()
 
-	if n.tr, err = amqpbus.Dial(ctx, amqpbus.Config{URL: s.Bus, ConnectionName: cfg.Name + " " + id, Logger: ioLog}); err != nil {
+	if n.tr, err = amqpbus.Dial(ctx, s.Transport(cfg.Name+" "+id, ioLog)); err != nil {
 		return nil, fmt.Errorf("connect to the broker: %w; check -bus and that RabbitMQ runs", err)
 	}
 	n.admin = newAdmin(n.tr, s.Prefix, n.start, n.db, &beatStats{})

@@ -69,7 +69,7 @@ func Purge(ctx context.Context, s Settings, programs ...string) (Purged, error) 
 	}
 	slices.Sort(queues)
 	queues = slices.Compact(queues)
-	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: s.Bus, ConnectionName: "purge " + s.Prefix})
+	tr, err := amqpbus.Dial(ctx, s.Transport("purge "+s.Prefix, nil))
 	if err != nil {
 		return p, fmt.Errorf("nodekit: purge: connect to the broker: %w", err)
 	}

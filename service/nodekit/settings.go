@@ -20,8 +20,15 @@ import (
 // Settings are what an operator sets for one node: flags and their
 // environment variables (see [Settings.Register] and [Parse]).
 type Settings struct {
-	// Bus is the RabbitMQ broker, amqp:// or amqps://. Required.
+	// Bus is the RabbitMQ broker, amqp:// or amqps://; for a RabbitMQ
+	// cluster, one URL per broker node, comma-separated (see
+	// amqpbus.Config.URL). Required.
 	Bus string
+	// QueueType is the type of the durable queues: "classic" (the
+	// default) or "quorum", replicated over a RabbitMQ cluster (see
+	// amqpbus.Config.QueueType). Every node of a cluster must use the
+	// same.
+	QueueType string
 	// DB is the database of heartbeats and records: sqlite:PATH,
 	// postgres://… or mysql://…. Default sqlite:<program>.db.
 	DB string
@@ -57,7 +64,11 @@ type Settings struct {
 
 // FlagsHelp is the usage text of the flags [Settings.Register] defines,
 // for a program's -h: fmt.Sprintf(FlagsHelp, envPrefix, program).
-const FlagsHelp = `  -bus url           RabbitMQ broker, amqp:// or amqps:// (required)      %[1]s_BUS
+const FlagsHelp = `  -bus url[,url…]    RabbitMQ broker, amqp:// or amqps:// (required); a   %[1]s_BUS
+                     cluster's nodes, comma-separated
+  -queue-type t      classic or quorum (classic): quorum queues are        %[1]s_QUEUE_TYPE
+                     replicated over a RabbitMQ cluster; every node of
+                     a cluster must use the same
   -db url            database of heartbeats and records                    %[1]s_DB
                      (sqlite:%[2]s.db; or postgres://…, mysql://…)
   -listen addr       admin HTTP address (127.0.0.1:0: a free port)         %[1]s_LISTEN
@@ -81,7 +92,8 @@ const FlagsHelp = `  -bus url           RabbitMQ broker, amqp:// or amqps:// (re
 // defaults above; program names the default SQLite file.
 func (s *Settings) Register(fs *flag.FlagSet, program string) {
 	def := heartbeat.DefaultConfig()
-	fs.StringVar(&s.Bus, "bus", "", "RabbitMQ broker, amqp:// or amqps://")
+	fs.StringVar(&s.Bus, "bus", "", "RabbitMQ broker, amqp:// or amqps://; a cluster's nodes comma-separated")
+	fs.StringVar(&s.QueueType, "queue-type", string(amqpbus.QueueClassic), "durable queues: classic or quorum (replicated over a RabbitMQ cluster)")
 	fs.StringVar(&s.DB, "db", "sqlite:"+program+".db", "database of heartbeats and records")
 	fs.StringVar(&s.Listen, "listen", "127.0.0.1:0", "admin HTTP address")
 	fs.StringVar(&s.Prefix, "prefix", bus.DefaultPrefix, "queue prefix, and table names")
@@ -126,6 +138,13 @@ func EnvName(envPrefix, name string) string {
 // queuePrefix is a valid bus prefix (bus.Config.Prefix).
 var queuePrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64})*$`)
 
+// Transport returns the broker settings of s for amqpbus.Dial, named
+// name in the broker's connection list; Validate has checked them.
+func (s *Settings) Transport(name string, log *slog.Logger) amqpbus.Config {
+	qt, _ := amqpbus.ParseQueueType(s.QueueType)
+	return amqpbus.Config{URL: s.Bus, QueueType: qt, ConnectionName: name, Logger: log}
+}
+
 // Validate reports every problem with s at once, naming the flags and
 // their variables (envPrefix as in [Parse]), and fills the heartbeat's
 // OpTimeout (one interval) if unset.
@@ -135,8 +154,15 @@ func (s *Settings) Validate(envPrefix string) error {
 	case s.Bus == "":
 		errs = append(errs, errors.New("-bus (or "+EnvName(envPrefix, "bus")+") is required: the amqp:// URL of the RabbitMQ broker the nodes share, "+
 			"e.g. -bus amqp://guest:guest@127.0.0.1:5672/. An in-memory bus cannot span processes"))
-	case !strings.HasPrefix(s.Bus, "amqp://") && !strings.HasPrefix(s.Bus, "amqps://"):
-		errs = append(errs, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(s.Bus)))
+	default:
+		for _, u := range amqpbus.SplitURLs(s.Bus) {
+			if !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
+				errs = append(errs, fmt.Errorf("-bus %s is not an amqp:// or amqps:// URL", amqpbus.MaskURL(u)))
+			}
+		}
+	}
+	if _, err := amqpbus.ParseQueueType(s.QueueType); err != nil {
+		errs = append(errs, fmt.Errorf("-queue-type: %w", err))
 	}
 	if _, err := s.Level(); err != nil {
 		errs = append(errs, err)
