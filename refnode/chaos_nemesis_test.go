@@ -365,18 +365,18 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 			n.Pause(t)
 			heals[1] = append(heals[1], func() { n.Resume(t) })
 		case kindBusCut:
-			nodes[p.node].Bus.Cut()
-			heals[0] = append(heals[0], nodes[p.node].Bus.Heal)
+			nodes[p.node].CutBus()
+			heals[0] = append(heals[0], nodes[p.node].HealBus)
 		case kindBusHole:
-			nodes[p.node].Bus.Stall()
-			heals[0] = append(heals[0], nodes[p.node].Bus.Heal)
+			nodes[p.node].StallBus()
+			heals[0] = append(heals[0], nodes[p.node].HealBus)
 		case kindDBHole:
 			nodes[p.node].DB.Stall()
 			heals[0] = append(heals[0], nodes[p.node].DB.Heal)
 		case kindBusAll:
 			for _, n := range nodes {
-				n.Bus.Cut()
-				heals[0] = append(heals[0], n.Bus.Heal)
+				n.CutBus()
+				heals[0] = append(heals[0], n.HealBus)
 			}
 		case kindDBCut:
 			for _, n := range nodes {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // The chaos test's report: what ran, and every figure it checks.
@@ -225,7 +224,7 @@ func counts(m map[string]int) string {
 
 // dialJanitor is newJanitor outside a test: the caller closes j.conn.
 func dialJanitor(broker string) (*janitor, error) {
-	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": "refnode chaos test"}})
+	conn, err := dialBroker(broker, "refnode chaos test")
 	if err != nil {
 		return nil, fmt.Errorf("janitor: %w", err)
 	}

@@ -55,11 +55,11 @@ var faultCases = []faultCase{
 	}},
 	{name: "(c) every node's broker link cut for 10s", hold: fdHold, inject: func(t *testing.T, fc *faultCluster) func() {
 		for _, n := range fc.Nodes() {
-			n.Bus.Cut()
+			n.CutBus()
 		}
 		return func() {
 			for _, n := range fc.Nodes() {
-				n.Bus.Heal()
+				n.HealBus()
 			}
 		}
 	}},

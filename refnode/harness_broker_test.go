@@ -50,7 +50,7 @@ type janitor struct {
 // test ends.
 func newJanitor(t *testing.T, brokerURL string) *janitor {
 	t.Helper()
-	conn, err := amqp.DialConfig(brokerURL, amqp.Config{Properties: amqp.Table{"connection_name": "refnode process test janitor"}})
+	conn, err := dialBroker(brokerURL, "refnode process test janitor")
 	require.NoError(t, err, "the janitor connects to the broker")
 	t.Cleanup(func() { _ = conn.Close() })
 	return &janitor{conn: conn}

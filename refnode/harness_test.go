@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
@@ -35,8 +36,8 @@ import (
 //	fc.Start(t, ctx)                  // every node healthy, the rings agree
 //	cl := fc.Client(t, ctx)           // on its own, unfaulted connection
 //	d := startDriver(cl, vms, driverOptions{}) // 40 calls/s, 5 s deadline, x-op on each
-//	fc.Node(1).Bus.Stall()            // node B's broker link blackholed (Cut: reset)
-//	fc.Node(1).Bus.Heal()
+//	fc.Node(1).StallBus()             // node B's broker link blackholed (Cut: reset)
+//	fc.Node(1).HealBus()
 //	fc.Node(0).DB.Cut()               // node A's database link reset and refused
 //	fc.Node(0).Pause(t)               // SIGSTOP; Resume sends SIGCONT
 //	fc.Node(2).Kill(t)                // SIGKILL; Terminate: SIGTERM, an orderly leave
@@ -90,7 +91,11 @@ type faultNode struct {
 	label string // A, B, C, …
 	index int
 	// Bus and DB are the node's links to the broker and the database.
+	// On a RabbitMQ cluster, Bus is the link to the first broker node and
+	// BusAll holds one proxy per broker node (Bus first); CutBus,
+	// StallBus and HealBus act on them all.
 	Bus, DB       *proxy.Proxy
+	BusAll        []*proxy.Proxy
 	busURL, dbURL string
 	// Skew is the -clock-skew the next process of the slot starts with.
 	Skew time.Duration
@@ -121,7 +126,7 @@ func newFaultCluster(t *testing.T, ctx context.Context, broker string, opts faul
 	fc := &faultCluster{procCluster: newProcCluster(t, ctx, broker, opts.DB, opts.Name), opts: opts}
 	t.Cleanup(func() {
 		for _, n := range fc.nodes {
-			for _, p := range []*proxy.Proxy{n.Bus, n.DB} {
+			for _, p := range append([]*proxy.Proxy{n.DB}, n.BusAll...) {
 				if p != nil {
 					p.Close()
 				}
@@ -134,13 +139,44 @@ func newFaultCluster(t *testing.T, ctx context.Context, broker string, opts faul
 			n.Skew = opts.Skew[i]
 		}
 		var err error
-		if n.Bus, n.busURL, err = listenProxy(broker); err == nil {
+		var busURLs []string
+		for _, u := range amqpbus.SplitURLs(broker) {
+			var p *proxy.Proxy
+			var pu string
+			if p, pu, err = listenProxy(u); err != nil {
+				break
+			}
+			n.BusAll, busURLs = append(n.BusAll, p), append(busURLs, pu)
+		}
+		if err == nil {
+			n.Bus, n.busURL = n.BusAll[0], strings.Join(busURLs, ",")
 			n.DB, n.dbURL, err = listenProxy(fc.db)
 		}
 		fc.nodes = append(fc.nodes, n) // before the check: the cleanup closes what was opened
 		require.NoError(t, err, "proxies of node %s", n.label)
 	}
 	return fc
+}
+
+// CutBus cuts the node's links to every broker node (Cut: reset).
+func (n *faultNode) CutBus() {
+	for _, p := range n.BusAll {
+		p.Cut()
+	}
+}
+
+// StallBus blackholes the node's links to every broker node.
+func (n *faultNode) StallBus() {
+	for _, p := range n.BusAll {
+		p.Stall()
+	}
+}
+
+// HealBus undoes CutBus and StallBus.
+func (n *faultNode) HealBus() {
+	for _, p := range n.BusAll {
+		p.Heal()
+	}
 }
 
 // listenProxy starts a proxy to the host of rawURL, which must name a

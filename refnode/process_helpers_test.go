@@ -106,7 +106,7 @@ type wireClient struct {
 // newWireClient connects to broker as name and consumes replyQueue.
 func newWireClient(t *testing.T, broker, name, replyQueue string) *wireClient {
 	t.Helper()
-	conn, err := amqp.DialConfig(broker, amqp.Config{Properties: amqp.Table{"connection_name": name}})
+	conn, err := dialBroker(broker, name)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
@@ -236,23 +236,61 @@ func poll(ctx context.Context, cond func() error) error {
 }
 
 // rabbitmqctl runs rabbitmqctl -q with args on the broker's vhost. It
-// reports false if rabbitmqctl is not installed.
+// reports false if rabbitmqctl is not installed. For a cluster's URL list
+// (a private cluster of .ci/rabbitmq-cluster) it runs through the
+// script, on a running node of that cluster.
 func rabbitmqctl(ctx context.Context, brokerURL string, args ...string) (string, bool, error) {
 	path, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
 		return "", false, nil
 	}
+	urls := amqpbus.SplitURLs(brokerURL)
 	vhost := "/"
-	if u, err := url.Parse(brokerURL); err == nil && strings.Trim(u.Path, "/") != "" {
+	if u, err := url.Parse(urls[0]); err == nil && strings.Trim(u.Path, "/") != "" {
 		if v, err := url.PathUnescape(strings.TrimPrefix(u.Path, "/")); err == nil {
 			vhost = v
 		}
 	}
-	out, err := exec.CommandContext(ctx, path, append([]string{"-q", "-p", vhost}, args...)...).Output()
+	cmd := exec.CommandContext(ctx, path, append([]string{"-q", "-p", vhost}, args...)...)
+	if len(urls) > 1 {
+		script, serr := clusterScript()
+		if serr != nil {
+			return "", true, serr
+		}
+		cmd = exec.CommandContext(ctx, "bash", append([]string{script, "ctl", "-q", "-p", vhost}, args...)...)
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		return "", true, fmt.Errorf("rabbitmqctl %s: %w", strings.Join(args, " "), err)
 	}
 	return string(out), true, nil
+}
+
+// clusterScript returns the path of .ci/rabbitmq-cluster, from the module
+// root above the test's directory.
+func clusterScript() (string, error) {
+	p, err := filepath.Abs(filepath.Join("..", ".ci", "rabbitmq-cluster"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the cluster's script: %w", err)
+	}
+	return p, nil
+}
+
+// dialBroker connects to the broker, or to the first node of a
+// cluster's URL list that answers, as name.
+func dialBroker(brokerURL, name string) (*amqp.Connection, error) {
+	var errs []error
+	for _, u := range amqpbus.SplitURLs(brokerURL) {
+		conn, err := amqp.DialConfig(u, amqp.Config{Properties: amqp.Table{"connection_name": name}})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }
 
 // queuesWithPrefix lists the broker's queues whose name starts with

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 type buildFirst struct{ m *testing.M }
 
 func (b buildFirst) Run() int {
-	if testenv.WillRun(testenv.AMQPVar) {
+	if testenv.WillRun(testenv.AMQPVar) || testenv.WillRun(testenv.AMQPClusterVar) {
 		dir, err := os.MkdirTemp("", "refnode-bin-")
 		if err != nil {
 			buildErr = err
@@ -96,6 +96,12 @@ type processTest struct {
 	// binary and a test at full speed. CI runs it without -race (.ci/run
 	// names it).
 	FullSpeed bool
+	// OnCluster runs the test on the private 3-node RabbitMQ cluster of
+	// .ci/rabbitmq-cluster (CLOUDBUS_AMQP_CLUSTER) instead of the shared
+	// broker: the broker startProcessTest returns is the nodes' URLs,
+	// comma-separated, which refnode serve -bus, newClient, newJanitor
+	// and rabbitmqctl take as they are.
+	OnCluster bool
 	// Timeout bounds the test: the context startProcessTest returns ends
 	// after it. Required.
 	Timeout time.Duration
@@ -116,7 +122,12 @@ func startProcessTest(t *testing.T, p processTest) (context.Context, string) {
 	if testing.Short() {
 		t.Skipf("%s; run it without -short", cmp.Or(p.Runs, "starts refnode processes"))
 	}
-	broker := testenv.AMQPURL(t)
+	var broker string
+	if p.OnCluster {
+		broker = testenv.AMQPCluster(t)
+	} else {
+		broker = testenv.AMQPURL(t)
+	}
 	require.NoError(t, buildErr, "build refnode")
 	ctx, cancel := context.WithTimeout(t.Context(), p.Timeout)
 	t.Cleanup(cancel)
@@ -280,7 +291,7 @@ func cleanBroker(t *testing.T, ctx context.Context, broker, prefix string, known
 		return
 	}
 	t.Errorf("the auto-delete exchanges of %s outlived their queues: %v", prefix, err)
-	conn, derr := amqp.Dial(broker)
+	conn, derr := dialBroker(broker, "refnode process test cleanup")
 	if derr != nil {
 		t.Errorf("delete exchanges %v: %v", left, derr)
 		return

@@ -194,9 +194,9 @@ func (z *zqRun) zombie(t *testing.T, ctx context.Context) *zqScenario {
 	watch := startDriver(z.cl, its, driverOptions{Rate: zqWatchRate, Timeout: fdTimeout, OperateEvery: -1})
 	s := z.begin(t, ctx, fmt.Sprintf("(a) node %s's broker link cut for %s, its database reachable", victim.Label(), zqCut))
 	s.w.start = time.Now()
-	victim.Bus.Cut()
+	victim.CutBus()
 	sleepUntil(ctx, s.w.start.Add(zqCut))
-	victim.Bus.Heal()
+	victim.HealBus()
 	s.w.end = time.Now()
 
 	// It rejoins: a new epoch, in every ring again.
@@ -254,11 +254,11 @@ func (z *zqRun) outage(t *testing.T, ctx context.Context) *zqScenario {
 	before := z.epochs(t)
 	s.w.start = time.Now()
 	for _, n := range fc.Nodes() {
-		n.Bus.Cut()
+		n.CutBus()
 	}
 	sleepUntil(ctx, s.w.start.Add(zqCut))
 	for _, n := range fc.Nodes() {
-		n.Bus.Heal()
+		n.HealBus()
 	}
 	s.w.end = time.Now()
 	settle(t, ctx, fc, z.d, &s.w)
