@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // The chaos test's report: what ran, and every figure it checks.
