@@ -65,6 +65,13 @@ type Status struct {
 	// ConnectionsLost counts the broker connections lost since the node
 	// started.
 	ConnectionsLost uint64 `json:"connections_lost"`
+	// Broker is the masked URL of the broker node the node is connected
+	// to now (one of -bus's list), "" while it reconnects.
+	Broker string `json:"broker,omitempty"`
+	// PublishesRefused counts the publishes the broker refused (nack)
+	// and the transport sent again, as while a quorum queue elects a
+	// leader after a broker node was lost.
+	PublishesRefused uint64 `json:"publishes_refused"`
 	// Bus is the bus's counters (bus.Stats).
 	Bus BusStatus `json:"bus"`
 	// Prefix is the queue prefix.
@@ -181,18 +188,27 @@ func (a *Admin) Status() Status {
 	if b := n.Bus(); b != nil {
 		bs = b.Stats()
 	}
-	var lost uint64
+	var lost, refused uint64
+	var broker string
 	if l, ok := a.tr.(interface{ ConnectionsLost() uint64 }); ok {
 		lost = l.ConnectionsLost()
 	}
+	if r, ok := a.tr.(interface{ PublishesRefused() uint64 }); ok {
+		refused = r.PublishesRefused()
+	}
+	if b, ok := a.tr.(interface{ Broker() string }); ok {
+		broker = b.Broker()
+	}
 	st := Status{
-		Node:            n.UUID(),
-		Epoch:           n.Epoch(),
-		State:           n.State().String(),
-		LeaseExpired:    n.LeaseExpired(),
-		Fenced:          n.LeaseExpired(),
-		Transport:       a.tr.State().String(),
-		ConnectionsLost: lost,
+		Node:             n.UUID(),
+		Epoch:            n.Epoch(),
+		State:            n.State().String(),
+		LeaseExpired:     n.LeaseExpired(),
+		Fenced:           n.LeaseExpired(),
+		Transport:        a.tr.State().String(),
+		ConnectionsLost:  lost,
+		Broker:           broker,
+		PublishesRefused: refused,
 		Bus: BusStatus{Rejected: bs.Rejected, Late: bs.Late, Released: bs.Released, Lost: bs.Lost, LateReplies: bs.LateReplies,
 			Failed: bs.Failed, Retried: bs.Retried, DeadLettered: bs.DeadLettered},
 		Prefix: a.prefix,
