@@ -14,11 +14,11 @@
 // With the bus's default prefix "cloudbus":
 //
 //	what                         AMQP object                                   flags
-//	service queue of a node      queue cloudbus.message.<service>.<nodeUUID>   durable, not exclusive, not auto-delete, x-expires = QueueExpires
-//	API portal (all nodes)       queue cloudbus.message.api.portal             durable, x-expires; every node consumes it: competing consumers, prefetch bounded per consumer
-//	dead letters                 queue cloudbus.dead                           durable, x-expires
-//	replies to a node            queue cloudbus.reply.<nodeUUID>               exclusive, auto-delete (dies with the connection)
-//	a node's copy of broadcasts  queue cloudbus.event.<nodeUUID>               exclusive, auto-delete, bound to cloudbus.broadcast
+//	service queue of a node      queue cloudbus.message.<service>.<nodeUUID>   durable, not exclusive, not auto-delete, x-expires = QueueExpires, x-queue-type = QueueType
+//	API portal (all nodes)       queue cloudbus.message.api.portal             durable, x-expires, x-queue-type; every node consumes it: competing consumers, prefetch bounded per consumer
+//	dead letters                 queue cloudbus.dead                           durable, x-expires, x-queue-type
+//	replies to a node            queue cloudbus.reply.<nodeUUID>               classic, exclusive, auto-delete (dies with the connection)
+//	a node's copy of broadcasts  queue cloudbus.event.<nodeUUID>               classic, exclusive, auto-delete, bound to cloudbus.broadcast
 //	broadcast fan-out            exchange cloudbus.broadcast                   fanout, not durable, auto-delete
 //	sends, calls, replies        the default exchange, routing key = queue     mandatory, persistent, publisher-confirmed
 //	the API entry                exchange cloudbus.api                         direct, durable, auto-delete; api.portal bound with its own name as key
@@ -49,12 +49,30 @@
 // # Recovery
 //
 // When the connection drops, the transport reconnects for as long as it
-// lives (see Config.ReconnectMax). On each new connection it declares
-// again every queue and entry it had declared, makes publishing
-// available, then restarts every consumer on a new channel.
-// [Transport.State] reports reconnecting meanwhile, and publishes fail at
-// once with message.ErrNotSent and message.ErrUnavailable (nothing was
-// sent: safe to retry), as do publishes the broker nacks.
+// lives (see Config.ReconnectMax), to the next broker of Config.URL's
+// list if it names several (the nodes of a RabbitMQ cluster). On each
+// new connection it declares again every queue and entry it had
+// declared, makes publishing available, then restarts every consumer on
+// a new channel. [Transport.State] reports reconnecting meanwhile, and
+// publishes fail at once with message.ErrNotSent and
+// message.ErrUnavailable (nothing was sent: safe to retry). A publish the
+// broker nacks (a quorum queue electing a leader) is published again
+// until the broker confirms it or its deadline passes; one still refused
+// then fails with message.ErrNotSent. A consumer the broker cancels on a
+// live connection (its queue deleted, or its broker node gone) consumes
+// again once its queue is back.
+//
+// # RabbitMQ clusters
+//
+//	tr, err := amqpbus.Dial(ctx, amqpbus.Config{
+//		URL:       "amqp://u:p@rabbit-1:5672/,amqp://u:p@rabbit-2:5672/,amqp://u:p@rabbit-3:5672/",
+//		QueueType: amqpbus.QueueQuorum,
+//	})
+//
+// With QueueQuorum the durable queues are quorum queues, replicated over
+// a majority of the broker nodes; see [Config.QueueType]. Quorum queues
+// refuse a conditional delete, so [Transport.DeleteQueueIfIdle] checks
+// and deletes in two steps there (see its doc).
 //
 // # Liveness and pauses
 //

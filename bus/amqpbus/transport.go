@@ -409,7 +409,11 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 // DeleteQueueIfIdle implements [driver.Transport] with queue.delete
 // if-unused and if-empty: the broker refuses (406) a queue with a consumer
 // or a ready message, which is reported as message.ErrBusy; deliveries
-// held on the channel of a cancelled consumer do not count.
+// held on the channel of a cancelled consumer do not count. Quorum
+// queues refuse those flags, so with QueueQuorum the transport asks for
+// the queue's counts, then deletes it if both are 0: a message published
+// in the round trip between the two goes with the queue, and is logged
+// at error level with the count.
 func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	op := "delete idle queue " + name
 	s, err := t.current(op)
