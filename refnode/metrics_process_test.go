@@ -40,7 +40,7 @@ var (
 		"cloudbus_heartbeat_members", "cloudbus_heartbeat_age_seconds",
 		"cloudbus_membership_joins_total", "cloudbus_membership_leaves_total", "cloudbus_evictions_total",
 		"cloudbus_bus_pending_calls", "cloudbus_bus_running_handlers", "cloudbus_bus_queued_messages",
-		"cloudbus_transport_connected", "cloudbus_transport_connections_lost_total",
+		"cloudbus_transport_connected", "cloudbus_transport_connections_lost_total", "cloudbus_transport_publishes_refused_total",
 		"go_sql_open_connections", "go_sql_in_use_connections", "go_sql_max_open_connections",
 	}
 	metFlowFamilies = []string{

@@ -45,6 +45,7 @@ var (
 	descFenceRepeats = desc("cloudbus_fence_repeats_total", "Messages handled before whose recorded reply the node's fence returned without running them again.")
 	descFenceStale   = desc("cloudbus_fence_stale_total", "Writes the node's fence refused because their claim did not hold (the node lost the resource).")
 	descConnLost     = desc("cloudbus_transport_connections_lost_total", "Times the transport lost its broker connection (and reconnected or closed).")
+	descPubRefused   = desc("cloudbus_transport_publishes_refused_total", "Publishes the broker refused (nack) and the transport sent again, as while a quorum queue elects a leader.")
 )
 
 // Describe sends every descriptor.
@@ -52,7 +53,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeState, descEpoch, descLeaseExpired, descRingMembers, descRingShare,
 		descRingInfo, descHBMembers, descHBAge, descJoins, descLeaves, descEvictions, descClockOffset, descClockBound,
 		descPending, descRunning, descQueued, descBusEvents, descDrainQueues, descDrainMsgs, descConnected, descConnLost,
-		descFenceRuns, descFenceRepeats, descFenceStale} {
+		descPubRefused, descFenceRuns, descFenceRepeats, descFenceStale} {
 		ch <- d
 	}
 }
@@ -77,6 +78,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tr := c.m.transport
 	if lc, ok := tr.(interface{ ConnectionsLost() uint64 }); ok {
 		counter(ch, descConnLost, float64(lc.ConnectionsLost()))
+	}
+	if pr, ok := tr.(interface{ PublishesRefused() uint64 }); ok {
+		counter(ch, descPubRefused, float64(pr.PublishesRefused()))
 	}
 	if f := c.m.fence; f != nil {
 		s := f.Stats()

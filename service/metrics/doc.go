@@ -76,6 +76,8 @@
 //
 //	cloudbus_transport_connected               gauge   1 while the transport reaches the broker
 //	cloudbus_transport_connections_lost_total  counter connections lost (transports with ConnectionsLost, as amqpbus)
+//	cloudbus_transport_publishes_refused_total counter publishes the broker nacked and the transport sent again
+//	                                           (transports with PublishesRefused, as amqpbus)
 //	go_sql_*{db_name}                          the standard sql.DBStats collector of client_golang for each
 //	                                           pool of Config.Pools: open, in use, idle, max open
 //	                                           connections, wait count and duration, closed by reason
