@@ -166,7 +166,7 @@ func (b *CloudBus) roundTrip(ctx context.Context, env *wire.Envelope, o busx.Cal
 	// The reply is matched by a correlation id of this call's own, not by
 	// the message id, which several calls may share (WithID).
 	env.CorrelationID = message.NewUUID()
-	env.ReplyTo = b.reply
+	env.ReplyTo = b.replyAddress()
 	p := &pendingCall{typ: env.Type, target: env.ServiceID, done: make(chan struct{})}
 	if _, node, ok := SplitServiceID(env.ServiceID); ok {
 		p.node = node
@@ -428,4 +428,14 @@ func derefAs[T any](v any) (T, bool) {
 		return zero, false
 	}
 	return *p, true
+}
+
+// replyAddress is the name on the broker of the bus's reply queue now: a
+// transport that declares its temporary queues under a new name after a
+// reconnect (amqpbus) says which.
+func (b *CloudBus) replyAddress() string {
+	if a, ok := b.tr.(interface{ Address(queue string) string }); ok {
+		return a.Address(b.reply)
+	}
+	return b.reply
 }

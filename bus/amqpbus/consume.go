@@ -98,7 +98,7 @@ func (c *consumer) open(s *session) (<-chan amqp.Delivery, error) {
 		return nil, err
 	}
 	// Not ConsumeWithContext: it cancels the consumer when its ctx ends.
-	deliveries, err := ch.Consume(c.queue, c.tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(c.t.Address(c.queue), c.tag, false, false, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
 		return nil, err
@@ -211,7 +211,8 @@ func (c *consumer) reconsume(s *session) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.DialTimeout)
 		var err error
 		if declared {
-			err = s.control(ctx, func(ch *amqp.Channel) error { return c.t.declareOn(ch, c.queue, opts) })
+			onBroker := c.t.Address(c.queue)
+			err = s.control(ctx, func(ch *amqp.Channel) error { return c.t.declareOn(ch, onBroker, opts) })
 		}
 		cancel()
 		if err == nil {

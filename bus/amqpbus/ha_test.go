@@ -175,3 +175,52 @@ func TestDialAllDown(t *testing.T) {
 	}
 	assert.NotContains(t, err.Error(), "guest:guest")
 }
+
+// TestTemporaryQueueRenamedOnReconnect: a transport that moves to
+// another broker while the broker still holds its old connection (the
+// old link blackholed, as a frozen broker node's would be) declares its
+// temporary queue under a new name at once, instead of waiting for the
+// broker to drop the old connection that holds the exclusive name (405
+// RESOURCE_LOCKED), and consumes it there; Address names it.
+func TestTemporaryQueueRenamedOnReconnect(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	p1, u1 := proxy.NewURL(t, url)
+	p2, u2 := proxy.NewURL(t, url)
+	p2.Cut() // connect through p1
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u1 + "," + u2, Heartbeat: 10 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	p2.Heal()
+
+	q := "amqpbus-test-temp-" + message.NewUUID()[:8]
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	assert.Equal(t, q, tr.Address(q), "first declared under its own name")
+	got := make(chan string, 4)
+	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+
+	p1.Stall() // the broker keeps the old connection for two heartbeats: 20 s
+	start := time.Now()
+	require.Eventually(t, func() bool { return tr.Broker() == amqpbus.MaskURL(u2) }, 8*time.Second, 10*time.Millisecond,
+		"the transport reconnects through the other broker while the old connection still holds the queue's name")
+	t.Logf("reconnected in %s", time.Since(start).Round(time.Millisecond))
+	renamed := tr.Address(q)
+	assert.NotEqual(t, q, renamed, "declared under a new name")
+	assert.True(t, strings.HasPrefix(renamed, q+"."), "%s", renamed)
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"by name"`)), "publishing by the queue's own name reaches its new name")
+	require.NoError(t, tr.Publish(t.Context(), renamed, []byte(`"by address"`)))
+	for _, want := range []string{`"by name"`, `"by address"`} {
+		select {
+		case b := <-got:
+			assert.Equal(t, want, b)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no delivery of %s on the renamed queue", want)
+		}
+	}
+	require.NoError(t, tr.DeleteQueue(t.Context(), q))
+	assert.Equal(t, q, tr.Address(q), "forgotten once deleted")
+	p1.Heal()
+}

@@ -302,6 +302,9 @@ func (t *Transport) publishTo(ctx context.Context, exchange, key string, via boo
 			return fmt.Errorf("amqpbus: %s: the broker blocks publishing (resource alarm): %w", op, ctxErr(ctx))
 		}
 	}
+	if exchange == "" {
+		key = t.Address(key) // a temporary queue of this transport: its name now
+	}
 	r := &pubReq{
 		ctx:      ctx,
 		exchange: exchange,
@@ -432,7 +435,7 @@ func (t *Transport) scrub(err error) string {
 func (t *Transport) publishTable(ctx context.Context, queue string, data []byte, headers amqp.Table) error {
 	r := &pubReq{
 		ctx: ctx,
-		key: queue,
+		key: t.Address(queue),
 		msg: amqp.Publishing{
 			MessageId:    strconv.FormatUint(messageIDs.Add(1), 36),
 			DeliveryMode: amqp.Persistent,

@@ -37,8 +37,12 @@ type Transport struct {
 	consumers map[*consumer]struct{}
 	queues    map[string]driver.QueueOptions // declared here: redeclared on reconnect
 	order     []string                       // declaration order of queues
-	entries   map[string]string              // queue -> the entry it is bound to: rebound on reconnect
-	blocked   chan struct{}                  // non-nil while the broker blocks us
+	// temps maps each temporary queue declared here to its name on the
+	// broker now: the name itself at first, a new one after each
+	// reconnect (see Address). Copied on write; read without t.mu.
+	temps     atomic.Pointer[map[string]string]
+	entries   map[string]string // queue -> the entry it is bound to: rebound on reconnect
+	blocked   chan struct{}     // non-nil while the broker blocks us
 	watchers  map[int]func(driver.TransportState)
 	nextWatch int
 	notifyMu  sync.Mutex // held while watchers are called, and by their stop
@@ -236,8 +240,19 @@ func (t *Transport) redeclare(ctx context.Context, s *session) error {
 	entries := maps.Clone(t.entries)
 	t.mu.Unlock()
 	for i, name := range names {
-		if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, name, opts[i]) }); err != nil {
-			return fmt.Errorf("redeclare %s: %w", name, err)
+		onBroker := name
+		if opts[i].Kind == driver.QueueTemporary {
+			// A new name: the old queue may outlive its connection on a
+			// broker node that froze (the other broker nodes refuse
+			// its name, 405 RESOURCE_LOCKED, until they see that node
+			// down: up to 1.25 net_ticktime, 75 s by default).
+			onBroker = fmt.Sprintf("%s.%d-%04x", name, t.lostConns.Load(), rand.IntN(1<<16))
+		}
+		if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts[i]) }); err != nil {
+			return fmt.Errorf("redeclare %s: %w", onBroker, err)
+		}
+		if onBroker != name {
+			t.setAddress(name, onBroker)
 		}
 		if entry, ok := entries[name]; ok {
 			if err := s.control(ctx, func(ch *amqp.Channel) error { return entryOn(ch, entry, name) }); err != nil {
@@ -342,8 +357,12 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 	if err != nil {
 		return err
 	}
-	if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, name, opts) }); err != nil {
+	onBroker := t.Address(name)
+	if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts) }); err != nil {
 		return t.opError(s, op, err)
+	}
+	if opts.Kind == driver.QueueTemporary {
+		t.setAddress(name, onBroker)
 	}
 	t.mu.Lock()
 	if _, ok := t.queues[name]; !ok {
@@ -383,9 +402,45 @@ func (t *Transport) declareOn(ch *amqp.Channel, name string, opts driver.QueueOp
 	return nil
 }
 
+// Address returns the name on the broker of queue: queue itself, but
+// for a temporary queue declared by this transport after a reconnect,
+// which is declared under a new name, queue.<n>-<hex>. An exclusive
+// queue whose connection was on a broker node that froze lives on until
+// the other broker nodes see that node down, and they refuse its name to
+// a new connection meanwhile. Calls that named the old reply queue
+// failed with the connection that held it. The bus names its reply queue
+// in requests by Address.
+func (t *Transport) Address(queue string) string {
+	if m := t.temps.Load(); m != nil {
+		if a, ok := (*m)[queue]; ok {
+			return a
+		}
+	}
+	return queue
+}
+
+// setAddress records the name on the broker of temporary queue name, or
+// forgets it if onBroker is "".
+func (t *Transport) setAddress(name, onBroker string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := map[string]string{}
+	if old := t.temps.Load(); old != nil {
+		m = maps.Clone(*old)
+	}
+	if onBroker == "" {
+		delete(m, name)
+	} else {
+		m[name] = onBroker
+	}
+	t.temps.Store(&m)
+}
+
 // DeleteQueue implements [driver.Transport]; a missing queue is not an error.
 func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	op := "delete queue " + name
+	onBroker := t.Address(name)
+	t.setAddress(name, "")
 	t.mu.Lock()
 	delete(t.queues, name)
 	if i := slices.Index(t.order, name); i >= 0 {
@@ -397,7 +452,7 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 		return err
 	}
 	err = s.control(ctx, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(name, false, false, false)
+		_, err := ch.QueueDelete(onBroker, false, false, false)
 		return err
 	})
 	if err != nil && !isCode(err, amqp.NotFound) {
@@ -426,8 +481,9 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	if t.cfg.QueueType == QueueQuorum && (!declared || opts.Kind == driver.QueueDurable) {
 		err = t.deleteQuorumIfIdle(ctx, s, name)
 	} else {
+		onBroker := t.Address(name)
 		err = s.control(ctx, func(ch *amqp.Channel) error {
-			_, err := ch.QueueDelete(name, true, true, false)
+			_, err := ch.QueueDelete(onBroker, true, true, false)
 			return err
 		})
 	}
@@ -439,6 +495,7 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	default:
 		return t.opError(s, op, err)
 	}
+	t.setAddress(name, "")
 	t.mu.Lock()
 	delete(t.queues, name)
 	if i := slices.Index(t.order, name); i >= 0 {
