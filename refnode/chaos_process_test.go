@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -525,8 +527,20 @@ func (f chaosFigures) outsideShare() float64 {
 
 // namesDatabase reports whether a call's error text names the database
 // (a URL, the server's name) or quotes a database driver (a dial, a
-// SQLSTATE): what a node logs and never answers.
+// SQLSTATE): what a node logs and never answers. The broker URLs of the
+// caller's own transport, which its errors quote when it has no
+// connection (amqpbus: "connect to amqp://guest:xxxxx@…"), are not the
+// database: a masked one is left out, one with a password in clear
+// counts.
 func namesDatabase(text string) bool {
+	text = amqpURLs.ReplaceAllStringFunc(text, func(u string) string {
+		if p, err := url.Parse(strings.TrimRight(u, ".;:)]")); err == nil && p.User != nil {
+			if pw, has := p.User.Password(); has && pw != "xxxxx" {
+				return u // a password in clear: counted below
+			}
+		}
+		return "(broker URL)"
+	})
 	lower := strings.ToLower(text)
 	for _, s := range []string{"://", "postgres", "dial tcp", "sqlstate"} {
 		if strings.Contains(lower, s) {
@@ -535,6 +549,10 @@ func namesDatabase(text string) bool {
 	}
 	return false
 }
+
+// amqpURLs finds the AMQP URLs in an error text, each to the next
+// blank or comma.
+var amqpURLs = regexp.MustCompile(`(?i)amqps?://[^\s,]*`)
 
 // tallyCalls counts the calls, and those of each window.
 func tallyCalls(ops []chaosOp, windows []chaosWindow) chaosFigures {
