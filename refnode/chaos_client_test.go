@@ -108,6 +108,10 @@ type chaosOp struct {
 	OpID     string `json:"op"`                // its x-op header
 	MsgID    string `json:"msg"`               // its message id (bus.WithID)
 	Err      string `json:"err,omitempty"`
+	// NoClock is set when the client had no cluster time at the call
+	// (service.Client.ClusterTime not ok): its message carried only the
+	// time left, which a receiver counts from the message's arrival.
+	NoClock bool `json:"no_clock,omitempty"`
 }
 
 func (o chaosOp) invoked() time.Time  { return time.Unix(0, o.Invoke) }
@@ -140,6 +144,9 @@ func (o chaosOp) String() string {
 	}
 	if o.Err != "" {
 		s += " [" + tail(o.Err, 160) + "]"
+	}
+	if o.NoClock {
+		s += " (the client had no cluster time)"
 	}
 	return s + " op " + o.OpID
 }
@@ -228,6 +235,17 @@ func TestClientProcessForChaos(t *testing.T) {
 	require.NoError(t, vw.err(), "write the records to %s", cfg.VMOut)
 	require.NoError(t, ow.err(), "write the records to %s", cfg.OneWayOut)
 	t.Logf("client %d: %d image calls, %d VM calls and %d one-way sends recorded", cfg.Client, w.count(), vw.count(), ow.count())
+	// Close the clients now, at once (their cleanups find them closed):
+	// a client process must exit soon after its stop, and each close
+	// waits for its broker's close-ok, which a loaded broker node may
+	// take a second or more to send. Say how long it took.
+	closeStart := time.Now()
+	var closing sync.WaitGroup
+	for k, cl := range append(append(clients, vmClients...), sender) {
+		closing.Go(func() { assert.NoError(t, cl.Close(), "close client %d", k) })
+	}
+	closing.Wait()
+	t.Logf("client %d: its clients closed in %s", cfg.Client, time.Since(closeStart).Round(time.Millisecond))
 }
 
 // recordWriter appends records to a file, one JSON line each. Safe for
@@ -297,7 +315,8 @@ func runChaosClient(stop context.Context, cl *service.Client, cfg chaosClientCon
 		callOpts := append(opts[:len(opts):len(opts)], bus.WithTimeout(cfg.Timeout), bus.WithHeader(HeaderOp, o.OpID), bus.WithID(o.MsgID))
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 		deadline, _ := ctx.Deadline()
-		o.Invoke, o.Deadline = time.Now().UnixNano(), deadline.UnixNano()
+		_, _, clockOK := cl.ClusterTime()
+		o.Invoke, o.Deadline, o.NoClock = time.Now().UnixNano(), deadline.UnixNano(), !clockOK
 		var err error
 		if o.Kind == chaosRead {
 			var rep api.ImageReply
@@ -459,6 +478,10 @@ func TestChaosClientRecords(t *testing.T) {
 	assert.True(t, namesDatabase("internal: sqlfence: begin: dial tcp 127.0.0.1:41234: connect: connection refused"))
 	assert.True(t, namesDatabase("internal: sqlfence: record message x: ERROR: canceling statement due to user request (SQLSTATE 57014)"))
 	assert.False(t, namesDatabase("bus: call refnode.v1.GetImage on api.portal: internal: the database failed; node ab logged the cause with message id cd"))
+	assert.False(t, namesDatabase("bus: call refnode.v1.GetImage on api.portal: amqpbus: publish to amqp://guest:xxxxx@127.0.0.1:35871/,amqps://b.example/: unavailable: transport unavailable (nothing was sent: safe to retry)"),
+		"the caller's own broker URLs, masked")
+	assert.True(t, namesDatabase("amqpbus: connect to amqp://guest:guest@127.0.0.1:35871/: refused"), "a broker password in clear")
+	assert.True(t, namesDatabase("amqpbus: connect to amqp://guest:xxxxx@127.0.0.1:35871/: sqldb: postgres://db/x"), "a database URL beside a broker URL")
 
 	path := filepath.Join(t.TempDir(), "ops.jsonl")
 	f, err := os.Create(path)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/internal/rabbitcluster"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
 
@@ -39,20 +41,31 @@ import (
 type chaosKind int
 
 const (
-	kindKill       chaosKind = iota // SIGKILL a node; a new process in its slot after the hold
-	kindTerm                        // SIGTERM a node (it leaves in order); a new process after the hold
-	kindPause                       // SIGSTOP a node past its eviction; SIGCONT
-	kindBusCut                      // one node's broker link reset, and refused until the heal
-	kindBusHole                     // one node's broker link blackholed (bytes stall)
-	kindDBHole                      // one node's database link blackholed (its transactions stall, then go on)
-	kindBusAll                      // every node's broker link reset
-	kindDBCut                       // the database cut: every node's link reset
-	kindDBSlow                      // one node's database link delayed each way
-	kindStallPause                  // a VM's owner stalled after a hypervisor call, before the final write, and paused there
+	kindKill         chaosKind = iota // SIGKILL a node; a new process in its slot after the hold
+	kindTerm                          // SIGTERM a node (it leaves in order); a new process after the hold
+	kindPause                         // SIGSTOP a node past its eviction; SIGCONT
+	kindBusCut                        // one node's broker link reset, and refused until the heal
+	kindBusHole                       // one node's broker link blackholed (bytes stall)
+	kindDBHole                        // one node's database link blackholed (its transactions stall, then go on)
+	kindBusAll                        // every node's broker link reset
+	kindDBCut                         // the database cut: every node's link reset
+	kindDBSlow                        // one node's database link delayed each way
+	kindStallPause                    // a VM's owner stalled after a hypervisor call, before the final write, and paused there
+	kindBrokerKill                    // one broker node SIGKILLed; restarted after the hold (TestChaosBroker)
+	kindBrokerStop                    // one broker node shut down gracefully; restarted after the hold (TestChaosBroker)
+	kindBrokerFreeze                  // one broker node frozen (SIGSTOP) for the hold; thawed (TestChaosBroker)
 )
 
 // chaosKinds are the single kinds, in the order a round draws them.
 var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindDBHole, kindBusAll, kindDBCut, kindDBSlow, kindStallPause}
+
+// chaosBrokerKinds are the broker faults TestChaosBroker's rounds draw
+// too, after chaosKinds.
+var chaosBrokerKinds = []chaosKind{kindBrokerKill, kindBrokerStop, kindBrokerFreeze}
+
+// broker reports whether the kind hits a broker node (drawn from the
+// cluster's nodes), not a cloudbus node.
+func (k chaosKind) broker() bool { return k >= kindBrokerKill && k <= kindBrokerFreeze }
 
 // pairable reports whether the kind runs in a pair. A stall-pause does
 // not: it waits for its node's stall before its pause, and its node is
@@ -82,6 +95,12 @@ func (k chaosKind) String() string {
 		return "db-slow"
 	case kindStallPause:
 		return "stall-pause"
+	case kindBrokerKill:
+		return "broker-kill"
+	case kindBrokerStop:
+		return "broker-stop"
+	case kindBrokerFreeze:
+		return "broker-freeze"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -119,15 +138,29 @@ const (
 	// for the stall to hold a VM operation.
 	chaosStallMargin  = 2 * time.Second
 	chaosStallTrigger = 15 * time.Second
+	// A broker-freeze holds its broker node frozen for a hold drawn in
+	// [chaosFreezeMin, chaosFreezeMax): the other broker nodes see a
+	// frozen node down after 12-14 s with the cluster's net_ticktime 10
+	// (TestChaosBroker's doc), so a freeze is sometimes a stall only,
+	// sometimes a node the cluster drops and takes back after the thaw.
+	chaosFreezeMin, chaosFreezeMax = 6 * time.Second, 16 * time.Second
+	// chaosBrokerBound bounds a broker node's restart or thaw and the
+	// wait until the cluster runs every node again (a restart takes
+	// about 10 s on a quiet machine, 45-75 s on the 2-core one under
+	// other tests' load, once more than 90 s; a node thawed after the
+	// others dropped it pauses and comes back about 3 s after the thaw).
+	chaosBrokerBound = 3 * time.Minute
 )
 
 // faultPart is one kind of a fault, on node (a slot index; -1 for every
-// node, or for a stall-pause's node, the owner of VM vm at the time).
+// node, or for a stall-pause's node, the owner of VM vm at the time, or
+// for a broker fault).
 type faultPart struct {
-	kind  chaosKind
-	node  int
-	vm    int           // a stall-pause's VM, by index; -1 for another kind
-	delay time.Duration // a db-slow's delay each way, before its jitter
+	kind   chaosKind
+	node   int
+	broker int           // a broker fault's broker node, by index (0..2); -1 for another kind
+	vm     int           // a stall-pause's VM, by index; -1 for another kind
+	delay  time.Duration // a db-slow's delay each way, before its jitter
 }
 
 // chaosFault is one fault of the schedule: one kind, or two at once.
@@ -145,13 +178,17 @@ func (f chaosFault) Kind() string {
 }
 
 // String is "sigkill A", "bus-cut-all", "sigstop B + db-cut",
-// "db-slow C (142-242ms each way)", "stall-pause (owner of vm 1)".
+// "db-slow C (142-242ms each way)", "stall-pause (owner of vm 1)",
+// "broker-kill R2" (broker node index 1, the script's node 2).
 func (f chaosFault) String() string {
 	var parts []string
 	for _, p := range f.parts {
 		s := p.kind.String()
 		if p.node >= 0 {
 			s += " " + string(rune('A'+p.node))
+		}
+		if p.broker >= 0 {
+			s += fmt.Sprintf(" R%d", p.broker+1)
 		}
 		switch p.kind {
 		case kindDBSlow:
@@ -169,14 +206,26 @@ func (f chaosFault) String() string {
 type chaosSchedule struct {
 	rng       *rand.Rand
 	nodes     int
+	brokers   int          // broker nodes; 0: no broker fault
+	kinds     []chaosKind  // the single kinds of a round
 	vms       int          // VMs a stall-pause draws from
 	round     []chaosFault // what is left of the current round
 	rounds    int          // rounds begun
 	pairKinds []chaosKind  // the kinds a pair draws from
 }
 
-func newChaosSchedule(seed uint64, nodes, vms int) *chaosSchedule {
-	s := &chaosSchedule{rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), nodes: nodes, vms: vms}
+// newChaosSchedule draws the faults of nodes cloudbus nodes and their
+// VMs; with brokers > 0 (TestChaosBroker), also the broker faults of a
+// cluster of that many broker nodes, and each round's pair is then one
+// broker fault and one fault of the cloudbus nodes (never two broker
+// faults at once: the cluster keeps a majority). With brokers 0 a seed
+// draws what it drew before the broker faults existed.
+func newChaosSchedule(seed uint64, nodes, vms, brokers int) *chaosSchedule {
+	s := &chaosSchedule{rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), nodes: nodes, vms: vms, brokers: brokers}
+	s.kinds = slices.Clone(chaosKinds)
+	if brokers > 0 {
+		s.kinds = append(s.kinds, chaosBrokerKinds...)
+	}
 	for _, k := range chaosKinds {
 		if k.pairable() {
 			s.pairKinds = append(s.pairKinds, k)
@@ -201,15 +250,21 @@ func (s *chaosSchedule) roundDone() bool { return len(s.round) == 0 }
 
 func (s *chaosSchedule) newRound() []chaosFault {
 	var round []chaosFault
-	for _, k := range chaosKinds {
+	for _, k := range s.kinds {
 		round = append(round, s.plan(k))
 	}
-	a := s.pairKinds[s.rng.IntN(len(s.pairKinds))]
-	b := a
-	for b == a {
-		b = s.pairKinds[s.rng.IntN(len(s.pairKinds))]
+	if s.brokers > 0 {
+		a := chaosBrokerKinds[s.rng.IntN(len(chaosBrokerKinds))]
+		b := s.pairKinds[s.rng.IntN(len(s.pairKinds))]
+		round = append(round, s.plan(a, b))
+	} else {
+		a := s.pairKinds[s.rng.IntN(len(s.pairKinds))]
+		b := a
+		for b == a {
+			b = s.pairKinds[s.rng.IntN(len(s.pairKinds))]
+		}
+		round = append(round, s.plan(a, b))
 	}
-	round = append(round, s.plan(a, b))
 	s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 	return round
 }
@@ -218,9 +273,12 @@ func (s *chaosSchedule) newRound() []chaosFault {
 func (s *chaosSchedule) plan(kinds ...chaosKind) chaosFault {
 	f := chaosFault{gap: s.between(chaosGapMin, chaosGapMax)}
 	used := map[int]bool{}
-	least := chaosHoldMin
+	least, most := chaosHoldMin, chaosHoldMax
 	for _, k := range kinds {
-		p := faultPart{kind: k, node: -1, vm: -1}
+		p := faultPart{kind: k, node: -1, broker: -1, vm: -1}
+		if k.broker() {
+			p.broker = s.rng.IntN(s.brokers)
+		}
 		if k.targeted() {
 			for p.node < 0 || used[p.node] {
 				p.node = s.rng.IntN(s.nodes)
@@ -229,16 +287,18 @@ func (s *chaosSchedule) plan(kinds ...chaosKind) chaosFault {
 		}
 		switch k {
 		case kindPause, kindStallPause:
-			least = chaosPauseMin
+			least = max(least, chaosPauseMin)
 		case kindDBSlow:
 			p.delay = s.between(chaosSlowMin, chaosSlowMax)
+		case kindBrokerFreeze:
+			least, most = chaosFreezeMin, chaosFreezeMax
 		}
 		if k == kindStallPause {
 			p.vm = s.rng.IntN(s.vms)
 		}
 		f.parts = append(f.parts, p)
 	}
-	f.hold = s.between(least, chaosHoldMax)
+	f.hold = s.between(least, most)
 	return f
 }
 
@@ -252,6 +312,7 @@ func (s *chaosSchedule) between(lo, hi time.Duration) time.Duration {
 type chaosWindow struct {
 	fault         chaosFault
 	start, healed time.Time
+	brokerBack    time.Time      // a broker fault's: every broker node running in the cluster again (after healed)
 	ready         time.Time      // every node serving and connected to the broker again
 	recovered     time.Time      // and every ring agrees
 	termExit      string         // a SIGTERMed node's exit, if not 0
@@ -318,6 +379,62 @@ func (w chaosWindow) contains(at time.Time) bool {
 type nemesis struct {
 	fc  *faultCluster // its processes run with -test-hooks
 	vms []string      // the VMs the clients call, by index
+	// rc is the broker cluster of TestChaosBroker, nil otherwise; down
+	// holds its nodes a broker fault left stopped or frozen, by index,
+	// for the cleanup (healBrokers).
+	rc   *rabbitcluster.Cluster
+	down map[int]chaosKind
+}
+
+// healBrokers restarts the broker nodes a fault killed or stopped and
+// thaws those it froze, and waits until the cluster runs every node:
+// a test that failed in a broker fault leaves the cluster whole for
+// the next one. The cleanup of TestChaosBroker.
+func (m *nemesis) healBrokers(t *testing.T) {
+	if m.rc == nil || len(m.down) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), chaosBrokerBound)
+	defer cancel()
+	running, _ := m.rc.Running(ctx)
+	for _, i := range slices.Sorted(maps.Keys(m.down)) {
+		switch {
+		case m.down[i] == kindBrokerFreeze:
+			assert.NoError(t, m.rc.Thaw(ctx, i), "thaw broker node R%d", i+1)
+		case !slices.Contains(running, i): // a restart cut short may have started it
+			assert.NoError(t, m.rc.Restart(ctx, i), "restart broker node R%d", i+1)
+		}
+		delete(m.down, i)
+	}
+	assert.NoError(t, m.rc.WaitRunning(ctx, m.rc.Nodes()), "every broker node runs again")
+}
+
+// brokerFault injects a broker fault on broker node i and returns its
+// heal, which restarts or thaws the node.
+func (m *nemesis) brokerFault(t *testing.T, ctx context.Context, k chaosKind, i int) func() {
+	t.Helper()
+	require.NotNil(t, m.rc, "%s needs the broker cluster (TestChaosBroker)", k)
+	bctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
+	defer cancel()
+	m.down[i] = k
+	switch k {
+	case kindBrokerKill:
+		require.NoError(t, m.rc.Kill(bctx, i), "kill broker node R%d", i+1)
+	case kindBrokerStop:
+		require.NoError(t, m.rc.StopNode(bctx, i), "stop broker node R%d", i+1)
+	case kindBrokerFreeze:
+		require.NoError(t, m.rc.Freeze(bctx, i), "freeze broker node R%d", i+1)
+	}
+	return func() {
+		hctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
+		defer cancel()
+		if k == kindBrokerFreeze {
+			require.NoError(t, m.rc.Thaw(hctx, i), "thaw broker node R%d", i+1)
+		} else {
+			require.NoError(t, m.rc.Restart(hctx, i), "restart broker node R%d", i+1)
+		}
+		delete(m.down, i)
+	}
 }
 
 // startNode starts a new process in slot n, with the slot's flags, and
@@ -339,7 +456,10 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	w := chaosWindow{fault: f, start: time.Now()}
 	holdFrom := w.start
 	nodes := m.fc.Nodes()
+	// Heals by phase: links and broker nodes, then paused nodes, then
+	// new processes for stopped ones.
 	var heals [3][]func()
+	brokerHit := false
 	type target struct {
 		c    *child
 		slot int
@@ -352,6 +472,9 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	}
 	for i, p := range f.parts {
 		switch p.kind {
+		case kindBrokerKill, kindBrokerStop, kindBrokerFreeze:
+			heals[0] = append(heals[0], m.brokerFault(t, ctx, p.kind, p.broker))
+			brokerHit = true
 		case kindKill:
 			n := nodes[p.node]
 			n.Kill(t)
@@ -406,6 +529,12 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 		}
 	}
 	w.healed = time.Now()
+	if brokerHit {
+		bctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
+		require.NoError(t, m.rc.WaitRunning(bctx, m.rc.Nodes()), "%s: every broker node runs in the cluster within %s of the heal", f, chaosBrokerBound)
+		cancel()
+		w.brokerBack = time.Now()
+	}
 	rctx, cancel := context.WithTimeout(ctx, chaosRecoverBound)
 	defer cancel()
 	require.NoError(t, poll(rctx, func() error {
@@ -592,12 +721,40 @@ func (m *nemesis) term(t *testing.T, n *faultNode, alone bool) string {
 
 // TestChaosSchedule: one seed gives one schedule; a round holds every
 // kind once and a pair at once on distinct nodes, with gaps and holds
-// within their bounds and a pause that outlasts the eviction.
+// within their bounds and a pause that outlasts the eviction. With
+// broker nodes (TestChaosBroker), a round holds the broker kinds too,
+// each on one broker node, and its pair is one broker fault and one
+// fault of the cloudbus nodes.
 func TestChaosSchedule(t *testing.T) {
+	for _, brokers := range []int{0, 3} {
+		t.Run(fmt.Sprintf("brokers=%d", brokers), func(t *testing.T) { testChaosSchedule(t, brokers) })
+	}
+	// The broker faults change nothing of a schedule without them.
+	a, b := newChaosSchedule(42, 3, 3, 0), newChaosSchedule(42, 3, 3, 0)
+	for range 3 * (len(chaosKinds) + 1) {
+		assert.Equal(t, a.next(), b.next())
+	}
+	assert.Equal(t, "sigstop B + db-cut", chaosFault{parts: []faultPart{{kind: kindPause, node: 1, broker: -1, vm: -1}, {kind: kindDBCut, node: -1, broker: -1, vm: -1}}}.String())
+	assert.Equal(t, "db-slow C (142-242ms each way)", chaosFault{parts: []faultPart{{kind: kindDBSlow, node: 2, broker: -1, vm: -1, delay: 142 * time.Millisecond}}}.String())
+	assert.Equal(t, "stall-pause (owner of vm 1)", chaosFault{parts: []faultPart{{kind: kindStallPause, node: -1, broker: -1, vm: 1}}}.String())
+	assert.Equal(t, "broker-freeze R2 + sigkill A", chaosFault{parts: []faultPart{{kind: kindBrokerFreeze, node: -1, broker: 1, vm: -1}, {kind: kindKill, node: 0, broker: -1, vm: -1}}}.String())
+	assert.Equal(t, "kind(14)", chaosKind(14).String())
+	assert.True(t, slices.IsSorted(chaosKinds))
+	assert.True(t, slices.IsSorted(chaosBrokerKinds))
+	for _, k := range chaosKinds {
+		assert.False(t, k.broker(), "%s", k)
+	}
+}
+
+func testChaosSchedule(t *testing.T, brokers int) {
+	kinds := slices.Clone(chaosKinds)
+	if brokers > 0 {
+		kinds = append(kinds, chaosBrokerKinds...)
+	}
 	draw := func(seed uint64) []string {
-		s := newChaosSchedule(seed, 3, 3)
+		s := newChaosSchedule(seed, 3, 3, brokers)
 		var out []string
-		for range 2 * (len(chaosKinds) + 1) {
+		for range 2 * (len(kinds) + 1) {
 			f := s.next()
 			out = append(out, fmt.Sprintf("%s gap %s hold %s", f, f.gap, f.hold))
 		}
@@ -608,22 +765,30 @@ func TestChaosSchedule(t *testing.T) {
 	assert.Equal(t, draw(42), draw(42), "the same seed, the same schedule")
 	assert.NotEqual(t, draw(42), draw(43))
 
-	s := newChaosSchedule(7, 3, 3)
+	s := newChaosSchedule(7, 3, 3, brokers)
 	for range 20 {
-		kinds := map[string]int{}
+		seen := map[string]int{}
 		for {
 			f := s.next()
-			kinds[f.Kind()]++
+			seen[f.Kind()]++
 			assert.GreaterOrEqual(t, f.gap, chaosGapMin)
 			assert.Less(t, f.gap, chaosGapMax)
-			assert.GreaterOrEqual(t, f.hold, chaosHoldMin)
-			assert.Less(t, f.hold, chaosHoldMax)
+			least, most := chaosHoldMin, chaosHoldMax
 			var nodes []int
+			brokerParts := 0
 			for _, p := range f.parts {
 				if p.kind == kindPause || p.kind == kindStallPause {
 					assert.GreaterOrEqual(t, f.hold, chaosPauseMin, "a pause outlasts the eviction")
 				}
+				if p.kind == kindBrokerFreeze {
+					least, most = chaosFreezeMin, chaosFreezeMax
+				}
 				assert.Equal(t, p.kind.targeted(), p.node >= 0, "%s", f)
+				assert.Equal(t, p.kind.broker(), p.broker >= 0, "%s: a broker fault, and only it, draws a broker node", f)
+				assert.Less(t, p.broker, brokers)
+				if p.kind.broker() {
+					brokerParts++
+				}
 				assert.Equal(t, p.kind == kindStallPause, p.vm >= 0, "%s: a stall-pause, and only it, draws a VM", f)
 				assert.Less(t, p.vm, 3)
 				if p.kind == kindDBSlow {
@@ -637,25 +802,27 @@ func TestChaosSchedule(t *testing.T) {
 					nodes = append(nodes, p.node)
 				}
 			}
+			assert.GreaterOrEqual(t, f.hold, least, "%s", f)
+			assert.Less(t, f.hold, most, "%s", f)
+			assert.LessOrEqual(t, brokerParts, 1, "%s: one broker node down at a time", f)
 			if f.Kind() == "double" {
 				require.Len(t, f.parts, 2)
 				assert.NotEqual(t, f.parts[0].kind, f.parts[1].kind)
 				for _, p := range f.parts {
 					assert.True(t, p.kind.pairable(), "%s: a stall-pause runs alone", f)
 				}
+				if brokers > 0 {
+					assert.Equal(t, 1, brokerParts, "%s: a broker fault and a fault of the cloudbus nodes", f)
+				}
 			}
 			if s.roundDone() {
 				break
 			}
 		}
-		for _, k := range chaosKinds {
-			assert.Equal(t, 1, kinds[k.String()], "every kind once a round")
+		for _, k := range kinds {
+			assert.Equal(t, 1, seen[k.String()], "every kind once a round")
 		}
-		assert.Equal(t, 1, kinds["double"])
+		assert.Equal(t, 1, seen["double"])
+		assert.Len(t, seen, len(kinds)+1)
 	}
-	assert.Equal(t, "sigstop B + db-cut", chaosFault{parts: []faultPart{{kind: kindPause, node: 1, vm: -1}, {kind: kindDBCut, node: -1, vm: -1}}}.String())
-	assert.Equal(t, "db-slow C (142-242ms each way)", chaosFault{parts: []faultPart{{kind: kindDBSlow, node: 2, vm: -1, delay: 142 * time.Millisecond}}}.String())
-	assert.Equal(t, "stall-pause (owner of vm 1)", chaosFault{parts: []faultPart{{kind: kindStallPause, node: -1, vm: 1}}}.String())
-	assert.Equal(t, "kind(12)", chaosKind(12).String())
-	assert.True(t, slices.IsSorted(chaosKinds))
 }

@@ -172,6 +172,7 @@ func (c *consumer) run(f feed) {
 				// The broker cancelled the consumer on a live connection
 				// (its queue was deleted, or its broker node went down):
 				// consume again once the queue is back.
+				c.t.log.Warn("the broker cancelled a consumer; consuming again", "queue", c.queue)
 				c.t.wg.Add(1)
 				go c.reconsume(f.s)
 			}
@@ -186,14 +187,13 @@ func (c *consumer) run(f feed) {
 	}
 }
 
-// reconsume consumes again on s after the broker cancelled the consumer
-// while the connection stayed up: the queue is declared again if this
-// transport declared it, with backoff from 100 ms to ReconnectMax, until
-// it succeeds, the consumer stops or the session ends (a new session
-// resumes every consumer).
+// reconsume consumes again on s after the broker cancelled the consumer,
+// or its resume after a reconnect failed, while the connection stayed
+// up: the queue is declared again if this transport declared it, with
+// backoff from 100 ms to ReconnectMax, until it succeeds, the consumer
+// stops or the session ends (a new session resumes every consumer).
 func (c *consumer) reconsume(s *session) {
 	defer c.t.wg.Done()
-	c.t.log.Warn("the broker cancelled a consumer; consuming again", "queue", c.queue)
 	delay := 100 * time.Millisecond
 	for {
 		select {

@@ -305,7 +305,13 @@ func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []
 	return t.publishVia(ctx, entry, queue, data)
 }
 
-// resume restarts the consumers on s, once s publishes.
+// resume restarts the consumers on s, once s publishes. A consumer that
+// fails to resume while s stays up (its queue is missing, as a queue
+// another process declares may be after a broker node was lost: the
+// broker closes the channel, not the connection) consumes again with
+// backoff until it succeeds (reconsume): else it would stay gone, and
+// its queue's messages (a client's replies) unread, until the connection
+// dropped again.
 func (t *Transport) resume(s *session) {
 	t.mu.Lock()
 	cs := make([]*consumer, 0, len(t.consumers))
@@ -314,8 +320,15 @@ func (t *Transport) resume(s *session) {
 	}
 	t.mu.Unlock()
 	for _, c := range cs {
-		if err := c.resume(s); err != nil {
+		err := c.resume(s)
+		switch {
+		case err == nil:
+		case s.isLost():
 			t.log.Warn("consumer not restored; the connection is failing again", "queue", c.queue, "err", err)
+		default:
+			t.log.Warn("consumer not restored; consuming again until it is", "queue", c.queue, "err", err)
+			t.wg.Add(1)
+			go c.reconsume(s)
 		}
 	}
 }

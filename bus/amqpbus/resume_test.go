@@ -1,0 +1,94 @@
+package amqpbus_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
+)
+
+// TestConsumerResumesOnceItsQueueIsBack: a consumer whose queue is
+// missing when the transport reconnects (another process declares it,
+// and it went meanwhile, as a queue on a lost broker node does) fails to
+// resume on a connection that stays up: the broker closes the channel
+// only. The transport keeps trying, and the consumer gets the queue's
+// messages once the queue is back, instead of staying gone until the
+// connection drops again.
+func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	adm, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: url, ConnectionName: "amqpbus test admin"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = adm.Close() })
+	q := "amqpbus-test-resume-" + message.NewUUID()[:8]
+	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	t.Cleanup(func() { _ = waitDelete(context.Background(), adm, q) })
+
+	p, u := proxy.NewURL(t, url)
+	logs := &logLines{}
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	got := make(chan string, 4)
+	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) { // q is not tr's: tr does not declare it again
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+
+	p.Cut()
+	require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+	require.NoError(t, adm.DeleteQueue(t.Context(), q))
+	p.Heal()
+	require.Eventually(t, func() bool { return tr.Broker() != "" }, 10*time.Second, 10*time.Millisecond, "the transport reconnects")
+	require.Eventually(t, func() bool { return logs.has("consumer not restored") }, 10*time.Second, 10*time.Millisecond,
+		"the consumer's resume found no queue")
+	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	require.NoError(t, adm.Publish(t.Context(), q, []byte(`"back"`)))
+	select {
+	case b := <-got:
+		require.Equal(t, `"back"`, b)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer did not resume once its queue was back: its messages wait for a consumer that is gone while the connection stays up")
+	}
+	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
+}
+
+// logLines is a slog.Handler that keeps the messages logged.
+type logLines struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+// has reports whether a message containing s was logged.
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
