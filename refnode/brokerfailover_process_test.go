@@ -28,15 +28,15 @@ import (
 const (
 	bfClients      = 3                      // clients, each on its own broker connection, calling and sending
 	bfVMsPerClient = 10                     // VMs each client's driver calls, its own
-	bfCallRate     = 10                     // calls a second per client
+	bfCallRate     = 5                      // calls a second per client
 	bfCallTimeout  = 5 * time.Second        // each call's deadline
 	bfCallSlack    = time.Second            // a call returns by its deadline + this
 	bfImages       = 4                      // one-way images per client
-	bfSendEvery    = 150 * time.Millisecond // each client's pause between one-way sends
+	bfSendEvery    = 300 * time.Millisecond // each client's pause between one-way sends
 	bfSendTimeout  = 20 * time.Second       // each one-way message's deadline
-	bfReconnect    = 10 * time.Second       // every cloudbus node on a survivor by then
+	bfReconnect    = 20 * time.Second       // every cloudbus node on a survivor by then
 	bfFreeze       = 15 * time.Second       // how long the broker node stays frozen
-	bfReplicas     = 60 * time.Second       // every quorum queue of the prefix has 3 online members by then
+	bfReplicas     = 90 * time.Second       // every quorum queue of the prefix has 3 online members by then
 	bfBaseline     = 5 * time.Second        // the steady phase before the first fault
 	bfSettle       = 60 * time.Second       // every acknowledged one-way message accounted for by then
 )
@@ -176,14 +176,31 @@ func TestBrokerFailover(t *testing.T) {
 			conns, err := rc.ConnectionsPerNode(ctx)
 			require.NoError(t, err, "connections per broker node")
 			p.target = mostConnections(conns)
-			p.detail = fmt.Sprintf("connections per broker node %v", conns)
+			var per []string
+			for i := range rc.Nodes() {
+				per = append(per, fmt.Sprintf("%d on %d", conns[i], i+1))
+			}
+			p.detail = "most connections: " + strings.Join(per, ", ")
 		default:
+			var leader int
 			require.NoError(t, poll(ctx, func() error {
 				var err error
-				p.target, err = rc.Leader(ctx, portal)
+				leader, err = rc.Leader(ctx, portal)
 				return err
 			}), "the leader of %s", portal)
-			p.detail = "leader of api.portal"
+			p.target, p.detail = leader, "leader of api.portal"
+			if fault == "freeze" { // the broker node most cloudbus nodes are on, the leader among equals
+				on := map[int]int{}
+				for _, s := range watch.last() {
+					on[s.broker]++
+				}
+				delete(on, -1)
+				if most := mostConnections(on); most >= 0 && on[most] > on[leader] {
+					p.target, p.detail = most, fmt.Sprintf("%d cloudbus nodes on it", on[most])
+				} else {
+					p.detail += fmt.Sprintf(", %d cloudbus nodes on it", on[leader])
+				}
+			}
 		}
 		before := watch.last()
 		p.fault = time.Now()
