@@ -37,6 +37,7 @@ const (
 	bfReconnect    = 20 * time.Second       // every cloudbus node on a survivor by then
 	bfFreeze       = 15 * time.Second       // how long the broker node stays frozen
 	bfReplicas     = 90 * time.Second       // every quorum queue of the prefix has 3 online members by then
+	bfSplit        = 20 * time.Second       // a thawed node still split from the others then is started again
 	bfBaseline     = 5 * time.Second        // the steady phase before the first fault
 	bfSettle       = 60 * time.Second       // every acknowledged one-way message accounted for by then
 )
@@ -62,7 +63,8 @@ const (
 //     restarted;
 //  3. the broker node most cloudbus nodes are connected to (the
 //     api.portal leader among equals) is frozen (SIGSTOP) for 15 s, then
-//     thawed.
+//     thawed; if it is still split from the others 20 s later (see
+//     below), it is stopped and started again.
 //
 // Per phase it prints a table row: the calls by outcome, the longest
 // call, how many cloudbus nodes were on the faulted broker node and when
@@ -79,33 +81,36 @@ const (
 // whole and the replicas back within 90 s of the return.
 //
 // Measured on the project's machine kind (2 cores) while other tests
-// loaded it (load average 10-29), three runs:
+// loaded it (load average 6-29), four runs (two more failed on database
+// beats starved by that load: evictions "stopped beating"):
 //
 //   - stop: 2 cloudbus nodes on the stopped node, all on survivors after
-//     0.7-2.5 s; calls ok but for 1-4 typed errors (not_sent,
-//     unavailable), longest 0.4-4.0 s; one-way 182-351 acknowledged,
+//     0.4-2.5 s; calls ok but for 1-4 typed errors (timeout, not_sent,
+//     unavailable), longest 0.4-5.0 s; one-way 182-351 acknowledged,
 //     all committed once; replicas back 12-30 s after the restart.
-//   - kill: 1-2 nodes on it, on survivors after 0.2-0.5 s; up to 7
+//   - kill: 0-2 nodes on it, on survivors after 0.1-0.5 s; up to 7
 //     timeouts, longest call at its 5 s deadline; one-way all committed
 //     once; replicas back 15-31 s after the restart.
 //   - freeze: with no cloudbus node on the frozen node, 26 calls timed
 //     out while api.portal's leader was frozen, all one-way committed,
 //     replicas back 23 s after the thaw. With 2 or 3 nodes on it, they
-//     were on survivors only after 10.9 and 13.5 s: their new connection
+//     were on survivors only after 10.9-13.5 s: their new connection
 //     cannot declare the exclusive reply queue <prefix>.reply.<node>
 //     (405 RESOURCE_LOCKED) while the survivors still think its old
 //     owner, a connection on the frozen node, alive, which lasts until
 //     they see that node down (0.75-1.25 net_ticktime). A node whose bus
 //     is down that long is evicted "cut off from the bus" by a peer whose
 //     bus is up (heartbeat rule 5, BusDownAfter 2 s): with 2 nodes on
-//     the frozen node, the third evicted both, and the test fails there.
-//     Twice out of three, the thawed node stayed split from the others
-//     (pause_minority did not heal it within 90 s) and the test failed
-//     waiting for the cluster; its cleanup restarts such a node.
+//     the frozen node, the third evicted both, and the test fails there
+//     (with all 3 on it, twice, no peer had a settled bus: no eviction).
+//     In 3 runs out of 4 the thawed node stayed split from the others
+//     for good (Mnesia: running_partitioned_network; pause_minority
+//     pauses a node that sees itself in a minority, and the thawed node
+//     never did): the test now starts it again after 20 s.
 //
 // Every run: no call past its deadline + 1 s, none without a typed
-// error; no acknowledged one-way message lost or applied twice; 950-1800
-// calls and 510-950 one-way messages in 1.2-2.2 min of faults.
+// error; no acknowledged one-way message lost or applied twice; 950-2300
+// calls and 510-1400 one-way messages per run.
 func TestBrokerFailover(t *testing.T) {
 	ctx, broker := startProcessTest(t, processTest{Runs: "the broker failover test runs processes and a broker cluster's faults for about 3 min",
 		FullSpeed: true, OnCluster: true, Timeout: 6 * time.Minute})
@@ -180,6 +185,9 @@ func TestBrokerFailover(t *testing.T) {
 			if !p.replicas.IsZero() {
 				repl = fmt.Sprintf("%s after the %s (%d queues; %s after the fault)", ms(p.replicas.Sub(p.back)),
 					map[bool]string{true: "thaw", false: "restart"}[p.name == "freeze"], p.queues, ms(p.replicas.Sub(p.fault)))
+				if p.splitHealed {
+					repl += fmt.Sprintf("; the thawed node stayed split %s and was started again", bfSplit)
+				}
 			}
 			t.Logf("| %s | %s | %s | %s | %s | %d / %d / %d / %d / %d | %s |", p.name, target, outcomes(callOutcomes(pc)), ms(longest(pc)), recon,
 				f.sent, f.committed, f.dead, len(f.twice), f.refusedAtSend, repl)
@@ -274,8 +282,28 @@ func TestBrokerFailover(t *testing.T) {
 		}
 		p.restarted = time.Now()
 		qctx, qcancel := context.WithTimeout(ctx, bfReplicas)
+		if fault == "freeze" {
+			// The thawed node gets bfSplit to rejoin by itself.
+			wctx, wcancel := context.WithTimeout(qctx, bfSplit)
+			err = rc.WaitRunning(wctx, rc.Nodes())
+			wcancel()
+		}
 		var qs []rabbitcluster.Queue
-		err = rc.WaitRunning(qctx, rc.Nodes()) // a partition after a thaw shows here: each side runs fewer
+		if fault != "freeze" {
+			err = rc.WaitRunning(qctx, rc.Nodes())
+		}
+		// A partition after a thaw shows here: each side runs fewer.
+		if err != nil && fault == "freeze" && qctx.Err() == nil {
+			// A thawed node that never saw itself in a minority stays split
+			// from the others (pause_minority acts only on a minority; Mnesia
+			// reports running_partitioned_network): start it again.
+			p.splitHealed = true
+			if err = rc.StopNode(qctx, p.target); err == nil {
+				if err = rc.Restart(qctx, p.target); err == nil {
+					err = rc.WaitRunning(qctx, rc.Nodes())
+				}
+			}
+		}
 		if err == nil {
 			err = poll(qctx, func() error {
 				var err error
@@ -375,6 +403,7 @@ type bfPhase struct {
 	replicas    time.Time     // every quorum queue whole again
 	queues      int           // quorum queues of the prefix
 	reconnected time.Duration // from the fault until every cloudbus node was on a survivor
+	splitHealed bool          // the thawed node stayed split and was started again
 }
 
 // mostConnections returns the broker node with the most connections
