@@ -219,6 +219,45 @@ func parseQueueRow(out, queue string) ([]string, error) {
 	return nil, fmt.Errorf("%w: %q", ErrNoQueue, queue)
 }
 
+// Queue is a quorum queue as the cluster lists it.
+type Queue struct {
+	// Name is the queue's name.
+	Name string
+	// Leader is the index of the node leading it, -1 while it has none.
+	Leader int
+	// Members are the indexes of the nodes holding a replica of it.
+	Members []int
+	// Online are those of its members that are running.
+	Online []int
+}
+
+// Queues returns every quorum queue whose name starts with prefix ("":
+// all), in one call of the script: cheaper than [Cluster.Members] per
+// queue when a test checks many.
+func (c *Cluster) Queues(ctx context.Context, prefix string) ([]Queue, error) {
+	out, err := c.run(ctx, "queues")
+	if err != nil {
+		return nil, err
+	}
+	return parseQueues(out, prefix), nil
+}
+
+func parseQueues(out, prefix string) []Queue {
+	var qs []Queue
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 5 || !strings.HasPrefix(f[0], prefix) {
+			continue
+		}
+		q := Queue{Name: f[0], Leader: -1, Members: nodeIndexes(f[3]), Online: nodeIndexes(f[4])}
+		if l := nodeIndexes(f[2]); len(l) == 1 {
+			q.Leader = l[0]
+		}
+		qs = append(qs, q)
+	}
+	return qs
+}
+
 // Leader returns the index of the node leading the quorum queue, or
 // [ErrNoQueue], or [ErrNoLeader] while it has none.
 func (c *Cluster) Leader(ctx context.Context, queue string) (int, error) {

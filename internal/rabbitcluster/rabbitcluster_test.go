@@ -66,6 +66,9 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, []int{1, 2}, nodeIndexes(row[4]))
 	_, err = parseQueueRow(out, "q2")
 	assert.ErrorIs(t, err, ErrNoQueue)
+	qs := parseQueues(out+"p.a\tquorum\t\t[cbtest1@localhost, cbtest3@localhost]\t[]\nother\tquorum\tcbtest1@localhost\t[]\t[]\n", "p.")
+	assert.Equal(t, []Queue{{Name: "p.a", Leader: -1, Members: []int{0, 2}}}, qs)
+	assert.Len(t, parseQueues(out, ""), 1)
 
 	m, err := parseConnections("      2 cbtest1@localhost\n      1 cbtest3@localhost\n")
 	require.NoError(t, err)
