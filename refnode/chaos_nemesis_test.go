@@ -60,8 +60,11 @@ const (
 var chaosKinds = []chaosKind{kindKill, kindTerm, kindPause, kindBusCut, kindBusHole, kindDBHole, kindBusAll, kindDBCut, kindDBSlow, kindStallPause}
 
 // chaosBrokerKinds are the broker faults TestChaosBroker's rounds draw
-// too, after chaosKinds.
-var chaosBrokerKinds = []chaosKind{kindBrokerKill, kindBrokerStop, kindBrokerFreeze}
+// too, after chaosKinds. broker-stop is left out of the rounds: a
+// stopped node's restart is as slow as a killed one's (45-75 s while the
+// test loads the machine), CI's budget is tight, and TestBrokerFailover
+// stops a broker node under load.
+var chaosBrokerKinds = []chaosKind{kindBrokerKill, kindBrokerFreeze}
 
 // broker reports whether the kind hits a broker node (drawn from the
 // cluster's nodes), not a cloudbus node.
