@@ -3,7 +3,9 @@
 // testsummary reads `go test -json` from stdin and prints one line per
 // package, every skipped test with its reason, and the whole output of
 // every failed test (its own lines only, even when tests ran in
-// parallel). It exits 1 if anything failed. Run from the module root:
+// parallel), then, last, the failed assertions of each failed test in
+// brief (where a page that shows only the end of CI's output finds
+// them). It exits 1 if anything failed. Run from the module root:
 //
 //	go test -json ./... | go run .ci/testsummary.go
 package main
@@ -27,6 +29,7 @@ type event struct {
 func main() {
 	out := map[string]*strings.Builder{} // package/test -> output
 	failed := false
+	var brief []string // the failed tests' assertion lines, printed last
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -57,8 +60,10 @@ func main() {
 				}
 			} else {
 				fmt.Printf("--- FAIL %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
+				brief = append(brief, fmt.Sprintf("--- FAIL %s %s (%.2fs)", e.Package, e.Test, e.Elapsed))
 				if b := out[key]; b != nil {
 					fmt.Print(b.String())
+					brief = append(brief, assertionLines(b.String())...)
 				}
 			}
 		case "pass":
@@ -75,8 +80,30 @@ func main() {
 		os.Exit(2)
 	}
 	if failed {
+		if len(brief) > 0 {
+			fmt.Println("\nthe failures in brief:")
+			for _, l := range brief {
+				fmt.Println(l)
+			}
+		}
 		os.Exit(1)
 	}
+}
+
+// assertionLines returns the lines of a test's output that say why it
+// failed (testify's Error and Messages, a panic), each cut to 400 bytes.
+func assertionLines(out string) []string {
+	var r []string
+	for _, l := range strings.Split(out, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "Error:") || strings.HasPrefix(t, "Messages:") || strings.HasPrefix(t, "panic:") {
+			if len(t) > 400 {
+				t = t[:400] + "…"
+			}
+			r = append(r, "    "+t)
+		}
+	}
+	return r
 }
 
 // indentReason returns the skip message lines of a skipped test.

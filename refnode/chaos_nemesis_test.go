@@ -149,9 +149,9 @@ const (
 	chaosFreezeMin, chaosFreezeMax = 6 * time.Second, 16 * time.Second
 	// chaosBrokerBound bounds a broker node's restart or thaw and the
 	// wait until the cluster runs every node again (a restart takes
-	// about 10 s on a quiet machine, 45-75 s on the 2-core one under
-	// other tests' load, once more than 90 s; a node thawed after the
-	// others dropped it pauses and comes back about 3 s after the thaw).
+	// about 12 s on a quiet machine, 45-70 s on the 2-core one under the
+	// test's load, once more than 90 s; a node thawed after the others
+	// dropped it pauses and comes back about 3 s after the thaw).
 	chaosBrokerBound = 3 * time.Minute
 )
 
@@ -315,7 +315,7 @@ func (s *chaosSchedule) between(lo, hi time.Duration) time.Duration {
 type chaosWindow struct {
 	fault         chaosFault
 	start, healed time.Time
-	brokerBack    time.Time      // a broker fault's: every broker node running in the cluster again (after healed)
+	brokerBack    time.Time      // a broker-freeze's: every broker node running in the cluster again (after healed)
 	ready         time.Time      // every node serving and connected to the broker again
 	recovered     time.Time      // and every ring agrees
 	termExit      string         // a SIGTERMed node's exit, if not 0
@@ -387,6 +387,51 @@ type nemesis struct {
 	// for the cleanup (healBrokers).
 	rc   *rabbitcluster.Cluster
 	down map[int]chaosKind
+	// restart is the restart of a killed or stopped broker node, running
+	// in the background while the next faults of the cloudbus nodes go on
+	// (a restart takes 10-70 s); nil when none runs. The next broker
+	// fault, the end of the load and the cleanup wait for it first.
+	restart *brokerRestart
+}
+
+// brokerRestart is a broker node's restart in the background.
+type brokerRestart struct {
+	node  int       // the broker node's index
+	fault string    // the fault that stopped it
+	began time.Time // the heal
+	done  chan error
+}
+
+// restartBroker restarts broker node i in the background, after fault
+// f: the nemesis's next faults do not wait for it.
+func (m *nemesis) restartBroker(ctx context.Context, i int, f string) {
+	r := &brokerRestart{node: i, fault: f, began: time.Now(), done: make(chan error, 1)}
+	m.restart = r
+	go func() { // owned by the nemesis: awaitRestart receives its result
+		rctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
+		defer cancel()
+		err := m.rc.Restart(rctx, i)
+		if err == nil {
+			err = m.rc.WaitRunning(rctx, m.rc.Nodes())
+		}
+		r.done <- err
+	}()
+}
+
+// awaitRestart waits for the broker node restarting in the background,
+// if any, and logs how long its restart took.
+func (m *nemesis) awaitRestart(t *testing.T) {
+	t.Helper()
+	r := m.restart
+	if r == nil {
+		return
+	}
+	m.restart = nil
+	err := <-r.done // bounded by chaosBrokerBound
+	require.NoError(t, err, "%s: broker node R%d restarted and runs in the cluster within %s", r.fault, r.node+1, chaosBrokerBound)
+	delete(m.down, r.node)
+	t.Logf("broker node R%d (%s) restarted and runs in the cluster %s after the heal, in the background",
+		r.node+1, r.fault, time.Since(r.began).Round(time.Millisecond))
 }
 
 // healBrokers restarts the broker nodes a fault killed or stopped and
@@ -394,6 +439,12 @@ type nemesis struct {
 // a test that failed in a broker fault leaves the cluster whole for
 // the next one. The cleanup of TestChaosBroker.
 func (m *nemesis) healBrokers(t *testing.T) {
+	if r := m.restart; r != nil {
+		m.restart = nil
+		if err := <-r.done; err != nil {
+			t.Logf("the restart of broker node R%d in the background: %v", r.node+1, err)
+		}
+	}
 	if m.rc == nil || len(m.down) == 0 {
 		return
 	}
@@ -412,11 +463,14 @@ func (m *nemesis) healBrokers(t *testing.T) {
 	assert.NoError(t, m.rc.WaitRunning(ctx, m.rc.Nodes()), "every broker node runs again")
 }
 
-// brokerFault injects a broker fault on broker node i and returns its
-// heal, which restarts or thaws the node.
-func (m *nemesis) brokerFault(t *testing.T, ctx context.Context, k chaosKind, i int) func() {
+// brokerFault injects a broker fault on broker node i, once a restart
+// in the background is over (one broker node down at a time), and
+// returns its heal, which thaws the node or starts its restart in the
+// background.
+func (m *nemesis) brokerFault(t *testing.T, ctx context.Context, f chaosFault, k chaosKind, i int) func() {
 	t.Helper()
 	require.NotNil(t, m.rc, "%s needs the broker cluster (TestChaosBroker)", k)
+	m.awaitRestart(t)
 	bctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
 	defer cancel()
 	m.down[i] = k
@@ -429,13 +483,13 @@ func (m *nemesis) brokerFault(t *testing.T, ctx context.Context, k chaosKind, i 
 		require.NoError(t, m.rc.Freeze(bctx, i), "freeze broker node R%d", i+1)
 	}
 	return func() {
+		if k != kindBrokerFreeze {
+			m.restartBroker(ctx, i, f.String())
+			return
+		}
 		hctx, cancel := context.WithTimeout(ctx, chaosBrokerBound)
 		defer cancel()
-		if k == kindBrokerFreeze {
-			require.NoError(t, m.rc.Thaw(hctx, i), "thaw broker node R%d", i+1)
-		} else {
-			require.NoError(t, m.rc.Restart(hctx, i), "restart broker node R%d", i+1)
-		}
+		require.NoError(t, m.rc.Thaw(hctx, i), "thaw broker node R%d", i+1)
 		delete(m.down, i)
 	}
 }
@@ -462,7 +516,7 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	// Heals by phase: links and broker nodes, then paused nodes, then
 	// new processes for stopped ones.
 	var heals [3][]func()
-	brokerHit := false
+	brokerHit := false // a broker node thawed: wait until the cluster runs it again
 	type target struct {
 		c    *child
 		slot int
@@ -476,8 +530,8 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 	for i, p := range f.parts {
 		switch p.kind {
 		case kindBrokerKill, kindBrokerStop, kindBrokerFreeze:
-			heals[0] = append(heals[0], m.brokerFault(t, ctx, p.kind, p.broker))
-			brokerHit = true
+			heals[0] = append(heals[0], m.brokerFault(t, ctx, f, p.kind, p.broker))
+			brokerHit = brokerHit || p.kind == kindBrokerFreeze
 		case kindKill:
 			n := nodes[p.node]
 			n.Kill(t)
