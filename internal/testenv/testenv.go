@@ -43,7 +43,7 @@ var examples = map[string]string{
 	PostgresVar: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
 	MySQLVar:    "root@tcp(127.0.0.1:3306)/test?parseTime=true",
 	AMQPClusterVar: "$(bash .ci/rabbitmq-cluster start >&2 && cat /tmp/cloudbus-rabbit-cluster/urls), " +
-		"a list like amqp://guest:guest@127.0.0.1:35671/,amqp://guest:guest@127.0.0.1:35672/,amqp://guest:guest@127.0.0.1:35673/",
+		"a list like amqp://guest:guest@127.0.0.1:27671/,amqp://guest:guest@127.0.0.1:27672/,amqp://guest:guest@127.0.0.1:27673/",
 }
 
 // AMQPURL returns the broker's URL from [AMQPVar]. Without it the test
