@@ -6,9 +6,14 @@ import (
 )
 
 // ClockSync estimates a reference clock from round trips: of its last
-// 16 samples under a minute old, the one with the smallest error bound,
-// grown by [MaxClockDrift] of its age, wins. It is safe for concurrent
-// use; create one with [NewClockSync].
+// 16 samples under ten minutes old, the one with the smallest error
+// bound, grown by [MaxClockDrift] of its age, wins. A sample outlives
+// many failed measurements (a broker or database fault can stop them for
+// minutes): at 0.2 ms of drift per second, a ten-minute-old sample's
+// bound has grown by 120 ms, and a deadline written with that bound is
+// still exact to the bound; without a sample, a message carries only
+// its time left, which a receiver counts from its arrival. It is safe
+// for concurrent use; create one with [NewClockSync].
 type ClockSync struct {
 	now func() time.Time
 
@@ -25,7 +30,7 @@ type clockSample struct {
 
 const (
 	clockSamples   = 16
-	clockSampleTTL = time.Minute
+	clockSampleTTL = 10 * time.Minute
 )
 
 // MaxClockDrift is the assumed maximum drift between two clocks.
@@ -55,7 +60,7 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 }
 
 // Now returns the estimated reference time and its error bound; ok is
-// false without a sample younger than a minute.
+// false without a sample younger than ten minutes.
 func (c *ClockSync) Now() (now time.Time, bound time.Duration, ok bool) {
 	local := c.now()
 	offset, bound, ok := c.best(local)

@@ -42,10 +42,15 @@ func TestClockSyncEstimate(t *testing.T) {
 	_, bound, _ = c.Now()
 	assert.Equal(t, time.Millisecond, bound)
 
-	// Samples expire.
-	now = now.Add(2 * time.Minute)
+	// A sample outlives minutes of failed measurements, its bound grown
+	// by drift; then it expires.
+	now = now.Add(5 * time.Minute)
+	_, bound, ok = c.Now()
+	require.True(t, ok, "five minutes without a new sample: the last one still tells the cluster time")
+	assert.InDelta(t, time.Millisecond+60*time.Millisecond, bound, float64(time.Microsecond), "its bound grown by 0.2 ms a second")
+	now = now.Add(6 * time.Minute)
 	_, _, ok = c.Now()
-	assert.False(t, ok, "after a minute without samples the cluster time is unknown")
+	assert.False(t, ok, "after ten minutes without samples the cluster time is unknown")
 	c.Sample(now.Add(time.Second), now, now, 0)
 	_, _, ok = c.Now()
 	assert.False(t, ok, "a sample received before it was sent is ignored")

@@ -39,6 +39,9 @@ type chaosSend struct {
 	OpID     string `json:"op"`
 	MsgID    string `json:"msg"`
 	Err      string `json:"err,omitempty"` // Send's error: the broker did not take it
+	// NoClock is set when the client had no cluster time at the send
+	// (as chaosOp.NoClock).
+	NoClock bool `json:"no_clock,omitempty"`
 }
 
 func (s chaosSend) deadline() time.Time { return time.Unix(0, s.Deadline) }
@@ -49,6 +52,9 @@ func (s chaosSend) String() string {
 		time.Unix(0, s.Sent).Format(clockFormat), s.deadline().Format(clockFormat))
 	if s.Err != "" {
 		str += " [" + tail(s.Err, 160) + "]"
+	}
+	if s.NoClock {
+		str += " (the client had no cluster time)"
 	}
 	return str
 }
@@ -69,7 +75,8 @@ func runOneWaySender(stop context.Context, cl *service.Client, cfg chaosClientCo
 			OpID: fmt.Sprintf("chaos-%s-w%d-c%d-%d", cfg.Run, k, cfg.Client, seq), MsgID: message.NewUUID()}
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.OneWayTimeout)
 		deadline, _ := ctx.Deadline()
-		s.Sent, s.Deadline = time.Now().UnixNano(), deadline.UnixNano()
+		_, _, clockOK := cl.ClusterTime()
+		s.Sent, s.Deadline, s.NoClock = time.Now().UnixNano(), deadline.UnixNano(), !clockOK
 		err := service.Send(ctx, cl, api.SetImageName{UUID: img, Name: s.Name},
 			bus.WithID(s.MsgID), bus.WithTimeout(cfg.OneWayTimeout), bus.WithHeader(HeaderOp, s.OpID))
 		s.Done = time.Now().UnixNano()
@@ -92,6 +99,7 @@ type oneWayFigures struct {
 	deadCommitted       int            // committed once and dead-lettered too (a retry after a commit whose reply was lost)
 	refusedCommitted    int            // refused at send, committed all the same
 	reasons             map[string]int // dead letters by reason
+	noClock             int            // sends made while the client had no cluster time
 }
 
 // violations lists the counts that must be zero, by name.
@@ -143,6 +151,9 @@ func analyzeOneWay(sends []chaosSend, rows []auditRow, images map[string]int, de
 		}
 	}
 	for _, s := range sends {
+		if s.NoClock {
+			f.noClock++
+		}
 		cs := commits[key{s.Image, s.Name}]
 		reason := dead(s.MsgID)
 		if s.Err != "" {

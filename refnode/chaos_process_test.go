@@ -526,6 +526,7 @@ type chaosFigures struct {
 	outsideOK     int
 	ackWrites     map[int]int // image -> writes and swapped cas with a reply
 	longestCall   time.Duration
+	noClock       int // calls made while the client had no cluster time
 }
 
 // outsideShare is the share of the calls outside every window that
@@ -581,6 +582,9 @@ func tallyCalls(ops []chaosOp, windows []chaosWindow) chaosFigures {
 		f.byOutcome[what]++
 		f.byClass[o.Class]++
 		f.longestCall = max(f.longestCall, o.done().Sub(o.invoked()))
+		if o.NoClock {
+			f.noClock++
+		}
 		if o.Class == classUntyped || o.done().After(o.deadline().Add(fdBound)) {
 			f.silent = append(f.silent, o.String())
 		}

@@ -123,6 +123,11 @@ func chaosReport(s chaosSummary) string {
 	p("| silent calls (no reply or typed error by the deadline + %s) | %d |", fdBound, len(f.silent))
 	p("| calls failed as bad request, not found or bad reply | %d |", len(f.never))
 	p("| calls whose error names the database or quotes its driver | %d |", len(f.namesDB))
+	noClockSends := 0
+	if s.oneWay != nil {
+		noClockSends = s.oneWay.noClock
+	}
+	p("| calls / one-way sends made while the client had no cluster time (their deadline counted from arrival) | %d / %d |", f.noClock, noClockSends)
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
 	v := s.vm
 	p("| VM calls: silent | %d |", len(v.silent))

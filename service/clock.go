@@ -53,18 +53,28 @@ func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
+// run measures every period; after a failed measurement (a broker
+// fault, no node with cluster time) it tries again after retry, doubling
+// up to period, so the estimate is fresh again soon after the fault.
 func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Duration) {
+	wait := period
+	if _, _, ok := c.sync.Now(); !ok {
+		wait = retry
+	}
 	for {
-		wait := period
-		if _, _, ok := c.sync.Now(); !ok {
-			wait = retry
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		_ = c.sample(ctx, timeout)
+		switch err := c.sample(ctx, timeout); {
+		case err == nil:
+			wait = period
+		case wait == period:
+			wait = retry
+		default:
+			wait = min(2*wait, period)
+		}
 	}
 }
 
