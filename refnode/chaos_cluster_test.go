@@ -62,7 +62,8 @@ func goroutinesOf(c *child) (int, error) {
 
 // awaitDrained waits until every queue of the cluster's prefix holds no
 // message and no queue of a node that is not running is left, and
-// returns how long that took after since, with the last state seen.
+// returns how long that took after since, with the last state seen (a
+// queue left names its consumers' tags, which name their processes).
 func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.Duration, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, chaosDrainBound)
 	defer cancel()
@@ -90,9 +91,9 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 			}
 			switch {
 			case dead != "":
-				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages", q, dead, qs[q]))
-			case qs[q] > 0:
-				bad = append(bad, fmt.Sprintf("%s: %d messages", q, qs[q]))
+				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages, %s", q, dead, qs[q].messages, qs[q].consumerList()))
+			case qs[q].messages > 0:
+				bad = append(bad, fmt.Sprintf("%s: %d messages, %s", q, qs[q].messages, qs[q].consumerList()))
 			}
 		}
 		state = fmt.Sprintf("%d queues", len(qs))
@@ -105,21 +106,45 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 	return time.Since(since), state, err
 }
 
-// queueMessages returns the queues of prefix with their messages (ready
-// and unacknowledged), from rabbitmqctl; without it, from a passive
-// declare of each known name (ready messages only).
-func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]int, error) {
-	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages")
+// queueLoad is a queue's messages (ready and unacknowledged) and
+// consumers, with their tags when rabbitmqctl listed them.
+type queueLoad struct {
+	messages, consumers int
+	tags                []string
+}
+
+func (q queueLoad) consumerList() string {
+	s := fmt.Sprintf("%d consumers", q.consumers)
+	if len(q.tags) > 0 {
+		s += " (" + strings.Join(q.tags, ", ") + ")"
+	}
+	return s
+}
+
+// queueMessages returns the queues of prefix with their messages and
+// consumers, from rabbitmqctl (with the consumers' tags); without it,
+// from a passive declare of each known name (ready messages only).
+func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]queueLoad, error) {
+	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages", "consumers")
 	if ok {
 		if err != nil {
 			return nil, err
 		}
-		qs := map[string]int{}
+		qs := map[string]queueLoad{}
 		for _, line := range strings.Split(out, "\n") {
 			var name string
-			var n int
-			if _, err := fmt.Sscanf(line, "%s %d", &name, &n); err == nil && strings.HasPrefix(name, prefix+".") {
-				qs[name] = n
+			var n, c int
+			if _, err := fmt.Sscanf(line, "%s %d %d", &name, &n, &c); err == nil && strings.HasPrefix(name, prefix+".") {
+				qs[name] = queueLoad{messages: n, consumers: c}
+			}
+		}
+		if out, _, err := rabbitmqctl(ctx, broker, "list_consumers", "queue_name", "consumer_tag"); err == nil {
+			for _, line := range strings.Split(out, "\n") {
+				name, tag, ok := strings.Cut(line, "\t")
+				if q, found := qs[name]; ok && found {
+					q.tags = append(q.tags, tag)
+					qs[name] = q
+				}
 			}
 		}
 		return qs, nil
@@ -133,9 +158,9 @@ func queueMessages(ctx context.Context, broker, prefix string, known []string) (
 	if err != nil {
 		return nil, err
 	}
-	qs := map[string]int{}
+	qs := map[string]queueLoad{}
 	for _, s := range existing(states) {
-		qs[s.Name] = s.Messages
+		qs[s.Name] = queueLoad{messages: s.Messages, consumers: s.Consumers}
 	}
 	return qs, nil
 }
