@@ -370,6 +370,8 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 // handlers' contexts and waits for them, gives back every message it holds
 // unsettled as its consumers leave their queues (a canceled handler's
 // message runs again elsewhere), and deletes its reply and event queues.
+// Its services' queues stay; a transport that declares its queues again
+// after reconnecting ([driver.QueueForgetter]) stops doing so for them.
 // It does not close the transport. It is idempotent.
 func (b *CloudBus) Close() error {
 	b.closeOnce.Do(func() {
@@ -377,6 +379,10 @@ func (b *CloudBus) Close() error {
 		b.closed = true
 		pending := b.pending
 		b.pending = make(map[string]*pendingCall)
+		served := make([]string, 0, len(b.services))
+		for _, s := range b.services {
+			served = append(served, s.queue)
+		}
 		b.mu.Unlock()
 		close(b.closing)
 		if b.unwatch != nil {
@@ -385,6 +391,11 @@ func (b *CloudBus) Close() error {
 
 		b.releaseHeld() // while their consumers can still settle them
 		b.stopConsumers(true, true)
+		if f, ok := b.tr.(driver.QueueForgetter); ok {
+			for _, q := range served {
+				f.ForgetQueue(q)
+			}
+		}
 		for _, p := range pending {
 			p.finish(nil, fmt.Errorf("bus: call %s on %s: %w", p.typ, p.target, message.ErrClosed))
 		}

@@ -286,3 +286,36 @@ func TestCloseGivesBackHeldRetries(t *testing.T) {
 	assert.Equal(t, 1, q.Ready, "the held message went back to its queue")
 	assert.EqualValues(t, 1, ran.Load())
 }
+
+// forgetter records the queues the bus tells its transport to forget.
+type forgetter struct {
+	driver.Transport
+	mu        sync.Mutex
+	forgotten []string
+}
+
+func (f *forgetter) ForgetQueue(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgotten = append(f.forgotten, name)
+}
+
+// TestCloseForgetsServiceQueues: a closed bus keeps its services' queues
+// on the broker, and tells a transport that declares its queues again
+// after reconnecting to stop doing so for them (they may be deleted by
+// others once this bus is gone).
+func TestCloseForgetsServiceQueues(t *testing.T) {
+	net := membus.New()
+	tr := &forgetter{Transport: net.Transport("a")}
+	defer tr.Close()
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Prefix: "forget"})
+	require.NoError(t, err)
+	require.NoError(t, b.Register(t.Context(), "vmInstance", bus.NewMux()))
+	require.NoError(t, b.Close())
+	queue := "forget.message.vmInstance." + b.Node()
+	_, ok := net.Queue(queue)
+	assert.True(t, ok, "the service queue stays")
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	assert.Equal(t, []string{queue}, tr.forgotten)
+}

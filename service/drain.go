@@ -182,7 +182,11 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 		return
 	}
 	n.recordQueues(ctx)
-	// Queues before records: a node registers before it records.
+	// Queue records before heartbeat records: a leaving node forgets its
+	// queues before its heartbeat record, so a node seen with queues and
+	// without a record has left or died. A starting node records its
+	// queues just before it joins: it looks absent for that moment, and
+	// its queues are only deleted after drainGraceBeats.
 	opTimeout := n.cfg.Heartbeat.WithDefaults().OpTimeout
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	all, err := n.cfg.Store.Queues(opCtx)

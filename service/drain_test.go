@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -295,5 +297,54 @@ func TestNoMessageBeforeTheClusterTime(t *testing.T) {
 			t.Errorf("a request whose caller gave up long ago was answered: %s", r)
 		default:
 		}
+	})
+}
+
+// recordCheckingTransport checks, at each declaration of one of node's
+// durable queues, that the store already records it.
+type recordCheckingTransport struct {
+	driver.Transport
+	node  string
+	store heartbeat.Store
+
+	mu         sync.Mutex
+	checked    int
+	unrecorded []string
+}
+
+func (r *recordCheckingTransport) DeclareQueue(ctx context.Context, name string, opts driver.QueueOptions) error {
+	if opts.Kind == driver.QueueDurable && strings.HasSuffix(name, "."+r.node) {
+		all, err := r.store.Queues(ctx)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.checked++
+		if !slices.Contains(all[r.node], name) {
+			r.unrecorded = append(r.unrecorded, name)
+		}
+		r.mu.Unlock()
+	}
+	return r.Transport.DeclareQueue(ctx, name, opts)
+}
+
+// TestQueuesRecordedBeforeDeclared: a node records each of its queues in
+// the store before it declares it, so a start that fails or is killed
+// half-way leaves no queue the survivors cannot find and delete.
+func TestQueuesRecordedBeforeDeclared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := membus.New()
+		store := memstore.New(memstore.Config{})
+		id := message.NewUUID()
+		tr := &recordCheckingTransport{Transport: net.Transport(id), node: id, store: store.For(id)}
+		n, err := service.NewNode(service.Config{Node: id, Prefix: "recorded", Transport: tr, OwnTransport: true, Store: store.For(id),
+			Registry: registry(), Services: []service.Service{newRecorder(newJournal())}, Heartbeat: heartbeat.TestConfig(), NoRejoin: true})
+		require.NoError(t, err)
+		require.NoError(t, n.Start(t.Context()))
+		defer n.Close()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		assert.Equal(t, 2, tr.checked, "the membership's and the recorder's queues")
+		assert.Empty(t, tr.unrecorded, "declared before the store recorded them")
 	})
 }

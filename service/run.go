@@ -146,6 +146,13 @@ func (n *Node) live(ctx context.Context, life int) error {
 		n.log.Warn("evicted by peers: stopped serving; this node's queues stay for the survivors to drain")
 		n.hooks.evicted()
 		n.stopServing(false)
+		// Recorded again once nothing here declares them any more:
+		// survivors may have drained, deleted and forgotten them while
+		// this node was cut off, and its consumers, cancelled by the
+		// deletion, may have declared them again since.
+		rctx, rcancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat.WithDefaults().OpTimeout)
+		n.recordQueues(rctx)
+		rcancel()
 		return ErrEvicted
 	}
 	n.setState(StateLeaving)
@@ -208,6 +215,13 @@ func (n *Node) join(ctx context.Context, first bool) error {
 			}
 		}
 	}
+	// Recorded before they are declared: a queue of this node exists only
+	// while the store records it, so survivors find every queue of a
+	// start that fails or is killed half-way (the sweep waits
+	// drainGraceBeats before deleting a starting node's queues).
+	if err := n.cfg.Store.AddQueues(ctx, n.id, n.ownQueues(b)); err != nil {
+		return fmt.Errorf("service: start node %s: record its queues in the store: %w", n.id, err)
+	}
 	if err := b.Register(ctx, membershipService, n.membershipHandler()); err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}
@@ -222,10 +236,6 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	if err != nil {
 		return fmt.Errorf("service: node %s: join the membership: %w", n.id, err)
 	}
-	// Survivors find the queues in the store if this node dies. Recorded
-	// after the registration: a sweeper that reads them then finds the
-	// record too, and does not drain a node that is starting.
-	n.recordQueues(ctx)
 	n.mu.Lock()
 	n.epoch = epoch
 	n.mu.Unlock()

@@ -52,7 +52,8 @@
 // lives (see Config.ReconnectMax), to the next broker of Config.URL's
 // list if it names several (the nodes of a RabbitMQ cluster). On each
 // new connection it declares again every queue and entry it had
-// declared, makes publishing available, then restarts every consumer on
+// declared (but the queues of a closed bus's services: see
+// [Transport.ForgetQueue]), makes publishing available, then restarts every consumer on
 // a new channel. [Transport.State] reports reconnecting meanwhile, and
 // publishes fail at once with message.ErrNotSent and
 // message.ErrUnavailable (nothing was sent: safe to retry). A publish the

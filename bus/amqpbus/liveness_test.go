@@ -207,3 +207,33 @@ func TestBusNeverRunsAPausedDeliveryItLost(t *testing.T) {
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestForgottenQueueNotDeclaredAgain: after a reconnect the transport
+// declares again the queues declared on it, but not one it was told to
+// forget (a closed bus's service queue, which survivors may have
+// deleted while the link was down).
+func TestForgottenQueueNotDeclaredAgain(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	e := &env{url: u, links: map[string][]*link{}}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{})
+	states := stateChanges(t, tr)
+	kept, forgotten := testQueue(t), testQueue(t)
+	janitor := newEnv(t).dial(t, message.NewUUID(), amqpbus.Config{})
+	for _, q := range []string{kept, forgotten} {
+		require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+		t.Cleanup(func() { _ = janitor.DeleteQueue(context.Background(), q) })
+	}
+	tr.ForgetQueue(forgotten)
+
+	p.Stall()
+	awaitState(t, states, driver.TransportReconnecting, 10*time.Second)
+	for _, q := range []string{kept, forgotten} {
+		require.NoError(t, janitor.DeleteQueue(t.Context(), q), "another process deletes %s while the link is down", q)
+	}
+	p.Heal()
+	awaitState(t, states, driver.TransportConnected, 15*time.Second)
+	require.NoError(t, janitor.Publish(t.Context(), kept, []byte("x")), "the queue still declared on the transport is back")
+	require.ErrorIs(t, janitor.Publish(t.Context(), forgotten, []byte("x")), message.ErrNoRoute, "the forgotten queue stays deleted")
+	require.NoError(t, tr.DeclareQueue(t.Context(), forgotten, driver.QueueOptions{Kind: driver.QueueDurable}), "declaring it again is allowed")
+	require.NoError(t, janitor.Publish(t.Context(), forgotten, []byte("x")))
+}

@@ -63,7 +63,10 @@ type Transport struct {
 	nacked    atomic.Uint64 // publishes the broker refused (and the transport sent again)
 }
 
-var _ driver.Transport = (*Transport)(nil)
+var (
+	_ driver.Transport      = (*Transport)(nil)
+	_ driver.QueueForgetter = (*Transport)(nil)
+)
 
 // Dial connects to the broker and returns a connected transport. On
 // failure it leaves nothing open; its error names the broker by masked
@@ -447,6 +450,19 @@ func (t *Transport) setAddress(name, onBroker string) {
 		m[name] = onBroker
 	}
 	t.temps.Store(&m)
+}
+
+// ForgetQueue implements [driver.QueueForgetter]: a reconnect no longer
+// declares name again, nor binds it to its entry; the queue stays on the
+// broker.
+func (t *Transport) ForgetQueue(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.queues, name)
+	delete(t.entries, name)
+	if i := slices.Index(t.order, name); i >= 0 {
+		t.order = slices.Delete(t.order, i, i+1)
+	}
 }
 
 // DeleteQueue implements [driver.Transport]; a missing queue is not an error.

@@ -57,6 +57,18 @@ type Transport interface {
 	Close() error
 }
 
+// QueueForgetter is implemented by a [Transport] that declares its
+// queues again after it reconnects. ForgetQueue stops that for one queue,
+// without deleting it: package bus calls it for its services' queues when
+// a bus closes, so a reconnect does not bring back a queue that nobody
+// on this transport consumes any more and that other processes may have
+// deleted meanwhile (the queues of a node evicted while it was cut from
+// the broker, which survivors drained and deleted). A later DeclareQueue
+// of the name declares it again.
+type QueueForgetter interface {
+	ForgetQueue(name string)
+}
+
 // QueueKind is a queue's lifetime.
 type QueueKind uint8
 
