@@ -39,6 +39,10 @@ func (e engine) Reroute(ctx context.Context, queue string, route func(env *wire.
 	return e.b.reroute(ctx, queue, route, keep)
 }
 
+func (e engine) DeleteQueueIfIdle(ctx context.Context, queue string) error {
+	return e.b.tr.DeleteQueueIfIdle(ctx, queue)
+}
+
 func (e engine) Drain(ctx context.Context) error { return e.b.drain(ctx) }
 
 func (e engine) AbandonCalls(node string, cause error) int { return e.b.abandonCalls(node, cause) }

@@ -177,6 +177,32 @@ func (n *Node) sweepLoop(ctx context.Context) {
 // drainGraceBeats × EvictAfter after a node left, its queues are deleted.
 const drainGraceBeats = 3
 
+// After stuckDrains failed drains in a row of a queue of a node that
+// left (one a sweep, every EvictAfter: every drain of the grace failed),
+// the sweep deletes it if it is idle without consuming it.
+const stuckDrains = drainGraceBeats
+
+func (n *Node) drainFailures(q string) int {
+	n.drainMu.Lock()
+	defer n.drainMu.Unlock()
+	return n.drainFails[q]
+}
+
+// setDrainFailures counts one more failed drain of q, or forgets q's
+// count.
+func (n *Node) setDrainFailures(q string, failed bool) {
+	n.drainMu.Lock()
+	defer n.drainMu.Unlock()
+	if !failed {
+		delete(n.drainFails, q)
+		return
+	}
+	if n.drainFails == nil {
+		n.drainFails = map[string]int{}
+	}
+	n.drainFails[q]++
+}
+
 func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, done chan<- string, wg *sync.WaitGroup) {
 	if n.State() != StateServing || n.LeaseExpired() {
 		return
@@ -255,7 +281,22 @@ func (n *Node) drain(ctx context.Context, node string, queues []string, deleteQu
 	var total busx.RerouteStats
 	var gone []string
 	for _, q := range queues {
+		if deleteQueues && n.drainFailures(q) >= stuckDrains {
+			// A queue no drain could consume (RabbitMQ 3.10 can keep a
+			// quorum queue whose replicas a deletion removed while one of
+			// its broker nodes restarted: each basic.consume on it fails
+			// the whole connection with INTERNAL_ERROR): delete it if it
+			// is idle, without consuming it.
+			if err := busx.Of(b).DeleteQueueIfIdle(ctx, q); err == nil {
+				n.log.Warn("drain: deleted an idle queue of a node that left without consuming it, after drains in a row failed", "peer", node, "queue", q,
+					"failed_drains", n.drainFailures(q))
+				n.setDrainFailures(q, false)
+				gone = append(gone, q)
+				continue
+			}
+		}
 		st, err := busx.Of(b).Reroute(ctx, q, n.rerouteTarget(node), !deleteQueues)
+		n.setDrainFailures(q, err != nil && !errors.Is(err, errNodeBack) && ctx.Err() == nil)
 		total.Moved += st.Moved
 		total.Late += st.Late
 		total.Dropped += st.Dropped

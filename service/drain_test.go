@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -346,5 +347,61 @@ func TestQueuesRecordedBeforeDeclared(t *testing.T) {
 		defer tr.mu.Unlock()
 		assert.Equal(t, 2, tr.checked, "the membership's and the recorder's queues")
 		assert.Empty(t, tr.unrecorded, "declared before the store recorded them")
+	})
+}
+
+// brokenQueueTransport fails every Consume of one queue, as RabbitMQ 3.10
+// fails a basic.consume on a quorum queue whose replicas are gone.
+type brokenQueueTransport struct {
+	driver.Transport
+	broken string
+}
+
+func (b *brokenQueueTransport) Consume(ctx context.Context, queue string, opts driver.ConsumeOptions, handle func(driver.Delivery)) (driver.Consumer, error) {
+	if queue == b.broken {
+		return nil, fmt.Errorf("consume %s: the broker failed the connection (INTERNAL_ERROR): %w", queue, message.ErrUnavailable)
+	}
+	return b.Transport.Consume(ctx, queue, opts, handle)
+}
+
+// TestUnconsumableQueueOfALeftNodeDeleted: a queue of a node that left
+// that no drain can consume is deleted, if it is idle, once its node has
+// been absent for the grace and stuckDrains drains in a row failed; its
+// record goes with it.
+func TestUnconsumableQueueOfALeftNodeDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		net := membus.New()
+		store := memstore.New(memstore.Config{})
+		const prefix = "stuck"
+		id, gone := message.NewUUID(), message.NewUUID()
+		queue := prefix + ".message." + bus.ServiceID("recorder", gone)
+		feeder := net.Transport("feeder")
+		defer feeder.Close()
+		require.NoError(t, feeder.DeclareQueue(ctx, queue, driver.QueueOptions{Kind: driver.QueueDurable}))
+		require.NoError(t, store.For(gone).AddQueues(ctx, gone, []string{queue}))
+
+		tr := &brokenQueueTransport{Transport: net.Transport(id), broken: queue}
+		n, err := service.NewNode(service.Config{Node: id, Prefix: prefix, Transport: tr, OwnTransport: true, Store: store.For(id),
+			Registry: registry(), Services: []service.Service{newRecorder(newJournal())}, Heartbeat: heartbeat.TestConfig(), NoRejoin: true})
+		require.NoError(t, err)
+		require.NoError(t, n.Start(ctx))
+		defer n.Close()
+		start := time.Now()
+		for {
+			if _, ok := net.Queue(queue); !ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // virtual time
+			require.Less(t, time.Since(start), time.Minute, "the unconsumable queue is still there")
+		}
+		took := time.Since(start)
+		hb := heartbeat.TestConfig()
+		assert.GreaterOrEqual(t, took, 3*hb.EvictAfter, "not before the grace")
+		assert.Less(t, took, 3*hb.EvictAfter+7*hb.EvictAfter, "at most a few sweeps after the grace and the failed drains")
+		synctest.Wait()
+		all, err := store.For(id).Queues(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, all[gone], "its record is gone too")
 	})
 }

@@ -91,11 +91,14 @@ type Node struct {
 	epoch     int64
 	changed   chan struct{} // closed and replaced at every change of state or ring; guarded by mu
 	sweepNow  chan struct{} // cap 1: asks the sweep loop for a sweep
-	drainMu   sync.Mutex    // guards drained
+	drainMu   sync.Mutex    // guards drained and drainFails
 	drained   DrainStats
-	monitor   atomic.Pointer[heartbeat.Monitor] // of the current life
-	hooks     *hooks
-	mstats    membershipCounters // MembershipStats
+	// drainFails counts, by queue of a node that left, the drains in a
+	// row that failed (drain).
+	drainFails map[string]int
+	monitor    atomic.Pointer[heartbeat.Monitor] // of the current life
+	hooks      *hooks
+	mstats     membershipCounters // MembershipStats
 }
 
 func (n *Node) setState(s State) {

@@ -70,6 +70,10 @@ type Engine interface {
 	// each message's ServiceID, the message is published there and
 	// acknowledged. It deletes the queue once idle unless keep is set.
 	Reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (RerouteStats, error)
+	// DeleteQueueIfIdle deletes queue if it holds no ready message and
+	// has no consumer (driver.Transport.DeleteQueueIfIdle), without
+	// consuming it first.
+	DeleteQueueIfIdle(ctx context.Context, queue string) error
 	// Drain stops the bus's own per-node service queues cleanly, handing
 	// back what the handlers did not take.
 	Drain(ctx context.Context) error
