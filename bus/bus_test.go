@@ -319,3 +319,50 @@ func TestCloseForgetsServiceQueues(t *testing.T) {
 	defer tr.mu.Unlock()
 	assert.Equal(t, []string{queue}, tr.forgotten)
 }
+
+// TestNoRefusalForARequestGivenBack: a handler that refuses a request
+// (not_owner: it did not run) while its bus closes under it, which gives
+// the request back to its queue, does not answer: the request runs again
+// on the next consumer, whose reply the caller gets.
+func TestNoRefusalForARequestGivenBack(t *testing.T) {
+	net := membus.New()
+	open := func(name string) *bus.CloudBus {
+		tr := net.Transport(name)
+		t.Cleanup(func() { _ = tr.Close() })
+		b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Prefix: "giveback"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	caller, first := open("caller"), open("first")
+	started := make(chan struct{})
+	refusing := bus.NewMux()
+	bus.Handle(refusing, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
+		close(started)
+		<-ctx.Done() // the bus closes under it
+		return Greeting{}, message.ErrNotOwner.WithDetails("refused as the bus closed")
+	})
+	require.NoError(t, busx.Of(first).RegisterShared(t.Context(), bus.APIPortal, refusing))
+
+	type result struct {
+		g   Greeting
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: "x"}, bus.WithTimeout(10*time.Second))
+		done <- result{g, err}
+	}()
+	<-started
+	require.NoError(t, first.Close())
+
+	second := open("second")
+	answering := bus.NewMux()
+	bus.Handle(answering, func(_ context.Context, _ *bus.Request, g Greet) (Greeting, error) {
+		return Greeting{Text: "hello " + g.Name}, nil
+	})
+	require.NoError(t, busx.Of(second).RegisterShared(t.Context(), bus.APIPortal, answering))
+	r := <-done
+	require.NoError(t, r.err, "the caller gets the answer of the run that took the request given back, not the refusal")
+	assert.Equal(t, "hello x", r.g.Text)
+}

@@ -163,6 +163,21 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		return
 	}
 	b.observe(obs)
+	if env.Kind == wire.KindRequest && err != nil && nothingRan(err) {
+		// A refusal says the request did not run, which holds only if
+		// it never will: a delivery given back meanwhile (the bus closed
+		// under the handler, the connection dropped) runs again where
+		// the broker hands it next, and that run answers the caller.
+		cctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
+		cerr := d.Check(cctx)
+		cancel()
+		if cerr != nil {
+			b.lost.Add(1)
+			b.log.Debug("not answering a refusal for a delivery given back: the request runs again", "service", s.id, "type", env.Type, "id", env.ID,
+				"refusal", err, "err", cerr)
+			return
+		}
+	}
 	if env.Kind == wire.KindRequest {
 		if rerr := b.sendReply(s.id, env, resp, err); rerr != nil && !errors.Is(rerr, message.ErrNoRoute) {
 			// The caller may still be waiting; the handler ran but nobody
@@ -175,6 +190,16 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		return
 	}
 	_ = d.Ack()
+}
+
+// nothingRan reports whether err, a handler's, says the request did
+// not run (message.RetrySafe or message.RetryNever).
+func nothingRan(err error) bool {
+	switch message.AsError(err).Retry() {
+	case message.RetrySafe, message.RetryNever:
+		return true
+	}
+	return false
 }
 
 // release gives d back to its queue, unanswered, without counting it as
