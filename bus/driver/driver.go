@@ -66,6 +66,7 @@ type Transport interface {
 // the broker, which survivors drained and deleted). A later DeclareQueue
 // of the name declares it again.
 type QueueForgetter interface {
+	// ForgetQueue stops declaring name again after a reconnect.
 	ForgetQueue(name string)
 }
 
