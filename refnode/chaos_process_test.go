@@ -435,6 +435,9 @@ func runChaos(t *testing.T, onCluster bool) {
 	}
 	overwrites := vmOverwrites(vl.repairs, vmOps, vmIndex)
 
+	if t.Failed() { // a failure logged above; said again, as the report is long
+		t.Log("the test had failed before its checks: see the lines above the report")
+	}
 	t.Log("\n" + chaosReport(chaosSummary{seed: seed, took: time.Since(testStart), load: loadEnd.Sub(loadStart), windows: windows,
 		rounds: sched.rounds, fig: fig, db: db, checks: checks, lateStarts: lateStarts, refusedLate: refusedLate,
 		fenced: fenceRefusals(fc), overlaps: handlerOverlaps(nodeOps, imageIndex), backInRings: last.recovered.Sub(last.healed), drainedIn: drainedIn, drainErr: drainErr, start: startRes, end: endRes,
