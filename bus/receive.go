@@ -168,13 +168,19 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		// it never will: a delivery given back meanwhile (the bus closed
 		// under the handler, the connection dropped) runs again where
 		// the broker hands it next, and that run answers the caller.
-		cctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
+		// Only what the transport knows at once counts (a closed channel,
+		// a lost connection, a delivery settled): a check that would wait
+		// for the broker's answer after a pause of this process is cut
+		// short, and the refusal goes out as before.
+		cctx, cancel := context.WithTimeout(context.Background(), refusalCheckWait)
 		cerr := d.Check(cctx)
+		cut := cctx.Err() != nil
 		cancel()
-		if cerr != nil {
+		if cerr != nil && !cut {
 			b.lost.Add(1)
 			b.log.Debug("not answering a refusal for a delivery given back: the request runs again", "service", s.id, "type", env.Type, "id", env.ID,
 				"refusal", err, "err", cerr)
+			_ = d.Release() // given back already: a no-op, or the broker refuses it harmlessly
 			return
 		}
 	}
@@ -191,6 +197,9 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 	}
 	_ = d.Ack()
 }
+
+// refusalCheckWait bounds the check of a refused request's delivery.
+const refusalCheckWait = 50 * time.Millisecond
 
 // nothingRan reports whether err, a handler's, says the request did
 // not run (message.RetrySafe or message.RetryNever).
