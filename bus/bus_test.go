@@ -366,3 +366,89 @@ func TestNoRefusalForARequestGivenBack(t *testing.T) {
 	require.NoError(t, r.err, "the caller gets the answer of the run that took the request given back, not the refusal")
 	assert.Equal(t, "hello x", r.g.Text)
 }
+
+// stalledChecks is a transport whose deliveries' first Check waits for
+// its context to end, as amqpbus's does when the broker does not answer
+// the round trip asked after a pause of this process.
+type stalledChecks struct {
+	driver.Transport
+	delivered, settled atomic.Int32
+}
+
+func (s *stalledChecks) Consume(ctx context.Context, queue string, opts driver.ConsumeOptions, handle func(driver.Delivery)) (driver.Consumer, error) {
+	return s.Transport.Consume(ctx, queue, opts, func(d driver.Delivery) {
+		n := s.delivered.Add(1)
+		handle(&stalledCheck{Delivery: d, stall: n == 1, s: s})
+	})
+}
+
+// stalledCheck is one of stalledChecks' deliveries; it counts settlements.
+type stalledCheck struct {
+	driver.Delivery
+	stall bool
+	s     *stalledChecks
+	once  sync.Once
+}
+
+func (d *stalledCheck) Check(ctx context.Context) error {
+	if d.stall {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return d.Delivery.Check(ctx)
+}
+
+func (d *stalledCheck) settle() { d.once.Do(func() { d.s.settled.Add(1) }) }
+func (d *stalledCheck) Ack() error {
+	d.settle()
+	return d.Delivery.Ack()
+}
+func (d *stalledCheck) Reject(requeue bool) error {
+	d.settle()
+	return d.Delivery.Reject(requeue)
+}
+func (d *stalledCheck) Retry(attempts int) error {
+	d.settle()
+	return d.Delivery.Retry(attempts)
+}
+func (d *stalledCheck) Release() error {
+	d.settle()
+	return d.Delivery.Release()
+}
+func (d *stalledCheck) DeadLetter(dead, reason string) error {
+	d.settle()
+	return d.Delivery.DeadLetter(dead, reason)
+}
+
+// TestStalledCheckSettles: a delivery whose check before the handler
+// is cut by the message's deadline (the broker did not answer in time)
+// does not run, and is not kept either (held, it would stay from every
+// consumer until its channel closed): it is refused as late.
+func TestStalledCheckSettles(t *testing.T) {
+	net := membus.New()
+	tr := &stalledChecks{Transport: net.Transport("b")}
+	defer tr.Close()
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Prefix: "stalled"})
+	require.NoError(t, err)
+	defer b.Close()
+	var ran atomic.Int32
+	require.NoError(t, b.Register(t.Context(), "svc", handlerFunc(func(context.Context, *bus.Request) (any, error) {
+		ran.Add(1)
+		return Greeting{}, nil
+	})))
+	caller := net.Transport("caller")
+	defer caller.Close()
+	cb, err := bus.Open(t.Context(), bus.Config{Transport: caller, Registry: registry(), Prefix: "stalled"})
+	require.NoError(t, err)
+	defer cb.Close()
+	_, err = bus.Call[Greeting](t.Context(), cb, b.LocalID("svc"), Greet{Name: "x"}, bus.WithTimeout(200*time.Millisecond))
+	require.ErrorIs(t, err, message.ErrTimeout)
+	require.Eventually(t, func() bool { return tr.settled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the delivery whose check the deadline cut is settled")
+	assert.EqualValues(t, 1, tr.delivered.Load(), "delivered once")
+	assert.EqualValues(t, 1, b.Stats().Late, "refused as late")
+	q, ok := net.Queue(busx.Of(b).QueueName(b.LocalID("svc")))
+	require.True(t, ok)
+	assert.Zero(t, q.Ready)
+	assert.Zero(t, ran.Load(), "a late request never runs")
+}

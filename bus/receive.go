@@ -114,11 +114,25 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 	ctx, cancel := dl.context(b.base)
 	defer cancel()
 	if err := d.Check(ctx); err != nil {
-		// Neither run nor settle it: the broker requeues it, or did.
+		given := errors.Is(err, message.ErrUnavailable) || errors.Is(err, message.ErrClosed)
+		if !given && dl.late(time.Now()) {
+			// The deadline cut the check before the broker answered:
+			// the message is late, refused as any late message is
+			// (kept, it would be held from every consumer until the
+			// channel closes).
+			b.refuseLate(s.id, env, d, arrived, dl)
+			return
+		}
+		// Do not run it. The transport gave it back already (its
+		// channel or connection closed), or the bus is closing: then
+		// it is released to its queue.
 		b.lost.Add(1)
-		b.log.Debug("not running a delivery the transport no longer holds", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
+		b.log.Debug("not running a delivery the transport may no longer hold", "service", s.id, "type", env.Type, "id", env.ID, "err", err)
 		b.observe(Observation{Op: OpReject, Type: env.Type, ServiceID: s.id, ID: env.ID, Resource: env.ResourceUUID,
 			Headers: env.Headers, Start: time.Now(), Deadline: dl.at, Err: err})
+		if !given {
+			_ = d.Release()
+		}
 		return
 	}
 	if dl.late(time.Now()) {

@@ -136,7 +136,10 @@ type Delivery interface {
 	// Check, which may block, returns nil if this consumer still holds
 	// the delivery: connected and, after a process pause, answered by the
 	// broker since; else message.ErrUnavailable, message.ErrClosed or
-	// ctx's error, and the delivery is neither run nor settled.
+	// ctx's error, and the delivery must not run. After ctx's error
+	// (the broker did not answer in time) this consumer may still hold
+	// it: the bus settles it (refused as late, or released) rather than
+	// keep it from every consumer until the channel closes.
 	Check(ctx context.Context) error
 	// Ack removes the message.
 	Ack() error
