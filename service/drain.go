@@ -153,9 +153,10 @@ func (n *Node) sweepLoop(ctx context.Context) {
 	defer wg.Wait()
 	drains := map[string]context.CancelFunc{}
 	absent := map[string]time.Time{} // when this node first found each absent node's queues
+	seen := map[string]bool{}        // nodes this node saw live or in its ring
 	done := make(chan string, 16)
 	for {
-		n.sweep(ctx, drains, absent, done, &wg)
+		n.sweep(ctx, drains, absent, seen, done, &wg)
 		for next := false; !next; {
 			select {
 			case <-ctx.Done():
@@ -203,7 +204,7 @@ func (n *Node) setDrainFailures(q string, failed bool) {
 	n.drainFails[q]++
 }
 
-func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, done chan<- string, wg *sync.WaitGroup) {
+func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, absent map[string]time.Time, seen map[string]bool, done chan<- string, wg *sync.WaitGroup) {
 	if n.State() != StateServing || n.LeaseExpired() {
 		return
 	}
@@ -239,10 +240,22 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 	}
 	members := n.ring.Members()
 	now := time.Now()
-	grace := drainGraceBeats * n.cfg.Heartbeat.WithDefaults().EvictAfter
+	evictAfter := n.cfg.Heartbeat.WithDefaults().EvictAfter
+	grace := drainGraceBeats * evictAfter
 	for node := range absent {
 		if _, recorded := all[node]; !recorded || live[node] || slices.Contains(members, node) {
 			delete(absent, node)
+		}
+	}
+	for node := range live {
+		seen[node] = true
+	}
+	for _, node := range members {
+		seen[node] = true
+	}
+	for node := range seen {
+		if _, recorded := all[node]; !recorded && !live[node] && !slices.Contains(members, node) {
+			delete(seen, node)
 		}
 	}
 	for node, queues := range all {
@@ -257,6 +270,16 @@ func (n *Node) sweep(ctx context.Context, drains map[string]context.CancelFunc, 
 		if !ok {
 			since = now
 			absent[node] = now
+		}
+		if !seen[node] && now.Sub(since) < evictAfter/2 {
+			// Never seen live: it may be starting (its queues are
+			// recorded before its heartbeat; it joins within moments).
+			// Draining it would consume its queues beside it and leave
+			// this drain's markers circling in them for markerTTL. A
+			// node this one never saw (it died before this one began
+			// sweeping, or lived between two sweeps) is drained a sweep
+			// later.
+			continue
 		}
 		deleteQueues := now.Sub(since) >= grace
 		dctx, cancel := context.WithCancel(ctx)

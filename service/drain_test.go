@@ -405,3 +405,34 @@ func TestUnconsumableQueueOfALeftNodeDeleted(t *testing.T) {
 		assert.Empty(t, all[gone], "its record is gone too")
 	})
 }
+
+// TestStartingNodeNotDrained: the queues of a node that recorded them
+// but has not joined yet (it is starting: it records its queues before
+// it declares them and joins) are not drained beside it by the owner of
+// its UUID; absent for half an EvictAfter more, it is drained as a node
+// that died before it joined.
+func TestStartingNodeNotDrained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.TestConfig()
+		j := newJournal()
+		c, _ := startCluster(t, 2, j, servicetest.Options{Logger: failLogger(t)})
+		starting := message.NewUUID()
+		svc := bus.ServiceID("recorder", starting)
+		queue := busx.Of(c.Node(0).Bus()).QueueName(svc)
+		require.NoError(t, c.Store().AddQueues(t.Context(), starting, []string{queue}))
+		tr := c.Network().Transport(starting)
+		defer tr.Close()
+		require.NoError(t, tr.DeclareQueue(t.Context(), queue, driver.QueueOptions{Kind: driver.QueueDurable}))
+		require.NoError(t, c.Node(0).Bus().Send(t.Context(), svc, Touch{Resource: message.NewUUID()}, bus.WithTimeout(time.Minute)))
+		for _, n := range c.Live() {
+			n.KickSweep()
+		}
+		synctest.Wait()
+		q, ok := c.Network().Queue(queue)
+		require.True(t, ok)
+		assert.Equal(t, 1, q.Ready, "the starting node's message waits in its queue")
+		assert.Zero(t, q.Consumers, "nobody drains the queue of a node that is starting")
+		assert.Empty(t, j.all())
+		c.WaitFor(t, 3*hb.EvictAfter, "a node that never joined is drained in the end", func() bool { return len(j.all()) == 1 })
+	})
+}

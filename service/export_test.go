@@ -16,3 +16,6 @@ func (n *Node) DropMemberOnStaleView(member string) {
 func (n *Node) RerouteOwn(ctx context.Context, q string) (int, error) {
 	return n.rerouteOwn(ctx, n.Bus(), q)
 }
+
+// KickSweep asks n's sweep of absent nodes' queues to run now, for tests.
+func (n *Node) KickSweep() { n.kickSweep() }
