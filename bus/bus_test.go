@@ -45,9 +45,9 @@ func pair(t *testing.T, cfg bus.Config) (a, b *bus.CloudBus, net *membus.Network
 }
 
 func TestConfigValidate(t *testing.T) {
-	_, err := bus.Open(t.Context(), bus.Config{Node: "NOT-A-UUID", Prefix: "bad prefix", Limits: bus.Limits{DefaultTimeout: -1, Prefetch: -1}})
+	_, err := bus.Open(t.Context(), bus.Config{Node: "NOT-A-UUID", Prefix: "bad prefix", Delivery: 7, Limits: bus.Limits{DefaultTimeout: -1, Prefetch: -1}})
 	require.Error(t, err)
-	for _, want := range []string{"Transport is required", "not a canonical UUID", "Prefix", "DefaultTimeout", "Prefetch"} {
+	for _, want := range []string{"Transport is required", "not a canonical UUID", "Prefix", "DefaultTimeout", "Prefetch", "Delivery DeliveryMode(7)"} {
 		assert.Contains(t, err.Error(), want, "Validate must report every problem at once")
 	}
 }
@@ -451,4 +451,16 @@ func TestStalledCheckSettles(t *testing.T) {
 	require.True(t, ok)
 	assert.Zero(t, q.Ready)
 	assert.Zero(t, ran.Load(), "a late request never runs")
+}
+
+// TestDeliveryHeader: a message carrying the fast delivery header (a
+// forward passes a caller's headers on) goes fast; WithDelivery(Confirmed)
+// on it wins and takes the header off.
+func TestDeliveryHeader(t *testing.T) {
+	a, _, _ := pair(t, bus.Config{})
+	missing := bus.ServiceID("svc", "cccccccccccccccccccccccccccccccc")
+	assert.ErrorIs(t, a.Send(t.Context(), missing, Greet{}), message.ErrNoRoute, "confirmed by default")
+	assert.NoError(t, a.Send(t.Context(), missing, Greet{}, bus.WithHeader(bus.HeaderDelivery, "fast")), "the header asks for the fast mode")
+	assert.ErrorIs(t, a.Send(t.Context(), missing, Greet{}, bus.WithHeader(bus.HeaderDelivery, "fast"), bus.WithDelivery(bus.Confirmed)), message.ErrNoRoute)
+	assert.NoError(t, a.Send(t.Context(), missing, Greet{}, bus.WithDelivery(bus.Fast)))
 }

@@ -57,6 +57,11 @@ type Config struct {
 	// [Tracer]. Without it the bus still carries the W3C trace context.
 	Tracer Tracer
 
+	// Delivery is the mode calls and one-way messages are sent in, unless
+	// [WithDelivery] says otherwise; see [DeliveryMode]. Default
+	// [Confirmed].
+	Delivery DeliveryMode
+
 	// Limits bound the bus's timeouts, sizes, concurrency and retries;
 	// their fields read as the Config's own (cfg.Prefetch).
 	Limits
@@ -219,6 +224,9 @@ func (c *Config) Validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("bus: config: %s %d is negative", f.name, f.v))
 		}
+	}
+	if c.Delivery != Confirmed && c.Delivery != Fast {
+		errs = append(errs, fmt.Errorf("bus: config: Delivery %s: use bus.Confirmed or bus.Fast", c.Delivery))
 	}
 	if c.RetryBackoff > 0 && c.RetryBackoffMax > 0 && c.RetryBackoffMax < c.RetryBackoff {
 		errs = append(errs, fmt.Errorf("bus: config: RetryBackoffMax %s is below RetryBackoff %s", c.RetryBackoffMax, c.RetryBackoff))

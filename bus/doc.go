@@ -20,6 +20,12 @@
 //
 // # Delivery guarantees
 //
+// These hold in the default delivery mode, [Confirmed]. In the [Fast]
+// mode ([Config].Delivery, [WithDelivery]) a message is not confirmed,
+// persisted or checked for a route: Send returns once it left the
+// process and it may be lost without an error; a missing queue drops it;
+// docs/delivery.md has the table.
+//
 //   - Send returns nil once the message is in the target queue; it is
 //     kept until it runs (see "One-way messages").
 //   - A Call has one outcome: the reply, the handler's coded error, or a
@@ -41,7 +47,8 @@
 //     published runs again. Handlers of non-idempotent operations
 //     deduplicate by [Request.ID].
 //   - Just before a handler starts, the transport confirms that it still
-//     holds the delivery; one it lost is neither run nor settled.
+//     holds the delivery; one it lost is not run. One whose confirmation
+//     does not come before the message's deadline is refused as late.
 //   - Messages about one resource to one service run one at a time, in
 //     arrival order; others in parallel, at most Config.MaxConcurrency
 //     per service. A handler must not synchronously call its own service

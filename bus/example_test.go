@@ -162,3 +162,38 @@ func ExampleHandle() {
 	// vm 93276316 to 4 CPUs on bbbb, from aaaa, trace 00-4bf9, deadline true <nil>
 	// true
 }
+
+// ExampleWithDelivery sends calls in the fast delivery mode, in which
+// ZStack sends every message: neither persisted nor confirmed. A call
+// still gets its reply, or ends at its deadline if the message was lost
+// or its queue does not exist; one message can ask for the confirmed
+// mode back.
+func ExampleWithDelivery() {
+	ctx := context.Background()
+	net := membus.New()
+	ta, tb := net.Transport("a"), net.Transport("b")
+	defer ta.Close()
+	defer tb.Close()
+	a, _ := bus.Open(ctx, bus.Config{Transport: ta, Registry: registry(), Delivery: bus.Fast})
+	defer a.Close()
+	b, _ := bus.Open(ctx, bus.Config{Transport: tb, Registry: registry()})
+	defer b.Close()
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
+		return Greeting{Text: "hello, " + g.Name}, nil
+	})
+	_ = b.Register(ctx, "greeter", mux)
+
+	reply, err := bus.Call[Greeting](ctx, a, b.LocalID("greeter"), Greet{Name: "fast"}, bus.WithTimeout(5*time.Second))
+	fmt.Println(reply.Text, err)
+
+	nobody := bus.ServiceID("greeter", "cccccccccccccccccccccccccccccccc")
+	_, err = bus.Call[Greeting](ctx, a, nobody, Greet{}, bus.WithTimeout(100*time.Millisecond))
+	fmt.Println(errors.Is(err, message.ErrTimeout))
+	_, err = bus.Call[Greeting](ctx, a, nobody, Greet{}, bus.WithDelivery(bus.Confirmed))
+	fmt.Println(errors.Is(err, message.ErrNoRoute))
+	// Output:
+	// hello, fast <nil>
+	// true
+	// true
+}

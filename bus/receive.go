@@ -355,7 +355,7 @@ func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
 	defer cancel()
 	start := time.Now()
-	perr := b.tr.Publish(ctx, req.ReplyTo, data)
+	perr := b.publishData(ctx, "", req.ReplyTo, data, isFast(req))
 	b.observe(Observation{Op: OpReply, Type: reply.Type, ServiceID: serviceID, ID: req.ID, Start: start, Duration: time.Since(start), Err: perr})
 	if perr != nil {
 		// No route means the caller is gone; its call ended already.

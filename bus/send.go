@@ -347,6 +347,13 @@ func (b *CloudBus) encoded(kind wire.Kind, target, name string, body []byte, msg
 		}
 		env.Headers[HeaderRetry] = strconv.Itoa(retry)
 	}
+	if kind != wire.KindEvent {
+		if b.fastOption(o) {
+			markFast(env)
+		} else if o.Delivery != 0 { // WithDelivery(Confirmed) wins over a header passed on
+			delete(env.Headers, HeaderDelivery)
+		}
+	}
 	if kind == wire.KindEvent {
 		if o.Resource != "" {
 			if env.ResourceUUID, err = message.NormalizeUUID(o.Resource); err != nil {
@@ -384,13 +391,11 @@ func (b *CloudBus) publish(ctx context.Context, env *wire.Envelope) error {
 	if err != nil {
 		return err
 	}
-	publish := b.tr.Publish
+	entry := ""
 	if env.ServiceID == APIPortal {
-		publish = func(ctx context.Context, queue string, data []byte) error {
-			return b.tr.PublishVia(ctx, b.apiEntry(), queue, data)
-		}
+		entry = b.apiEntry()
 	}
-	if err := publish(ctx, b.queueName(env.ServiceID), data); err != nil {
+	if err := b.publishData(ctx, entry, b.queueName(env.ServiceID), data, isFast(env)); err != nil {
 		if ctx.Err() != nil {
 			return ctxError(ctx)
 		}

@@ -58,6 +58,7 @@ type chaosClientConfig struct {
 	Timeout  time.Duration `json:"timeout"`   // each call's deadline
 	MaxPause time.Duration `json:"max_pause"` // between a client's calls, at random
 	Retry    bool          `json:"retry"`     // bus.WithRetry(2): the portal resends after node_left or not_owner
+	Fast     bool          `json:"fast"`      // the image and VM calls in the fast delivery mode (bus.Fast)
 	Out      string        `json:"out"`       // the JSON lines file of the image calls' records
 	VMs      []string      `json:"vms"`       // one client per VM
 	VMOut    string        `json:"vm_out"`    // the file of the VM calls' records
@@ -199,13 +200,17 @@ func TestClientProcessForChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	mode := bus.Confirmed
+	if cfg.Fast {
+		mode = bus.Fast
+	}
 	clients := make([]*service.Client, len(cfg.Images))
 	for k := range cfg.Images {
-		clients[k] = newClient(t, ctx, cfg.Broker, cfg.Prefix)
+		clients[k] = newClientMode(t, ctx, cfg.Broker, cfg.Prefix, mode)
 	}
 	vmClients := make([]*service.Client, len(cfg.VMs))
 	for k := range cfg.VMs {
-		vmClients[k] = newClient(t, ctx, cfg.Broker, cfg.Prefix)
+		vmClients[k] = newClientMode(t, ctx, cfg.Broker, cfg.Prefix, mode)
 	}
 	sender := newClient(t, ctx, cfg.Broker, cfg.Prefix)
 	// Stop when the parent closes our stdin (or dies).

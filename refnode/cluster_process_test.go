@@ -307,11 +307,17 @@ func idsOwnedBy(t *testing.T, r ring.Ring, owners []string, n int) []string {
 
 func newClient(t *testing.T, ctx context.Context, broker, prefix string) *service.Client {
 	t.Helper()
+	return newClientMode(t, ctx, broker, prefix, bus.Confirmed)
+}
+
+// newClientMode is newClient sending in the delivery mode mode.
+func newClientMode(t *testing.T, ctx context.Context, broker, prefix string, mode bus.DeliveryMode) *service.Client {
+	t.Helper()
 	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: broker, ConnectionName: "refnode process test"})
 	require.NoError(t, err)
 	reg := message.NewRegistry()
 	require.NoError(t, api.Register(reg))
-	cl, err := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: prefix, Registry: reg, OwnTransport: true})
+	cl, err := service.NewClient(ctx, service.ClientConfig{Transport: tr, Prefix: prefix, Registry: reg, OwnTransport: true, Delivery: mode})
 	if err != nil {
 		_ = tr.Close()
 	}

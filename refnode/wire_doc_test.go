@@ -465,6 +465,7 @@ func TestWireDoc(t *testing.T) {
 	t.Run("headers", func(t *testing.T) {
 		want := map[string]bool{
 			bus.HeaderRetry:      true,
+			bus.HeaderDelivery:   true,
 			wire.HeaderOwner:     true,
 			service.HeaderPortal: true,
 			wire.HeaderHops:      true,

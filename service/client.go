@@ -23,6 +23,10 @@ type ClientConfig struct {
 	Registry *message.Registry
 	// DefaultTimeout bounds a call whose ctx has none. Default 30 s.
 	DefaultTimeout time.Duration
+	// Delivery is the mode the client's calls and one-way messages are
+	// sent in unless bus.WithDelivery says otherwise; see
+	// bus.DeliveryMode. Default bus.Confirmed.
+	Delivery bus.DeliveryMode
 	// Logger receives the client's logs; nil discards them.
 	Logger *slog.Logger
 	// Observer, optional, sees the client's calls.
@@ -73,6 +77,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		Prefix:     cfg.Prefix,
 		Registry:   cfg.Registry,
 		Limits:     bus.Limits{DefaultTimeout: cfg.DefaultTimeout},
+		Delivery:   cfg.Delivery,
 		Logger:     cfg.Logger,
 		Observer:   cfg.Observer,
 		Tracer:     cfg.Tracer,

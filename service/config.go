@@ -60,6 +60,11 @@ type Config struct {
 	// retries. Every zero field takes the bus's default (see bus.Limits).
 	Limits bus.Limits
 
+	// Delivery is the mode the node's calls and one-way messages are sent
+	// in unless bus.WithDelivery says otherwise; see bus.DeliveryMode.
+	// Default bus.Confirmed.
+	Delivery bus.DeliveryMode
+
 	// Observer, optional, sees every send, call, delivery and reply of
 	// the node's bus, and each re-route the node makes (bus.OpReroute);
 	// see bus.Observer.

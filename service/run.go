@@ -185,7 +185,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 		return fmt.Errorf("service: start node %s: measure the cluster time before taking messages: %w", n.id, err)
 	}
 	b, err := bus.Open(ctx, bus.Config{Transport: n.cfg.Transport, Node: n.id, Prefix: n.cfg.Prefix, Registry: n.cfg.Registry,
-		Clock: clockFunc(n.ClusterTime), Logger: n.cfg.Logger, Observer: n.cfg.Observer, Tracer: n.cfg.Tracer, Limits: n.cfg.Limits})
+		Clock: clockFunc(n.ClusterTime), Logger: n.cfg.Logger, Observer: n.cfg.Observer, Tracer: n.cfg.Tracer, Limits: n.cfg.Limits, Delivery: n.cfg.Delivery})
 	if err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}

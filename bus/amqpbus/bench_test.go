@@ -74,6 +74,37 @@ func BenchmarkSend(b *testing.B) {
 		body, _ := json.Marshal(benchPayload)
 		runThroughput(b, &got, func(ctx context.Context) error { return r.publish(ctx, queue, amqp.Publishing{Body: body}) })
 	})
+	b.Run("bus-fast", func(b *testing.B) {
+		prefix := benchPrefix()
+		client, server, cleanup := benchBusesMode(b, url, prefix, bus.Fast)
+		defer cleanup()
+		var got atomic.Int64
+		mux := bus.NewMux()
+		bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (message.Empty, error) {
+			got.Add(1)
+			return message.Empty{}, nil
+		})
+		if err := server.Register(context.Background(), "sink", mux); err != nil {
+			b.Fatal(err)
+		}
+		target := server.LocalID("sink")
+		runThroughput(b, &got, func(ctx context.Context) error { return client.Send(ctx, target, benchPayload) })
+	})
+	b.Run("raw-amqp091-fast", func(b *testing.B) {
+		r := newRaw(b, url)
+		defer r.close()
+		queue := benchPrefix() + ".raw.sink"
+		r.declare(b, queue, false)
+		var got atomic.Int64
+		r.consume(b, queue, func(d amqp.Delivery) {
+			var e bustest.Echo
+			_ = json.Unmarshal(d.Body, &e)
+			got.Add(1)
+			_ = d.Ack(false)
+		})
+		body, _ := json.Marshal(benchPayload)
+		runThroughput(b, &got, func(ctx context.Context) error { return r.publishFast(ctx, queue, amqp.Publishing{Body: body}) })
+	})
 }
 
 // runThroughput runs send from 64 goroutines and reports msgs/s once got
@@ -107,10 +138,17 @@ func parallelism() int { return testingGOMAXPROCS() }
 // calls/s and the p50 and p99 latency.
 func BenchmarkCall(b *testing.B) {
 	url := testenv.AMQPURL(b)
-	for _, callers := range []int{1, 64} {
-		b.Run(fmt.Sprintf("bus/callers=%d", callers), func(b *testing.B) {
+	for _, c := range []struct {
+		callers int
+		mode    bus.DeliveryMode
+	}{{1, bus.Confirmed}, {64, bus.Confirmed}, {1, bus.Fast}, {64, bus.Fast}} {
+		callers, suffix := c.callers, ""
+		if c.mode == bus.Fast {
+			suffix = "-fast"
+		}
+		b.Run(fmt.Sprintf("bus%s/callers=%d", suffix, callers), func(b *testing.B) {
 			prefix := benchPrefix()
-			client, server, cleanup := benchBuses(b, url, prefix)
+			client, server, cleanup := benchBusesMode(b, url, prefix, c.mode)
 			defer cleanup()
 			mux := bus.NewMux()
 			bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (bustest.Echoed, error) {
@@ -125,7 +163,7 @@ func BenchmarkCall(b *testing.B) {
 				return err
 			})
 		})
-		b.Run(fmt.Sprintf("raw-amqp091/callers=%d", callers), func(b *testing.B) {
+		b.Run(fmt.Sprintf("raw-amqp091%s/callers=%d", suffix, callers), func(b *testing.B) {
 			srv := newRaw(b, url)
 			defer srv.close()
 			cli := newRaw(b, url)
@@ -137,11 +175,17 @@ func BenchmarkCall(b *testing.B) {
 					var e bustest.Echo
 					_ = json.Unmarshal(d.Body, &e)
 					out, _ := json.Marshal(bustest.Echoed{Text: e.Text, Seq: e.Seq})
-					_ = srv.publish(context.Background(), d.ReplyTo, amqp.Publishing{CorrelationId: d.CorrelationId, Body: out})
+					reply := amqp.Publishing{CorrelationId: d.CorrelationId, Body: out}
+					if c.mode == bus.Fast {
+						_ = srv.publishFast(context.Background(), d.ReplyTo, reply)
+					} else {
+						_ = srv.publish(context.Background(), d.ReplyTo, reply)
+					}
 					_ = d.Ack(false)
 				}()
 			})
 			rpc := newRawRPC(b, cli)
+			rpc.fast = c.mode == bus.Fast
 			body, _ := json.Marshal(benchPayload)
 			runLatency(b, callers, func(ctx context.Context) error { return rpc.call(ctx, queue, body) })
 		})
@@ -187,6 +231,11 @@ func benchPrefix() string { return "amqpbus-test-bench-" + message.NewUUID()[:8]
 
 // benchBuses opens a client and a server bus, each on its own connection.
 func benchBuses(b *testing.B, url, prefix string) (client, server *bus.CloudBus, cleanup func()) {
+	return benchBusesMode(b, url, prefix, bus.Confirmed)
+}
+
+// benchBusesMode is benchBuses with both buses sending in mode.
+func benchBusesMode(b *testing.B, url, prefix string, mode bus.DeliveryMode) (client, server *bus.CloudBus, cleanup func()) {
 	ctx := context.Background()
 	var trs []*amqpbus.Transport
 	var buses []*bus.CloudBus
@@ -195,7 +244,7 @@ func benchBuses(b *testing.B, url, prefix string) (client, server *bus.CloudBus,
 		if err != nil {
 			b.Fatal(err)
 		}
-		bb, err := bus.Open(ctx, bus.Config{Transport: tr, Prefix: prefix, Registry: bustest.Registry(), Limits: bus.Limits{Prefetch: benchPrefetch}})
+		bb, err := bus.Open(ctx, bus.Config{Transport: tr, Prefix: prefix, Registry: bustest.Registry(), Delivery: mode, Limits: bus.Limits{Prefetch: benchPrefetch}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -215,11 +264,14 @@ func benchBuses(b *testing.B, url, prefix string) (client, server *bus.CloudBus,
 }
 
 // raw is plain amqp091-go with the bus's settings: one connection, 4
-// publishing channels in confirm mode, mandatory persistent publishes.
+// publishing channels in confirm mode, mandatory persistent publishes;
+// and, for the fast mode, 4 channels without confirms for transient
+// publishes that are neither mandatory nor confirmed.
 type raw struct {
 	conn  *amqp.Connection
 	ctl   *amqp.Channel
 	pubs  []*rawPub
+	fast  []*amqp.Channel
 	next  atomic.Uint64
 	queue []string
 }
@@ -252,8 +304,22 @@ func newRaw(b *testing.B, url string) *raw {
 			}
 		}()
 		r.pubs = append(r.pubs, &rawPub{ch: ch})
+		fast, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.fast = append(r.fast, fast)
 	}
 	return r
+}
+
+// publishFast publishes to queue transient, not mandatory, unconfirmed,
+// as the bus's fast mode does.
+func (r *raw) publishFast(ctx context.Context, queue string, p amqp.Publishing) error {
+	ch := r.fast[r.next.Add(1)%uint64(len(r.fast))]
+	p.DeliveryMode = amqp.Transient
+	p.ContentType = "application/json"
+	return ch.PublishWithContext(ctx, "", queue, false, false, p)
 }
 
 func (r *raw) declare(b *testing.B, name string, exclusive bool) {
@@ -321,6 +387,7 @@ func (r *raw) close() {
 // and a map of waiting callers by correlation id.
 type rawRPC struct {
 	r       *raw
+	fast    bool // publish requests as publishFast does
 	replyTo string
 	mu      sync.Mutex
 	waiting map[string]chan []byte
@@ -349,7 +416,11 @@ func (rpc *rawRPC) call(ctx context.Context, queue string, body []byte) error {
 	rpc.mu.Lock()
 	rpc.waiting[id] = c
 	rpc.mu.Unlock()
-	if err := rpc.r.publish(ctx, queue, amqp.Publishing{CorrelationId: id, ReplyTo: rpc.replyTo, Body: body}); err != nil {
+	publish := rpc.r.publish
+	if rpc.fast {
+		publish = rpc.r.publishFast
+	}
+	if err := publish(ctx, queue, amqp.Publishing{CorrelationId: id, ReplyTo: rpc.replyTo, Body: body}); err != nil {
 		return err
 	}
 	select {

@@ -79,7 +79,8 @@ type Config struct {
 	ReconnectMax time.Duration
 
 	// Publishers is the number of channels publishing in parallel, each in
-	// confirm mode with its own goroutine. Default 4.
+	// confirm mode with its own goroutine; as many more publish in the
+	// fast delivery mode ([Transport.PublishFast]). Default 4.
 	Publishers int
 
 	// PublishTimeout bounds a publish whose ctx has no deadline, so that a

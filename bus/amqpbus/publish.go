@@ -281,26 +281,10 @@ func (t *Transport) publishTo(ctx context.Context, exchange, key string, via boo
 	case exchange != "":
 		op = "broadcast to " + exchange
 	}
-	if len(data) > t.cfg.MaxMessageSize {
-		return fmt.Errorf("amqpbus: %s: %d bytes exceeds MaxMessageSize %d: %w", op, len(data), t.cfg.MaxMessageSize, message.ErrTooLarge)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.cfg.PublishTimeout)
-		defer cancel()
-	}
-	// While the broker blocks publishers (memory or disk alarm), wait for
-	// it to unblock or for the deadline: never inside amqp091, which would
-	// ignore ctx.
-	t.mu.Lock()
-	blocked := t.blocked
-	t.mu.Unlock()
-	if blocked != nil {
-		select {
-		case <-blocked:
-		case <-ctx.Done():
-			return fmt.Errorf("amqpbus: %s: the broker blocks publishing (resource alarm): %w", op, ctxErr(ctx))
-		}
+	ctx, cancel, err := t.admit(ctx, op, len(data))
+	defer cancel()
+	if err != nil {
+		return err
 	}
 	if exchange == "" {
 		key = t.Address(key) // a temporary queue of this transport: its name now
@@ -319,6 +303,32 @@ func (t *Transport) publishTo(ctx context.Context, exchange, key string, via boo
 		done: make(chan error, 1),
 	}
 	return t.send(ctx, op, r)
+}
+
+// admit checks a publish of size bytes before it is handed to a
+// publisher: within MaxMessageSize; bounded by PublishTimeout if ctx has
+// no deadline; and, while the broker blocks publishers (memory or disk
+// alarm), waiting for it to unblock or for the deadline: never inside
+// amqp091, which would ignore ctx. Call cancel in any case.
+func (t *Transport) admit(ctx context.Context, op string, size int) (context.Context, context.CancelFunc, error) {
+	cancel := func() {}
+	if size > t.cfg.MaxMessageSize {
+		return ctx, cancel, fmt.Errorf("amqpbus: %s: %d bytes exceeds MaxMessageSize %d: %w", op, size, t.cfg.MaxMessageSize, message.ErrTooLarge)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.PublishTimeout)
+	}
+	t.mu.Lock()
+	blocked := t.blocked
+	t.mu.Unlock()
+	if blocked != nil {
+		select {
+		case <-blocked:
+		case <-ctx.Done():
+			return ctx, cancel, fmt.Errorf("amqpbus: %s: the broker blocks publishing (resource alarm): %w", op, ctxErr(ctx))
+		}
+	}
+	return ctx, cancel, nil
 }
 
 // errNacked is the cause of a publish the broker refused with basic.nack:

@@ -29,6 +29,7 @@ type session struct {
 	raw    net.Conn   // the TCP (or TLS) connection under conn, closed to kill it
 	lim    *limitConn // what amqp091 reads: it knows when bytes last arrived
 	pubs   []*publisher
+	fast   []*fastPublisher
 
 	probeCh  *amqp.Channel // the liveness probe's own channel
 	probeNow chan struct{} // cap 1: asks the prober for a round trip at once
@@ -181,6 +182,11 @@ func (s *session) open() error {
 			return err
 		}
 		s.pubs = append(s.pubs, p)
+		f, err := newFastPublisher(s, i)
+		if err != nil {
+			return err
+		}
+		s.fast = append(s.fast, f)
 	}
 	probe, err := s.conn.Channel()
 	if err != nil {
@@ -197,6 +203,10 @@ func (s *session) open() error {
 		t.wg.Add(2)
 		go p.run()
 		go p.notify()
+	}
+	for _, f := range s.fast {
+		t.wg.Add(1)
+		go f.run()
 	}
 	return nil
 }

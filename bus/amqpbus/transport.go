@@ -29,7 +29,8 @@ type Transport struct {
 	masked string   // every broker URL, masked
 	urls   []string // the brokers, from cfg.URL
 
-	reqs chan *pubReq // publishes, taken by the current session's publishers
+	reqs     chan *pubReq   // publishes, taken by the current session's publishers
+	fastReqs []chan *pubReq // fast publishes, one line per fast publisher, chosen by target
 
 	mu        sync.Mutex
 	sess      *session // nil while reconnecting
@@ -66,6 +67,7 @@ type Transport struct {
 var (
 	_ driver.Transport      = (*Transport)(nil)
 	_ driver.QueueForgetter = (*Transport)(nil)
+	_ driver.FastPublisher  = (*Transport)(nil)
 )
 
 // Dial connects to the broker and returns a connected transport. On
@@ -90,6 +92,9 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		probeWake: make(chan struct{}),
 	}
 	t.log = cfg.Logger
+	for range cfg.Publishers {
+		t.fastReqs = append(t.fastReqs, make(chan *pubReq))
+	}
 	s, err := t.connectAny(ctx, rand.IntN(len(t.urls)))
 	if err != nil {
 		return nil, err

@@ -69,7 +69,7 @@ func testRerouteKilledQueue(t *testing.T, c *cluster) {
 		assert.Equal(t, 1, k, "message %d handled once", seq)
 	}
 	mu.Unlock()
-	err = a.Send(t.Context(), bus.ServiceID("svc", deadID), Echo{})
+	err = a.Send(t.Context(), bus.ServiceID("svc", deadID), Echo{}, bus.WithDelivery(bus.Confirmed))
 	assert.ErrorIs(t, err, message.ErrNoRoute, "the dead node's queue is deleted once empty")
 }
 

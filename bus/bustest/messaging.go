@@ -174,6 +174,29 @@ func testNoRoute(t *testing.T, c *cluster) {
 	assert.Zero(t, a.Stats().Pending)
 }
 
+// testFastNoRoute: in the fast delivery mode nothing reports a missing
+// queue: a Send returns nil and a Call ends at its deadline; a message
+// sent with WithDelivery(bus.Confirmed) still fails at once, and the bus
+// goes on working.
+func testFastNoRoute(t *testing.T, c *cluster) {
+	a, b := c.open("", bus.Config{Delivery: bus.Fast}), c.open("", bus.Config{})
+	require.NoError(t, b.Register(t.Context(), "echo", echoHandler(b)))
+	missing := bus.ServiceID("svc", message.NewUUID())
+	assert.NoError(t, a.Send(t.Context(), missing, Echo{}), "a fast send to a missing queue is dropped, not refused")
+	start := time.Now()
+	_, err := bus.Call[any](t.Context(), a.CloudBus, missing, Echo{}, bus.WithTimeout(300*time.Millisecond))
+	assert.ErrorIs(t, err, message.ErrTimeout, "a fast call to a missing queue ends at its deadline")
+	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
+	assert.ErrorIs(t, a.Send(t.Context(), missing, Echo{}, bus.WithDelivery(bus.Confirmed)), message.ErrNoRoute,
+		"WithDelivery(bus.Confirmed) overrides the bus's mode")
+	for i := range 3 {
+		got, err := bus.Call[Echoed](t.Context(), a.CloudBus, bus.ServiceID("echo", b.id), Echo{Seq: i}, bus.WithTimeout(10*time.Second))
+		require.NoError(t, err, "the bus goes on working")
+		assert.Equal(t, i, got.Seq)
+	}
+	assert.Zero(t, a.Stats().Pending)
+}
+
 func testOrdering(t *testing.T, c *cluster) {
 	const n = 200
 	a, b := c.open("", bus.Config{}), c.open("", bus.Config{Limits: bus.Limits{MaxQueuePerResource: n}})

@@ -77,16 +77,32 @@ func Run(t *testing.T, h Harness) {
 	if h.Features.NoRouteWithin == 0 {
 		h.Features.NoRouteWithin = time.Second
 	}
-	for _, s := range scenarios {
-		t.Run(s.name, func(t *testing.T) {
+	run := func(s scenario, mode bus.DeliveryMode) {
+		name := s.name
+		if mode == bus.Fast {
+			name = "fast: " + name
+		}
+		t.Run(name, func(t *testing.T) {
 			if s.needKill && !h.Features.CanKill {
 				t.Skipf("bustest: %s needs Features.CanKill, which this transport does not declare", s.name)
 			}
 			if s.needCut && !h.Features.CanCut {
 				t.Skipf("bustest: %s needs Features.CanCut, which this transport does not declare", s.name)
 			}
-			s.run(t, newCluster(t, h))
+			c := newCluster(t, h)
+			c.delivery = mode
+			s.run(t, c)
 		})
+	}
+	for _, s := range scenarios {
+		run(s, bus.Confirmed)
+	}
+	// The scenarios that hold in the fast delivery mode too
+	// (docs/delivery.md), again with every bus in it.
+	for _, s := range scenarios {
+		if s.fast {
+			run(s, bus.Fast)
+		}
 	}
 }
 
@@ -94,36 +110,38 @@ type scenario struct {
 	name     string
 	needKill bool
 	needCut  bool
+	fast     bool // holds in the fast delivery mode as well: run in both
 	run      func(t *testing.T, c *cluster)
 }
 
 // scenarios lists every scenario, in the order they run.
 var scenarios = []scenario{
-	{name: "send", run: testSend},
-	{name: "call", run: testCall},
+	{name: "send", fast: true, run: testSend},
+	{name: "call", fast: true, run: testCall},
 	{name: "broadcast reaches every node exactly once", run: testBroadcastOnce},
 	{name: "subscribe by type", run: testSubscribeByType},
-	{name: "competing consumers on api.portal share the load", run: testCompeting},
-	{name: "api.portal behind its entry, for clients that may publish nowhere else", run: testAPIEntry},
+	{name: "competing consumers on api.portal share the load", fast: true, run: testCompeting},
+	{name: "api.portal behind its entry, for clients that may publish nowhere else", fast: true, run: testAPIEntry},
 	{name: "no-route error", run: testNoRoute},
-	{name: "deadline exceeded", run: testDeadline},
-	{name: "a cancelled call leaves nothing pending", run: testCancel},
-	{name: "a late reply to a finished call is dropped and counted", run: testLateReply},
-	{name: "many concurrent calls", run: testConcurrentCalls},
-	{name: "calls sharing one message id each get their own reply", run: testSharedID},
-	{name: "close with calls in flight", run: testCloseInFlight},
-	{name: "ordering from one sender into one queue", run: testOrdering},
-	{name: "unknown message type", run: testUnknownType},
-	{name: "handler error codes cross the wire", run: testErrorCodes},
-	{name: "handler panic becomes an error reply and the consumer survives", run: testPanic},
-	{name: "oversize message rejected before sending", run: testOversize},
-	{name: "a killed consumer's queue keeps its messages for the next consumer", needKill: true, run: testKilledQueueKeeps},
-	{name: "a killed consumer's unacknowledged delivery is redelivered", needKill: true, run: testRedelivery},
-	{name: "a poison message is dead-lettered after a bounded number of deliveries", run: testPoison},
-	{name: "a request that waited in its queue past its deadline is not run", run: testLateInQueue},
-	{name: "a request that waited behind others past its deadline is not run", run: testLateBehindOthers},
-	{name: "a delivery whose reply cannot be published is redelivered, not counted as poison", run: testUnrepliedRedelivered},
-	{name: "a killed node's queued messages are rerouted to the new owner, none lost", needKill: true, run: testRerouteKilledQueue},
+	{name: "fast: a message to a missing queue is dropped without an error", run: testFastNoRoute},
+	{name: "deadline exceeded", fast: true, run: testDeadline},
+	{name: "a cancelled call leaves nothing pending", fast: true, run: testCancel},
+	{name: "a late reply to a finished call is dropped and counted", fast: true, run: testLateReply},
+	{name: "many concurrent calls", fast: true, run: testConcurrentCalls},
+	{name: "calls sharing one message id each get their own reply", fast: true, run: testSharedID},
+	{name: "close with calls in flight", fast: true, run: testCloseInFlight},
+	{name: "ordering from one sender into one queue", fast: true, run: testOrdering},
+	{name: "unknown message type", fast: true, run: testUnknownType},
+	{name: "handler error codes cross the wire", fast: true, run: testErrorCodes},
+	{name: "handler panic becomes an error reply and the consumer survives", fast: true, run: testPanic},
+	{name: "oversize message rejected before sending", fast: true, run: testOversize},
+	{name: "a killed consumer's queue keeps its messages for the next consumer", fast: true, needKill: true, run: testKilledQueueKeeps},
+	{name: "a killed consumer's unacknowledged delivery is redelivered", fast: true, needKill: true, run: testRedelivery},
+	{name: "a poison message is dead-lettered after a bounded number of deliveries", fast: true, run: testPoison},
+	{name: "a request that waited in its queue past its deadline is not run", fast: true, run: testLateInQueue},
+	{name: "a request that waited behind others past its deadline is not run", fast: true, run: testLateBehindOthers},
+	{name: "a delivery whose reply cannot be published is redelivered, not counted as poison", fast: true, run: testUnrepliedRedelivered},
+	{name: "a killed node's queued messages are rerouted to the new owner, none lost", fast: true, needKill: true, run: testRerouteKilledQueue},
 	{name: "a queue is deleted only when idle", run: testIdleDelete},
 	{name: "a transport reports its state and a stopped watcher hears no more", run: testStateReported},
 	{name: "a delivery checks as held until its consumer aborts", run: testDeliveryCheck},
@@ -131,22 +149,23 @@ var scenarios = []scenario{
 	{name: "an aborted consumer's deliveries are back in the queue when Abort returns", run: testAbort},
 	{name: "a transport cut off from the broker reports it and recovers", needCut: true, run: testCutReported},
 	{name: "a transport's retry keeps an attempt count and its dead-letter keeps a reason", run: testRetryAndDeadLetter},
-	{name: "a one-way message whose handler fails for a passing reason runs again until it succeeds", run: testOneWayRetried},
-	{name: "a one-way message whose error says it is wrong ends", run: testOneWayWrongEnds},
-	{name: "a one-way message whose attempts are spent is dead-lettered with its last error", run: testOneWayAttemptsSpent},
-	{name: "a one-way message is retried only within its deadline, then dead-lettered", run: testOneWayDeadline},
-	{name: "a one-way message late in its queue is dead-lettered, not dropped", run: testOneWayLateDeadLettered},
+	{name: "a one-way message whose handler fails for a passing reason runs again until it succeeds", fast: true, run: testOneWayRetried},
+	{name: "a one-way message whose error says it is wrong ends", fast: true, run: testOneWayWrongEnds},
+	{name: "a one-way message whose attempts are spent is dead-lettered with its last error", fast: true, run: testOneWayAttemptsSpent},
+	{name: "a one-way message is retried only within its deadline, then dead-lettered", fast: true, run: testOneWayDeadline},
+	{name: "a one-way message late in its queue is dead-lettered, not dropped", fast: true, run: testOneWayLateDeadLettered},
 	{name: "a message refused before sending says nothing was sent", needCut: true, run: testRefusedNotSent},
 	{name: "a bus closing while its queue is deleted when idle loses nothing", run: testCloseWhileDrained},
 }
 
 // cluster is one scenario's environment: a prefix, a registry and nodes.
 type cluster struct {
-	t      *testing.T
-	h      Harness
-	env    Env
-	prefix string
-	nodes  []*node
+	t        *testing.T
+	h        Harness
+	env      Env
+	prefix   string
+	nodes    []*node
+	delivery bus.DeliveryMode // every bus's Config.Delivery, unless the scenario sets it
 }
 
 // newCluster makes the scenario's environment. When the scenario ends,
@@ -200,6 +219,9 @@ func (c *cluster) open(id string, cfg bus.Config) *node {
 	tr := cfg.Transport
 	cfg.Node = id
 	cfg.Prefix = c.prefix
+	if cfg.Delivery == bus.Confirmed {
+		cfg.Delivery = c.delivery
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = Registry()
 	}

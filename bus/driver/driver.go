@@ -70,6 +70,22 @@ type QueueForgetter interface {
 	ForgetQueue(name string)
 }
 
+// FastPublisher is implemented by a [Transport] that can publish in the
+// fast delivery mode: the message is not persisted, not checked for a
+// route and not confirmed by the broker. Package bus uses it for the
+// calls and one-way messages it sends in that mode, and for their
+// replies; a transport without it publishes them as Publish and
+// PublishVia do.
+type FastPublisher interface {
+	// PublishFast puts a message into queue, through entry unless entry
+	// is "", and returns once it left this process (or failed to: then
+	// nothing was sent, and the error matches message.ErrNotSent, or it
+	// is ctx's). A missing queue, entry or binding drops the message
+	// silently, as does a broker that loses it; the broker keeps it in
+	// memory only, where the queue allows.
+	PublishFast(ctx context.Context, entry, queue string, data []byte) error
+}
+
 // QueueKind is a queue's lifetime.
 type QueueKind uint8
 

@@ -24,6 +24,7 @@ type CallOptions struct {
 	IDSet    bool              // WithID was given
 	Retry    int               // WithRetry's max, if RetrySet
 	RetrySet bool              // WithRetry was given
+	Delivery uint8             // WithDelivery's mode + 1; 0: the bus's
 }
 
 // MessageID returns the canonical WithID, or "" if none was given; a

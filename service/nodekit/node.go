@@ -49,6 +49,9 @@ type Config struct {
 	Observer bus.Observer
 	// Limits bound the node's bus; zero fields take the bus's defaults.
 	Limits bus.Limits
+	// Delivery is the mode the node's calls and one-way messages are sent
+	// in by default; see bus.DeliveryMode. Default bus.Confirmed.
+	Delivery bus.DeliveryMode
 	// Notes are lines of the program's own printed after the node's
 	// start-up facts, before it connects anywhere: "op log:  path", say.
 	Notes []string
@@ -194,7 +197,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	}
 	if n.node, err = service.NewNode(service.Config{
 		Node: id, Prefix: s.Prefix, Transport: n.tr, Store: store, Registry: cfg.Registry, Ring: rg,
-		Services: svcs, Heartbeat: s.Heartbeat, Limits: cfg.Limits, Observer: obs, Tracer: tracer, Logger: cfg.Logger,
+		Services: svcs, Heartbeat: s.Heartbeat, Limits: cfg.Limits, Delivery: cfg.Delivery, Observer: obs, Tracer: tracer, Logger: cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}
