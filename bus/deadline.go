@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/wire"
@@ -60,4 +61,66 @@ func (b *CloudBus) stampDeadline(ctx context.Context, env *wire.Envelope) error 
 		}
 	}
 	return nil
+}
+
+// replyContext is context.WithTimeout(context.Background(), d) for the
+// publish of a reply, made lazily: its timer exists only once something
+// waits on Done. A publish that does not block (membus, the fast mode)
+// never waits, and the context then costs one allocation instead of
+// four. stop is the cancel function.
+type replyContext struct {
+	at time.Time
+
+	mu      sync.Mutex
+	ctx     context.Context // made by the first Done
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+func newReplyContext(d time.Duration) *replyContext {
+	return &replyContext{at: time.Now().Add(d)}
+}
+
+// Deadline implements [context.Context].
+func (c *replyContext) Deadline() (time.Time, bool) { return c.at, true }
+
+// Done implements [context.Context].
+func (c *replyContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithDeadline(context.Background(), c.at)
+		if c.stopped {
+			c.cancel()
+		}
+	}
+	return c.ctx.Done()
+}
+
+// Err implements [context.Context].
+func (c *replyContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.ctx != nil:
+		return c.ctx.Err()
+	case c.stopped:
+		return context.Canceled
+	case !time.Now().Before(c.at):
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Value implements [context.Context]: a reply's context carries none.
+func (c *replyContext) Value(any) any { return nil }
+
+// stop cancels c and releases its timer, if it made one.
+func (c *replyContext) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	if c.cancel != nil {
+		c.cancel()
+	}
 }

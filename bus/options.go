@@ -12,6 +12,16 @@ type Option struct{ apply func(*busx.CallOptions) }
 
 // applyOptions returns the options opts set.
 func applyOptions(opts []Option) busx.CallOptions {
+	if len(opts) == 0 {
+		return busx.CallOptions{}
+	}
+	return applyGiven(opts)
+}
+
+// applyGiven is applyOptions for one or more options: the value the
+// options write to escapes to the heap through their functions, and a
+// call without options does not pay for it.
+func applyGiven(opts []Option) busx.CallOptions {
 	var o busx.CallOptions
 	for _, opt := range opts {
 		if opt.apply != nil {

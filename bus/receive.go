@@ -352,8 +352,8 @@ func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err
 			return nil // nothing better can be sent; giving it back would fail the same way
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
-	defer cancel()
+	ctx := newReplyContext(b.cfg.ReplyTimeout)
+	defer ctx.stop()
 	start := time.Now()
 	perr := b.publishData(ctx, "", req.ReplyTo, data, isFast(req))
 	b.observe(Observation{Op: OpReply, Type: reply.Type, ServiceID: serviceID, ID: req.ID, Start: start, Duration: time.Since(start), Err: perr})

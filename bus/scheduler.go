@@ -23,6 +23,7 @@ type scheduler struct {
 	ready   []*line         // lines with a waiting job and none running, FIFO
 	idle    []chan struct{} // closed when running == queued == 0
 	parked  []chan task     // idle workers waiting for a task
+	spare   []*line         // lines no key uses, for reuse (at most maxSpare)
 	wg      sync.WaitGroup
 }
 
@@ -55,7 +56,9 @@ func (s *scheduler) submit(key string, j *job) error {
 		return message.ErrClosed
 	}
 	if key == "" {
-		s.ready = append(s.ready, &line{jobs: []*job{j}})
+		l := s.newLine(key)
+		l.jobs = append(l.jobs, j)
+		s.ready = append(s.ready, l)
 	} else if l := s.keys[key]; l != nil {
 		if len(l.jobs) >= s.perKey {
 			return message.ErrBusy
@@ -65,7 +68,8 @@ func (s *scheduler) submit(key string, j *job) error {
 			s.ready = append(s.ready, l)
 		}
 	} else {
-		l := &line{key: key, jobs: []*job{j}}
+		l := s.newLine(key)
+		l.jobs = append(l.jobs, j)
 		s.keys[key] = l
 		s.ready = append(s.ready, l)
 	}
@@ -74,14 +78,40 @@ func (s *scheduler) submit(key string, j *job) error {
 	return nil
 }
 
+// maxSpare bounds the lines a scheduler keeps for reuse.
+const maxSpare = 64
+
+// newLine returns an empty line for key, reused if one is spare; s.mu is
+// held.
+func (s *scheduler) newLine(key string) *line {
+	if n := len(s.spare); n > 0 {
+		l := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		l.key = key
+		return l
+	}
+	return &line{key: key}
+}
+
+// popFront removes and returns the first element of the non-empty *q;
+// a slice it empties goes back to the start of its array, so that a
+// scheduler that keeps up appends without allocating.
+func popFront[T any](q *[]*T) *T {
+	v := (*q)[0]
+	(*q)[0] = nil
+	if len(*q) == 1 {
+		*q = (*q)[:0]
+	} else {
+		*q = (*q)[1:]
+	}
+	return v
+}
+
 // take starts the next ready job; s.mu is held and a slot is free.
 func (s *scheduler) take() task {
-	l := s.ready[0]
-	s.ready[0] = nil
-	s.ready = s.ready[1:]
-	j := l.jobs[0]
-	l.jobs[0] = nil
-	l.jobs = l.jobs[1:]
+	l := popFront(&s.ready)
+	j := popFront(&l.jobs)
 	l.running = true
 	s.running++
 	s.queued--
@@ -113,6 +143,8 @@ func (s *scheduler) pump() {
 func (s *scheduler) work(t task) {
 	defer s.wg.Done()
 	inbox := make(chan task, 1)
+	idle := time.NewTimer(workerIdle)
+	idle.Stop()
 	for {
 		t.j.run()
 		s.mu.Lock()
@@ -130,7 +162,7 @@ func (s *scheduler) work(t task) {
 		s.parked = append(s.parked, inbox)
 		s.mu.Unlock()
 		var ok bool
-		if t, ok = s.park(inbox); !ok {
+		if t, ok = s.park(inbox, idle); !ok {
 			return
 		}
 	}
@@ -139,9 +171,10 @@ func (s *scheduler) work(t task) {
 // workerIdle is how long a parked worker waits before it exits.
 const workerIdle = time.Second
 
-// park waits for a task; false means exit.
-func (s *scheduler) park(inbox chan task) (task, bool) {
-	timer := time.NewTimer(workerIdle)
+// park waits for a task, at most workerIdle on timer (the worker's own,
+// stopped); false means exit.
+func (s *scheduler) park(inbox chan task, timer *time.Timer) (task, bool) {
+	timer.Reset(workerIdle)
 	defer timer.Stop()
 	select {
 	case t, ok := <-inbox:
@@ -165,8 +198,14 @@ func (s *scheduler) finish(l *line) {
 	switch {
 	case len(l.jobs) > 0:
 		s.ready = append(s.ready, l) // to the back: keys take turns
-	case l.key != "":
-		delete(s.keys, l.key)
+	default:
+		if l.key != "" {
+			delete(s.keys, l.key)
+		}
+		if len(s.spare) < maxSpare {
+			l.key = ""
+			s.spare = append(s.spare, l)
+		}
 	}
 	if s.running == 0 && s.queued == 0 {
 		for _, c := range s.idle {

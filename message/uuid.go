@@ -1,6 +1,7 @@
 package message
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 
@@ -62,10 +63,13 @@ func IsCanonicalUUID(s string) bool {
 // NewUUID returns a random version-4 UUID in canonical form. It is safe
 // for concurrent use and panics only if the system's random source fails.
 func NewUUID() string {
-	u, err := uuid.NewRandom()
-	if err != nil {
-		panic("message: generate UUID: " + err.Error())
-	}
+	var u uuid.UUID
+	// crypto/rand.Read fills a stack array (uuid.NewRandom reads through
+	// an io.Reader, which costs an allocation on every message) and
+	// never fails: on a broken random source it crashes the program.
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
 	return canonicalUUID(u)
 }
 

@@ -229,9 +229,7 @@ func (n *Network) dispatchLocked(q *queue) {
 		if c == nil {
 			return
 		}
-		m := q.msgs[0]
-		q.msgs[0] = nil
-		q.msgs = q.msgs[1:]
+		m := popFront(&q.msgs)
 		if q.maxDeliv > 0 && m.handed >= q.maxDeliv {
 			n.deadLetterLocked(q, m)
 			continue
@@ -243,6 +241,20 @@ func (n *Network) dispatchLocked(q *queue) {
 		c.inbox = append(c.inbox, d)
 		c.wakeUp()
 	}
+}
+
+// popFront removes and returns the first element of the non-empty *s.
+// A slice it empties goes back to the start of its array, so that a
+// queue that keeps up (the usual case) appends without allocating.
+func popFront[T any](s *[]*T) *T {
+	v := (*s)[0]
+	(*s)[0] = nil
+	if len(*s) == 1 {
+		*s = (*s)[:0]
+	} else {
+		*s = (*s)[1:]
+	}
+	return v
 }
 
 func (n *Network) pickLocked(q *queue) *consumer {

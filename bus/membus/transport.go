@@ -112,7 +112,7 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("delete " + name); err != nil {
+	if err := t.checkLocked("delete", name); err != nil {
 		return err
 	}
 	q, ok := n.queues[name]
@@ -131,10 +131,10 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 func (t *Transport) Node() string { return t.node }
 
 // checkLocked reports why t cannot act now, if it cannot.
-func (t *Transport) checkLocked(op string) error {
+func (t *Transport) checkLocked(op, name string) error {
 	switch {
 	case t.closed:
-		return fmt.Errorf("membus: %s: transport of node %s: %w", op, t.node, message.ErrClosed)
+		return fmt.Errorf("membus: %s %s: transport of node %s: %w", op, name, t.node, message.ErrClosed)
 	case t.dead:
 		return unavailable(t.node, "was killed")
 	}
@@ -163,7 +163,7 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("declare " + name); err != nil {
+	if err := t.checkLocked("declare", name); err != nil {
 		return err
 	}
 	if q, ok := n.queues[name]; ok {
@@ -198,7 +198,7 @@ func (t *Transport) DeleteQueue(ctx context.Context, name string) error {
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("delete " + name); err != nil {
+	if err := t.checkLocked("delete", name); err != nil {
 		return err
 	}
 	if q, ok := n.queues[name]; ok {
@@ -215,7 +215,7 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("publish to " + queue); err != nil {
+	if err := t.checkLocked("publish to", queue); err != nil {
 		return notSent(err)
 	}
 	q, ok := n.queues[queue]
@@ -241,7 +241,7 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("declare entry " + entry); err != nil {
+	if err := t.checkLocked("declare entry", entry); err != nil {
 		return err
 	}
 	if _, ok := n.queues[queue]; !ok {
@@ -261,7 +261,7 @@ func (t *Transport) PublishVia(ctx context.Context, entry, queue string, data []
 	}
 	n := t.net
 	n.mu.Lock()
-	err := t.checkLocked("publish to " + queue + " via entry " + entry)
+	err := t.checkLocked("publish via entry "+entry+" to", queue)
 	bound := n.entries[entry][queue]
 	n.mu.Unlock()
 	if err != nil {
@@ -281,7 +281,7 @@ func (t *Transport) Broadcast(ctx context.Context, fanout string, data []byte) e
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("broadcast to " + fanout); err != nil {
+	if err := t.checkLocked("broadcast to", fanout); err != nil {
 		return notSent(err)
 	}
 	if t.droppedLocked() {
@@ -304,7 +304,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("consume " + queue); err != nil {
+	if err := t.checkLocked("consume", queue); err != nil {
 		return nil, err
 	}
 	q, ok := n.queues[queue]
@@ -406,9 +406,7 @@ func (c *consumer) run() {
 				n.mu.Unlock()
 				break
 			}
-			d := c.inbox[0]
-			c.inbox[0] = nil
-			c.inbox = c.inbox[1:]
+			d := popFront(&c.inbox)
 			d.handed = true
 			d.m.handed++
 			n.mu.Unlock()

@@ -50,12 +50,19 @@ func (k Kind) String() string {
 	}
 }
 
+// kindNames holds the wire names MarshalText returns, made once: an
+// envelope's encoding then costs no allocation for its kind.
+var kindNames = [...][]byte{KindSend: []byte("send"), KindRequest: []byte("request"), KindReply: []byte("reply"), KindEvent: []byte("event")}
+
 // MarshalText encodes k as its wire name; unknown kinds are an error.
+// The slice is shared: the caller must not modify it (appending to it
+// copies).
 func (k Kind) MarshalText() ([]byte, error) {
 	if k < KindSend || k > KindEvent {
 		return nil, fmt.Errorf("message: unknown kind %d", uint8(k))
 	}
-	return []byte(k.String()), nil
+	b := kindNames[k]
+	return b[:len(b):len(b)], nil
 }
 
 // UnmarshalText decodes a wire name; unknown names are an error.
