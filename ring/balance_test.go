@@ -12,12 +12,14 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring/ringtest"
 )
 
-// Balance targets of the default ring (docs/design.md, "The ring").
+// Balance targets of the default ring (docs/design.md, "The ring"). Over
+// 1,000,000 keys even a perfectly balanced ring measures 1.026-1.033
+// max/mean at 100 members (each member's key count varies by about 1 %);
+// TestTableExactShares checks the exact shares (at most 1.03).
 const (
 	balanceKeys     = 1_000_000
-	maxMeanSmall    = 1.10 // at 3 and 10 members
-	maxMeanLarge    = 1.15 // at 100 members
-	maxMovementRate = 1.30 // moved keys / ideal share, on add and on remove
+	maxMean         = 1.05 // most keys on one member / mean, at 3, 10 and 100 members
+	maxMovementRate = 1.10 // moved keys / ideal share, on add and on remove, stray moves included
 )
 
 var (
@@ -133,7 +135,9 @@ func skipIfSlow(t *testing.T) {
 }
 
 // TestDefaultRingBalance checks the default ring's balance and movement
-// targets with 1,000,000 seeded keys, worst of three seeds.
+// targets with 1,000,000 seeded keys, worst of three seeds. The load bound
+// moves some keys between members that stay (stray moves); they count in
+// the movement, which must stay within 1.1× the ideal.
 func TestDefaultRingBalance(t *testing.T) {
 	skipIfSlow(t)
 	worst := measureWorst(t, func() ring.Ring {
@@ -144,14 +148,9 @@ func TestDefaultRingBalance(t *testing.T) {
 	for _, n := range balanceMembers {
 		f := worst[n]
 		t.Logf("default ring, %3d members: %v", n, f)
-		limit := maxMeanSmall
-		if n >= 100 {
-			limit = maxMeanLarge
-		}
-		assert.LessOrEqual(t, f.maxMean, limit, "max/mean keys per member at %d members", n)
+		assert.LessOrEqual(t, f.maxMean, maxMean, "max/mean keys per member at %d members", n)
 		assert.LessOrEqual(t, f.addMove, maxMovementRate, "keys moved by Add at %d members, as a multiple of 1/(n+1)", n)
 		assert.LessOrEqual(t, f.removeMove, maxMovementRate, "keys moved by Remove at %d members, as a multiple of 1/n", n)
-		assert.Zero(t, f.stray, "keys moved between members that stayed at %d members", n)
 	}
 }
 

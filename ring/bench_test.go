@@ -93,7 +93,7 @@ func BenchmarkLocate(b *testing.B) {
 
 // BenchmarkCopyBytes reports the heap bytes one ring of 100 members
 // retains (bytes/copy; each node holds one copy). Budget for the default:
-// 2 MB.
+// 1 MB.
 func BenchmarkCopyBytes(b *testing.B) {
 	members := ringtest.UUIDs(1, benchMembers)
 	for _, im := range impls {

@@ -31,9 +31,9 @@ func TestLocateAllocs(t *testing.T) {
 }
 
 // TestDefaultRingCopyBytes asserts the memory budget: one default ring of
-// 100 members retains at most 2 MB.
+// 100 members retains at most 1 MB.
 func TestDefaultRingCopyBytes(t *testing.T) {
-	const budget = 2 << 20
+	const budget = 1 << 20
 	members := ringtest.UUIDs(1, benchMembers)
 	bytes := heapBytes(8, func() ring.Ring {
 		r := newTable(t)
@@ -41,6 +41,6 @@ func TestDefaultRingCopyBytes(t *testing.T) {
 		return r
 	})
 	t.Logf("default ring, %d members: %d bytes per copy", benchMembers, bytes)
-	assert.LessOrEqual(t, bytes, uint64(budget), "a default ring of %d members must retain at most 2 MB", benchMembers)
+	assert.LessOrEqual(t, bytes, uint64(budget), "a default ring of %d members must retain at most 1 MB", benchMembers)
 	assert.Positive(t, bytes, "the measurement must see the ring")
 }

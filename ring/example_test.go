@@ -29,7 +29,7 @@ func ExampleNew() {
 	fmt.Println(r.Add(exampleNodes[0]))
 	fmt.Println(r.Add(""))
 	// Output:
-	// 3 members, 65536 partitions
+	// 3 members, 262144 partitions
 	// ring: add "5f1c0e6a9b2d4c3e8f7a6b5c4d3e2f10": ring: member already present; remove it first or use ring.Sync to reconcile
 	// ring: add "": ring: invalid member; member names must be non-empty (use the node UUID)
 }
@@ -44,14 +44,14 @@ func ExampleTable_Locate() {
 	owner, _ := r.Locate(vm)
 	fmt.Println("owner:", owner)
 
-	// When the owner leaves, only its keys move.
+	// When the owner leaves, its keys move to the others.
 	_ = r.Remove(owner)
 	next, _ := r.Locate(vm)
 	fmt.Println("after it leaves:", next)
 	// Output:
 	// ring: no members; add at least one member before locating keys
-	// owner: 5f1c0e6a9b2d4c3e8f7a6b5c4d3e2f10
-	// after it leaves: c3d2e1f0a9b84c7d9e6f5a4b3c2d1e0f
+	// owner: c3d2e1f0a9b84c7d9e6f5a4b3c2d1e0f
+	// after it leaves: a0b1c2d3e4f5461788990aabbccddeef
 }
 
 func ExampleFingerprintOf() {

@@ -8,14 +8,19 @@ import (
 )
 
 // snapshot is one immutable state of a [Table]. Members are numbered
-// densely, in no order; owners holds a member number per partition.
+// densely, in no order; owners holds each partition's owner under the
+// load bound (see assign). A partition's first choice, the member with its
+// top rendezvous score, is its owner unless the partition is listed in
+// diverted (a few percent of them), beside its first choice.
 type snapshot struct {
-	shift   uint        // key hash >> shift is the partition
-	byIndex []string    // member number -> name
-	hashes  []uint64    // member number -> xxhash of the name
-	owners  []uint16    // partition -> member number; nil when empty
-	names   []string    // member names, sorted
-	fp      Fingerprint // FingerprintOf(names)
+	shift    uint        // key hash >> shift is the partition
+	byIndex  []string    // member number -> name
+	hashes   []uint64    // member number -> xxhash of the name
+	owners   []uint16    // partition -> member number; nil when empty
+	diverted []uint32    // partitions not owned by their first choice, ascending
+	divFirst []uint16    // diverted[i]'s first choice
+	names    []string    // member names, sorted
+	fp       Fingerprint // FingerprintOf(names)
 }
 
 // emptySnapshot returns an empty ring's snapshot.
@@ -48,21 +53,26 @@ func wins(s uint64, n string, ws uint64, wn string) bool {
 	return s > ws || (s == ws && n < wn)
 }
 
-// draft is a writer's mutable copy of a snapshot.
+// draft is a writer's mutable copy of a snapshot. Its changes keep first
+// up to date; freeze computes the owners from it.
 type draft struct {
 	shift   uint
 	byIndex []string
 	hashes  []uint64
-	owners  []uint16
+	first   []uint16
 }
 
 // edit returns a mutable copy of s.
 func (s *snapshot) edit() *draft {
+	first := slices.Clone(s.owners)
+	for i, p := range s.diverted {
+		first[p] = s.divFirst[i]
+	}
 	return &draft{
 		shift:   s.shift,
 		byIndex: slices.Clone(s.byIndex),
 		hashes:  slices.Clone(s.hashes),
-		owners:  slices.Clone(s.owners),
+		first:   first,
 	}
 }
 
@@ -83,24 +93,25 @@ func (d *draft) best(p int) uint16 {
 	return uint16(b)
 }
 
-// add adds name, which must be absent, giving it the partitions it wins.
+// add adds name, which must be absent, making it the first choice of the
+// partitions where its score is the highest.
 func (d *draft) add(name string) {
 	idx := uint16(len(d.byIndex))
 	h := xxhash.Sum64String(name)
 	d.byIndex = append(d.byIndex, name)
 	d.hashes = append(d.hashes, h)
 	if idx == 0 {
-		d.owners = make([]uint16, 1<<(64-d.shift))
+		d.first = make([]uint16, 1<<(64-d.shift))
 		return
 	}
-	for p, o := range d.owners {
+	for p, o := range d.first {
 		seed := partitionSeed(p)
 		s, ws := mix64(h^seed), mix64(d.hashes[o]^seed)
 		if s < ws {
 			continue
 		}
 		if wins(s, name, ws, d.byIndex[o]) {
-			d.owners[p] = idx
+			d.first[p] = idx
 		}
 	}
 }
@@ -110,29 +121,29 @@ func (d *draft) indexOf(name string) int {
 	return slices.Index(d.byIndex, name)
 }
 
-// remove removes member r, giving its partitions to their next winner;
-// the last member takes number r.
+// remove removes member r, making the runner-up the first choice of the
+// partitions it had won; the last member takes number r.
 func (d *draft) remove(r int) {
 	last := len(d.byIndex) - 1
 	d.byIndex[r], d.hashes[r] = d.byIndex[last], d.hashes[last]
 	d.byIndex[last] = ""
 	d.byIndex, d.hashes = d.byIndex[:last], d.hashes[:last]
 	if last == 0 {
-		d.owners = nil
+		d.first = nil
 		return
 	}
-	for p, o := range d.owners {
+	for p, o := range d.first {
 		switch int(o) {
 		case r:
-			d.owners[p] = d.best(p)
+			d.first[p] = d.best(p)
 		case last:
-			d.owners[p] = uint16(r)
+			d.first[p] = uint16(r)
 		}
 	}
 }
 
 // rebuild replaces the members with names, distinct and non-empty, and
-// recomputes every partition's owner.
+// recomputes every partition's first choice.
 func (d *draft) rebuild(names []string) {
 	d.byIndex = append(d.byIndex[:0], names...)
 	d.hashes = d.hashes[:0]
@@ -140,26 +151,38 @@ func (d *draft) rebuild(names []string) {
 		d.hashes = append(d.hashes, xxhash.Sum64String(n))
 	}
 	if len(names) == 0 {
-		d.owners = nil
+		d.first = nil
 		return
 	}
-	if d.owners == nil {
-		d.owners = make([]uint16, 1<<(64-d.shift))
+	if d.first == nil {
+		d.first = make([]uint16, 1<<(64-d.shift))
 	}
-	for p := range d.owners {
-		d.owners[p] = d.best(p)
+	for p := range d.first {
+		d.first[p] = d.best(p)
 	}
 }
 
-// freeze turns d into an immutable snapshot; d must not be used afterwards.
+// freeze turns d into an immutable snapshot, computing its owners; d must
+// not be used afterwards.
 func (d *draft) freeze() *snapshot {
 	names := slices.Sorted(slices.Values(d.byIndex))
+	owners := d.assign()
+	var diverted []uint32
+	var divFirst []uint16
+	for p, o := range owners {
+		if f := d.first[p]; f != o {
+			diverted = append(diverted, uint32(p))
+			divFirst = append(divFirst, f)
+		}
+	}
 	return &snapshot{
-		shift:   d.shift,
-		byIndex: slices.Clip(d.byIndex),
-		hashes:  slices.Clip(d.hashes),
-		owners:  d.owners,
-		names:   names,
-		fp:      fingerprintSorted(names),
+		shift:    d.shift,
+		byIndex:  slices.Clip(d.byIndex),
+		hashes:   slices.Clip(d.hashes),
+		owners:   owners,
+		diverted: slices.Clip(diverted),
+		divFirst: slices.Clip(divFirst),
+		names:    names,
+		fp:       fingerprintSorted(names),
 	}
 }

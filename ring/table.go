@@ -10,9 +10,12 @@ import (
 )
 
 // Table is the default [Ring], a partition table owned by rendezvous
-// hashing: a change moves only the keys of the member that joined or left.
-// Locate, Members and Fingerprint never block. The zero Table is an empty
-// ring with [DefaultConfig]; it must not be copied after first use.
+// hashing under a load bound: no member owns more than 1.015 times the
+// mean share of partitions, and a change moves at most about 1.1 times the
+// keys of the member that joined or left (docs/design.md, "The ring").
+// The owners depend only on the members. Locate, Members and Fingerprint
+// never block. The zero Table is an empty ring with [DefaultConfig]; it
+// must not be copied after first use.
 type Table struct {
 	mu         sync.Mutex // serialises writers
 	cur        atomic.Pointer[snapshot]
@@ -54,7 +57,8 @@ func (t *Table) Partitions() int {
 	return orDefault(t.partitions, DefaultPartitions)
 }
 
-// Add adds member in O(partitions), or returns an error wrapping
+// Add adds member in O(partitions) (plus O(members) for each partition
+// its first choice cannot hold), or returns an error wrapping
 // ErrInvalidMember, ErrMemberExists or ErrTooManyMembers.
 func (t *Table) Add(member string) error {
 	if member == "" {
@@ -75,8 +79,8 @@ func (t *Table) Add(member string) error {
 	return nil
 }
 
-// Remove removes member in O(partitions), or returns an error wrapping
-// ErrMemberNotFound.
+// Remove removes member in O(partitions) (as Add), or returns an error
+// wrapping ErrMemberNotFound.
 func (t *Table) Remove(member string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -1,9 +1,12 @@
 package ring
 
 import (
+	"cmp"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -20,49 +23,105 @@ func names(prefix string, n int) []string {
 	return out
 }
 
-// referenceOwner is an independent, brute-force statement of the Table's
-// placement rule: a key's partition is the top bits of its xxhash; the
-// partition's owner is the member with the highest splitmix64-finalised
-// score of memberHash XOR (partition+1)·golden, smaller name on ties.
-func referenceOwner(members []string, partitions int, key string) string {
-	shift := 64
-	for p := partitions; p > 1; p >>= 1 {
-		shift--
+// referenceOwners is an independent, brute-force statement of the Table's
+// placement rule: a member's score for partition p is the splitmix64
+// finaliser of xxhash(member) XOR (p+1)·golden; every (partition, member)
+// pair ranks by score (higher first), then member name (smaller first),
+// then partition (smaller first); walking the pairs in that order, a
+// partition goes to the pair's member if it has no owner yet and the
+// member holds fewer than its capacity: the larger of ceil(P/n) and
+// floor(P·1.015/n). This greedy walk gives the unique stable assignment
+// that assign computes by deferred acceptance. It returns the owner of
+// each partition.
+func referenceOwners(members []string, partitions int) []string {
+	type pair struct {
+		score uint64
+		m     string
+		p     int
 	}
-	part := uint64(0)
-	if shift < 64 {
-		part = xxhash.Sum64String(key) >> shift
-	}
-	var owner string
-	var top uint64
-	for _, m := range members {
-		z := xxhash.Sum64String(m) ^ (part+1)*0x9e3779b97f4a7c15
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		z ^= z >> 31
-		if owner == "" || z > top || (z == top && m < owner) {
-			owner, top = m, z
+	pairs := make([]pair, 0, partitions*len(members))
+	for p := range partitions {
+		for _, m := range members {
+			z := xxhash.Sum64String(m) ^ uint64(p+1)*0x9e3779b97f4a7c15
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+			z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+			z ^= z >> 31
+			pairs = append(pairs, pair{z, m, p})
 		}
 	}
-	return owner
+	slices.SortFunc(pairs, func(a, b pair) int {
+		switch {
+		case a.score != b.score:
+			return cmp.Compare(b.score, a.score)
+		case a.m != b.m:
+			return strings.Compare(a.m, b.m)
+		}
+		return cmp.Compare(a.p, b.p)
+	})
+	n := len(members)
+	capacity := max((partitions+n-1)/n, partitions*1015/(1000*n))
+	owners := make([]string, partitions)
+	held := map[string]int{}
+	for _, pr := range pairs {
+		if owners[pr.p] == "" && held[pr.m] < capacity {
+			owners[pr.p] = pr.m
+			held[pr.m]++
+		}
+	}
+	return owners
+}
+
+// referencePartition returns key's partition out of partitions: the top
+// bits of its xxhash.
+func referencePartition(partitions int, key string) int {
+	if partitions == 1 {
+		return 0
+	}
+	return int(xxhash.Sum64String(key) >> (64 - bits.TrailingZeros(uint(partitions))))
 }
 
 func TestTableMatchesReference(t *testing.T) {
 	for _, partitions := range []int{1, 2, 64, 1 << 10} {
-		tab, err := New(Config{Partitions: partitions})
-		require.NoError(t, err)
-		members := names("node", 7)
-		for _, m := range members {
-			require.NoError(t, tab.Add(m))
-		}
-		require.NoError(t, tab.Remove(members[2]))
-		live := slices.Delete(slices.Clone(members), 2, 3)
-		for i := range 2000 {
-			key := fmt.Sprintf("key-%d", i)
-			got, err := tab.Locate(key)
+		for _, n := range []int{1, 3, 7, 40} {
+			tab, err := New(Config{Partitions: partitions})
 			require.NoError(t, err)
-			require.Equal(t, referenceOwner(live, partitions, key), got, "partitions=%d key=%s", partitions, key)
+			members := names("node", n+1)
+			for _, m := range members {
+				require.NoError(t, tab.Add(m))
+			}
+			require.NoError(t, tab.Remove(members[n/2]))
+			live := slices.Delete(slices.Clone(members), n/2, n/2+1)
+			want := referenceOwners(live, partitions)
+			require.Equal(t, want, partitionOwners(tab), "partitions=%d members=%d", partitions, n)
+			for i := range 2000 {
+				key := fmt.Sprintf("key-%d", i)
+				got, err := tab.Locate(key)
+				require.NoError(t, err)
+				require.Equal(t, want[referencePartition(partitions, key)], got, "partitions=%d members=%d key=%s", partitions, n, key)
+			}
 		}
+	}
+}
+
+// TestTableExactShares checks the load bound on each member's exact share
+// of the key space (its partitions / all of them) at the default 262144
+// partitions: at most 1.03 of the mean share at 3, 10 and 100 members
+// (the bound is 1.015), over three seeds of member names.
+func TestTableExactShares(t *testing.T) {
+	for _, n := range []int{3, 10, 100} {
+		worst := 0.0
+		for seed := range 3 {
+			tab, err := New(Config{})
+			require.NoError(t, err)
+			require.NoError(t, tab.Replace(names(fmt.Sprintf("seed%d", seed), n)))
+			counts := make([]int, n)
+			for _, o := range tab.cur.Load().owners {
+				counts[o]++
+			}
+			worst = max(worst, float64(slices.Max(counts))*float64(n)/float64(DefaultPartitions))
+		}
+		t.Logf("%3d members: busiest member's exact share %.4f of the mean", n, worst)
+		assert.LessOrEqual(t, worst, 1.03, "exact max/mean share at %d members", n)
 	}
 }
 

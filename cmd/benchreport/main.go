@@ -45,7 +45,7 @@ func main() {
 	check(err)
 	ring, err := bench("./ring", "^BenchmarkLocate$", "1s", *count)
 	check(err)
-	balance, err := goTest("./ring", "-count=1", "-run", "^TestDefaultRingBalance$", "-v")
+	balance, err := goTest("./ring", "-count=1", "-run", "^(TestDefaultRingBalance|TestTableExactShares)$", "-v")
 	check(err)
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
@@ -67,7 +67,7 @@ func main() {
 	row(w, "membus Call allocs vs Go channels + JSON", mem, "BenchmarkCall/membus", "BenchmarkCall/go-channels+json", "allocs/op", true)
 	check(w.Flush())
 
-	fmt.Println("\nring (go test ./ring -run TestDefaultRingBalance -v; go test ./ring -bench Locate):")
+	fmt.Println("\nring (go test ./ring -run 'TestDefaultRingBalance|TestTableExactShares' -v; go test ./ring -bench Locate):")
 	for _, l := range strings.Split(balance, "\n") {
 		if strings.Contains(l, "members") || strings.Contains(l, "max/mean") {
 			fmt.Println("  " + strings.TrimSpace(l))

@@ -10,12 +10,13 @@ import (
 )
 
 // Features declares how an implementation departs from the strictest
-// contract. The zero value is the strictest contract, which [ring.Table]
-// meets.
+// contract. The zero value is the strictest contract, which plain
+// rendezvous or consistent hashing meets; [ring.Table] and
+// [ring.Consistent] bound each member's load and declare ExtraMovement.
 type Features struct {
 	// ExtraMovement declares that a membership change may also move keys
 	// between members that stay, as bounded-load rings such as
-	// buraksezer/consistent do when the load bound cascades. The Movement
+	// ring.Table and buraksezer/consistent do when the load bound cascades. The Movement
 	// cases then log those stray moves instead of failing; every other rule
 	// (new members gain keys, removed members lose all theirs, add then
 	// remove restores every owner) still holds.
