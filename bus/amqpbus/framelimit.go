@@ -1,6 +1,7 @@
 package amqpbus
 
 import (
+	"bufio"
 	"encoding/binary"
 	"io"
 	"net"
@@ -24,8 +25,13 @@ const (
 // the TLS session) and amqp091's frame reader: it rewrites a content
 // header announcing a body longer than limit to announce limit+1 bytes,
 // passes that many body bytes, and discards the rest of the body frames
-// as they arrive. Everything else passes byte for byte, read straight
-// into amqp091's buffer.
+// as they arrive. Everything else passes byte for byte.
+//
+// It reads the socket through its own buffer: parsing reads a frame's
+// header, its content prefix and its payload separately, and unbuffered
+// each would be a read system call of its own (three per frame, where
+// amqp091 alone reads many frames in one): under 64 concurrent callers
+// that made the socket reads 5 times as costly per call as amqp091's.
 //
 // limitConn is read by amqp091's one reader goroutine; it is not safe for
 // concurrent Reads. Write, Close and deadlines are the connection's.
@@ -45,6 +51,7 @@ type limitConn struct {
 	now      func() int64
 	lastRead atomic.Int64
 
+	in   *bufio.Reader       // the connection, buffered, through fill
 	cuts map[uint16]*bodyCut // channels whose current body is being cut
 	hdr  [frameHeaderLen + contentPrefixLen]byte
 	end  [1]byte
@@ -57,8 +64,13 @@ type bodyCut struct {
 	keep uint64 // body bytes still to pass
 }
 
+// limitConnBuffer is the size of limitConn's read buffer.
+const limitConnBuffer = 32 << 10
+
 func newLimitConn(c net.Conn, limit int) *limitConn {
-	return &limitConn{Conn: c, limit: uint64(limit), cuts: make(map[uint16]*bodyCut), end: [1]byte{frameEnd}}
+	l := &limitConn{Conn: c, limit: uint64(limit), cuts: make(map[uint16]*bodyCut), end: [1]byte{frameEnd}}
+	l.in = bufio.NewReaderSize(readerFunc(l.fill), limitConnBuffer)
+	return l
 }
 
 // Read hands out the filtered stream.
@@ -99,6 +111,11 @@ func (c *limitConn) Read(p []byte) (int, error) {
 
 // read reads from the connection, noting when bytes arrived.
 func (c *limitConn) read(p []byte) (int, error) {
+	return c.in.Read(p)
+}
+
+// fill reads the connection, noting the time when it returns bytes.
+func (c *limitConn) fill(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.now != nil {
 		c.lastRead.Store(c.now())
