@@ -43,6 +43,7 @@ type Store struct {
 	queues    map[string]map[string]bool // node -> recorded queue names
 	lastEpoch int64
 	faults    map[string]*fault // by node, for views
+	sessions  map[string]*hold  // node -> its session lock's holder
 }
 
 type record struct {
@@ -64,10 +65,11 @@ func New(cfg Config) *Store {
 		cfg.Now = time.Now
 	}
 	return &Store{
-		now:     cfg.Now,
-		records: make(map[string]*record),
-		queues:  make(map[string]map[string]bool),
-		faults:  make(map[string]*fault),
+		now:      cfg.Now,
+		records:  make(map[string]*record),
+		queues:   make(map[string]map[string]bool),
+		faults:   make(map[string]*fault),
+		sessions: make(map[string]*hold),
 	}
 }
 

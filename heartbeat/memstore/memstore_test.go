@@ -45,6 +45,9 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New:     func(t *testing.T) heartbeat.Store { return memstore.New(memstore.Config{Now: c.Now}) },
 		Advance: func(t *testing.T, d time.Duration) { c.Advance(d) },
+		EndSession: func(t *testing.T, s heartbeat.Store, node string, _ heartbeat.SessionHold) {
+			s.(*memstore.Store).EndSession(node)
+		},
 	})
 }
 
@@ -57,6 +60,9 @@ func TestConformanceRealClock(t *testing.T) {
 		// One store for every scenario, as one table shared by parallel
 		// test processes would be.
 		New: func(t *testing.T) heartbeat.Store { return shared },
+		EndSession: func(t *testing.T, _ heartbeat.Store, node string, _ heartbeat.SessionHold) {
+			shared.EndSession(node)
+		},
 	})
 }
 
@@ -64,11 +70,18 @@ func TestConformanceRealClock(t *testing.T) {
 // faults set: a view behaves as the store.
 func TestConformanceThroughView(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
+	stores := map[heartbeat.Store]*memstore.Store{}
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) heartbeat.Store {
-			return memstore.New(memstore.Config{Now: c.Now}).For(message.NewUUID())
+			s := memstore.New(memstore.Config{Now: c.Now})
+			v := s.For(message.NewUUID())
+			stores[v] = s
+			return v
 		},
 		Advance: func(t *testing.T, d time.Duration) { c.Advance(d) },
+		EndSession: func(t *testing.T, v heartbeat.Store, node string, _ heartbeat.SessionHold) {
+			stores[v].EndSession(node)
+		},
 	})
 }
 

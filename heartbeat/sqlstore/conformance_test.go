@@ -17,7 +17,8 @@ func runSuite(t *testing.T, url string, want sqlstore.Dialect) {
 	s := openFresh(t, url)
 	require.Equal(t, want, s.Dialect())
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) heartbeat.Store { return s },
+		New:        func(t *testing.T) heartbeat.Store { return s },
+		EndSession: endSession,
 	})
 }
 
@@ -47,5 +48,11 @@ func TestConformanceSQLiteStorePerScenario(t *testing.T) {
 		New: func(t *testing.T) heartbeat.Store {
 			return open(t, sqlstore.Config{URL: url, Table: first.Table()})
 		},
+		EndSession: endSession,
 	})
+}
+
+// endSession ends the session that holds a lock as a crash would.
+func endSession(t *testing.T, s heartbeat.Store, _ string, h heartbeat.SessionHold) {
+	sqlstore.EndSession(t, s.(*sqlstore.Store), h)
 }

@@ -179,3 +179,45 @@ func ExampleStore_AddQueues() {
 	// [cloudbus.vm.events cloudbus.vm.inbox]
 	// [cloudbus.vm.inbox]
 }
+
+// A node holds its session lock for its life; a peer that finds the lock
+// free knows no live session holds it: here the node released it, as the
+// database does when the node's process dies.
+func ExampleStore_HoldSession() {
+	dir, _ := os.MkdirTemp("", "sqlstore-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	url := "sqlite:" + filepath.Join(dir, "heartbeat.db")
+
+	node, err := sqlstore.Open(ctx, sqlstore.Config{URL: url})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+	peer, err := sqlstore.Open(ctx, sqlstore.Config{URL: url})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer peer.Close()
+
+	const id = "3694776ab31a45709259254a018913ca"
+	hold, err := node.HoldSession(ctx, id)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	free, _ := peer.SessionFree(ctx, id)
+	fmt.Println("free while the node holds it:", free)
+	_, err = peer.HoldSession(ctx, id)
+	fmt.Println("another process as the same node:", errors.Is(err, heartbeat.ErrSessionHeld))
+
+	_ = hold.Release()
+	free, _ = peer.SessionFree(ctx, id)
+	fmt.Println("free once released:", free)
+	// Output:
+	// free while the node holds it: false
+	// another process as the same node: true
+	// free once released: true
+}

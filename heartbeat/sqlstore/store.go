@@ -28,6 +28,10 @@ type Store struct {
 	url     sqlconn.URL // names the database in errors and logs, masked
 	st      statements
 
+	// The SQLite database file, for the session lock files (lockPath).
+	dbFileMu sync.Mutex
+	dbFile   string
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error

@@ -13,7 +13,10 @@
 // records, epochs and sequences; conditional beats, evictions and
 // deregistrations; ages, bus status and StoreTime by the store's clock;
 // the queue book; done contexts; and concurrent use (run with -race).
-// No scenario skips.
+// A store that implements [heartbeat.SessionLocker] is checked for it
+// too: a lock held until released, tests that take nothing, one winner
+// among concurrent holders and, with [Harness.EndSession], a lock free at
+// once when its session ends. No other scenario skips.
 //
 // Every scenario uses fresh random node UUIDs and looks only at its own
 // records (and queues), so stores sharing one table (parallel test
@@ -47,6 +50,11 @@ type Harness struct {
 	// by d, at once. Leave it nil for a store on real time (a database):
 	// the suite then waits for real time to pass instead.
 	Advance func(t *testing.T, d time.Duration)
+	// EndSession, if set, ends the session that holds node's lock as h,
+	// as the database would when the holder's process dies or its
+	// connection is reset (s is the store New returned). The session lock scenarios then
+	// check that the lock is free at once; without it that one skips.
+	EndSession func(t *testing.T, s heartbeat.Store, node string, h heartbeat.SessionHold)
 }
 
 // Run runs every scenario as a named subtest.
@@ -54,7 +62,7 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is required")
 	}
-	for _, s := range scenarios {
+	for _, s := range append(scenarios[:len(scenarios):len(scenarios)], sessionScenarios...) {
 		t.Run(s.name, func(t *testing.T) {
 			s.run(&env{t: t, h: h, s: h.New(t)})
 		})
