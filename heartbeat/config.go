@@ -26,6 +26,15 @@ type Config struct {
 	BusSettle time.Duration
 	// Now is the node's clock, for durations only. Default time.Now.
 	Now func() time.Time
+	// SessionLocks makes the node hold its session lock for its life
+	// and evict a peer whose session lock is free once the peer's beat
+	// is a quarter Interval late, instead of waiting for EvictAfter: a
+	// dead process loses its database session, and with it its lock, at
+	// once (see [SessionLocker]). A peer that is frozen, slow or cut off
+	// keeps its session and is left to the other rules. It needs a store
+	// that implements SessionLocker; on others it does nothing. Default
+	// off.
+	SessionLocks bool
 }
 
 // DefaultConfig is for production.

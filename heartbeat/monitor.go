@@ -23,7 +23,8 @@ type Monitor struct {
 	cfg      Config
 	listener Listener
 	log      *slog.Logger
-	clock    *ClockSync // this node's offset to the store's clock
+	clock    *ClockSync    // this node's offset to the store's clock
+	locker   SessionLocker // nil unless cfg.SessionLocks and the store has session locks
 
 	initialDelay func() time.Duration
 
@@ -41,12 +42,14 @@ type Monitor struct {
 	busUpSince   time.Time          // local time of the last SetBusUp(true) after a false; zero: up from the start
 	stopRun      context.CancelFunc // cancels Run's context; set by Run
 	runDone      chan struct{}      // closed when Run returns
+	hold         SessionHold        // this node's session lock, if held
 
 	// Owned by Join, then by Run's goroutine.
 	seen        map[string]seenRecord // node -> when this monitor first listed its current (epoch, seq)
 	streak      int                   // consecutive rounds whose beat succeeded
 	clockRounds int                   // rounds since Join, for sampleClock
 	lastAttempt time.Time             // local start of the previous round
+	peerLocks   map[string]peerLock   // by node, with locker
 }
 
 // seenRecord is a record version and when this monitor first listed it.
@@ -78,7 +81,7 @@ func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.L
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Monitor{
+	m := &Monitor{
 		store:        store,
 		node:         node,
 		cfg:          cfg,
@@ -86,7 +89,14 @@ func NewMonitor(store Store, node string, cfg Config, l Listener, logger *slog.L
 		log:          logger.With("node", node),
 		clock:        NewClockSync(cfg.Now),
 		initialDelay: func() time.Duration { return rand.N(cfg.Interval) },
-	}, nil
+	}
+	if locker, ok := store.(SessionLocker); ok && cfg.SessionLocks {
+		m.locker = locker
+		m.peerLocks = make(map[string]peerLock)
+	} else if cfg.SessionLocks {
+		m.log.Warn("heartbeat: Config.SessionLocks is set but the store has no session locks; peers detect deaths by beats alone", "store", fmt.Sprintf("%T", store))
+	}
+	return m, nil
 }
 
 // Join registers the node and returns its epoch and the records, sorted
@@ -112,20 +122,32 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 	}()
 
 	m.sampleClock(ctx)
+	if m.locker != nil {
+		// Before the record exists, so that a peer that lists the record
+		// finds the lock held.
+		if err := m.takeSession(ctx); errors.Is(err, ErrSessionHeld) {
+			return 0, nil, fmt.Errorf("heartbeat: join node %s: %w", m.node, err)
+		} else if err != nil {
+			m.log.Warn("heartbeat: join: could not take this node's session lock; peers detect this node's death by its beats alone until it does", "err", err)
+		}
+	}
 	start := m.cfg.Now()
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	epoch, err = m.store.Register(opCtx, m.node)
 	cancel()
 	if err != nil {
+		m.releaseSession()
 		return 0, nil, fmt.Errorf("heartbeat: join: register node %s: %w; check the store and retry Join", m.node, err)
 	}
 	opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
 	recs, err := m.store.List(opCtx)
 	cancel()
 	if err != nil {
+		m.releaseSession()
 		return 0, nil, fmt.Errorf("heartbeat: join: list members after registering node %s epoch %d: %w; retry Join (it registers a new epoch)", m.node, epoch, err)
 	}
 	if r, ok := find(recs, m.node); !ok || r.Epoch != epoch {
+		m.releaseSession()
 		return 0, nil, fmt.Errorf("heartbeat: join: node %s epoch %d is missing from the store right after registering (is another process using the same node UUID?): %w", m.node, epoch, ErrEvicted)
 	}
 	slices.SortFunc(recs, byNode)
@@ -141,6 +163,7 @@ func (m *Monitor) Join(ctx context.Context) (epoch int64, members []Record, err 
 		opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
 		_ = m.store.Deregister(opCtx, m.node, epoch)
 		cancel()
+		m.releaseSession()
 		return 0, nil, fmt.Errorf("heartbeat: join node %s: Leave was called meanwhile: %w", m.node, ErrClosed)
 	}
 	m.joined = true
@@ -252,11 +275,15 @@ func (m *Monitor) Leave(ctx context.Context) error {
 	joined, deregistered, epoch := m.joined, m.deregistered, m.epoch
 	m.mu.Unlock()
 	if !joined || deregistered {
+		m.releaseSession()
 		return nil
 	}
 	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 	err := m.store.Deregister(opCtx, m.node, epoch)
 	cancel()
+	// The record is gone (or Leave fails and peers evict the node after
+	// EvictAfter): the lock goes, not before.
+	m.releaseSession()
 	if err != nil {
 		return fmt.Errorf("heartbeat: leave: deregister node %s epoch %d: %w; retry Leave, or peers evict the node after EvictAfter", m.node, epoch, err)
 	}

@@ -70,6 +70,7 @@ func (m *Monitor) round(ctx context.Context) error {
 	if err == nil {
 		m.sampleClock(ctx)
 	}
+	m.keepSession(ctx)
 	switch {
 	case ctx.Err() != nil:
 		return nil
@@ -105,6 +106,7 @@ func (m *Monitor) round(ctx context.Context) error {
 	}
 	slices.SortFunc(recs, byNode)
 	m.track(recs, start)
+	m.forgetLocks(recs)
 	evicted := m.evict(ctx, recs, start)
 	m.report(recs, evicted)
 	return nil
@@ -137,7 +139,8 @@ func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[s
 	for _, r := range recs {
 		stale := r.Age > m.cfg.EvictAfter && now.Sub(m.seen[r.Node].at) >= m.cfg.EvictAfter-m.cfg.Interval
 		zombie := busSettled && r.BusDown > m.cfg.BusDownAfter
-		if r.Node == m.node || !stale && !zombie {
+		ended := !stale && !zombie && m.sessionEnded(ctx, r)
+		if r.Node == m.node || !stale && !zombie && !ended {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -151,6 +154,12 @@ func (m *Monitor) evict(ctx context.Context, recs []Record, now time.Time) map[s
 			if ctx.Err() == nil {
 				m.log.Warn("heartbeat: evict failed; retrying next round", "peer", r.Node, "peer_epoch", r.Epoch, "err", err)
 			}
+		case ok && ended:
+			m.log.Info("heartbeat: evicted a node whose database session ended", "peer", r.Node, "peer_epoch", r.Epoch, "age", r.Age)
+			if evicted == nil {
+				evicted = make(map[string]Record)
+			}
+			evicted[r.Node] = r
 		case ok && !stale:
 			m.log.Info("heartbeat: evicted a node cut off from the bus", "peer", r.Node, "peer_epoch", r.Epoch, "bus_down", r.BusDown)
 			if evicted == nil {
@@ -233,6 +242,7 @@ func (m *Monitor) selfEvicted(err error) error {
 		self = Record{Node: m.node, Epoch: m.epoch}
 	}
 	m.mu.Unlock()
+	m.releaseSession() // a new Monitor joins again as this node
 	m.log.Error("heartbeat: this node was evicted; it must stop serving", "epoch", m.epoch, "err", err)
 	m.emit(Event{Kind: SelfEvicted, Record: self})
 	return err

@@ -32,13 +32,21 @@ type SessionLocker interface {
 // SessionHold is a node's lock held by [SessionLocker.HoldSession].
 type SessionHold interface {
 	// Check makes one round trip on the session: nil means the session,
-	// and so the lock, is alive. After an error the lock may be lost:
-	// Release the hold and take another.
+	// and so the lock, is alive. An error matching [ErrSessionLost] means
+	// the session ended: Release the hold and take the lock again. Any
+	// other error (a timeout, the database unreachable) leaves it unknown:
+	// the session may still hold the lock, and the database keeps it
+	// while it keeps the session.
 	Check(ctx context.Context) error
 
 	// Release releases the lock and ends the session. It is idempotent.
 	Release() error
 }
+
+// ErrSessionLost means a hold's session ended (the database terminated
+// it, or its connection was reset): its lock is free, or another session
+// holds it now. Release the hold and take the lock again.
+var ErrSessionLost = errors.New("heartbeat: the session holding this node's lock ended; take the lock again")
 
 // ErrSessionHeld means another session holds the node's lock: another
 // process runs as this node, or a peer is testing the lock at this

@@ -13,9 +13,6 @@ var (
 	_ heartbeat.SessionLocker = (*View)(nil)
 )
 
-// errSessionEnded is the Check error of a hold whose session ended.
-var errSessionEnded = errors.New("the session ended; its lock is free")
-
 // hold is a node's session lock held in the store: a session that lives
 // until Release or [Store.EndSession]. A hold taken through a [View]
 // checks through it, so a node cut off from the store cannot confirm its
@@ -81,13 +78,19 @@ func (h *hold) Check(ctx context.Context) error {
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	if h.s.sessions[h.node] != h {
-		return fmt.Errorf("memstore: check the session lock of node %s: %w", h.node, errSessionEnded)
+		return fmt.Errorf("memstore: check the session lock of node %s: %w", h.node, heartbeat.ErrSessionLost)
 	}
 	return nil
 }
 
-// Release implements [heartbeat.SessionHold]; it is idempotent.
+// Release implements [heartbeat.SessionHold]; it is idempotent. A hold
+// taken through a view that is cut off now stays in the store, as a
+// database keeps a session whose client vanished without a word: the
+// lock stays held until [Store.EndSession].
 func (h *hold) Release() error {
+	if h.via != nil && h.via.reach(context.Background(), "release the session lock") != nil {
+		return nil
+	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	if h.s.sessions[h.node] == h {

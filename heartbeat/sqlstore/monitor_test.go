@@ -119,3 +119,94 @@ func TestMonitorsOnSQLite(t *testing.T) {
 		require.NoError(t, n.m.Leave(context.Background()))
 	}
 }
+
+// TestMonitorsEvictADeadSessionFast runs monitors with session locks on
+// each database, a store (a pool) per node as processes would have: a
+// node whose loop stops and whose pool closes, as a killed process's
+// sockets do, is evicted once its beat is a quarter Interval late, long
+// before EvictAfter; the figure is logged.
+func TestMonitorsEvictADeadSessionFast(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", sqliteURL}, {"postgres", testenv.PostgresDSN}, {"mysql", testenv.MySQLDSN}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := c.url(t)
+			table := randomTable()
+			cfg := heartbeat.Config{Interval: 100 * time.Millisecond, EvictAfter: 3 * time.Second, OpTimeout: time.Second, SessionLocks: true}
+			type node struct {
+				id     string
+				s      *sqlstore.Store
+				m      *heartbeat.Monitor
+				events chan heartbeat.Event
+				cancel context.CancelFunc
+				done   chan error
+			}
+			var nodes []*node
+			for i := range 3 {
+				n := &node{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
+				if i == 0 {
+					n.s = open(t, sqlstore.Config{URL: url, Table: table})
+				} else {
+					// Closed by hand: the third one is "killed".
+					s, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, Table: table})
+					require.NoError(t, err)
+					n.s = s
+				}
+				m, err := heartbeat.NewMonitor(n.s, n.id, cfg, heartbeat.ListenerFunc(func(e heartbeat.Event) { n.events <- e }), nil)
+				require.NoError(t, err)
+				n.m = m
+				_, _, err = m.Join(t.Context())
+				require.NoError(t, err)
+				nodes = append(nodes, n)
+			}
+			for _, n := range nodes {
+				ctx, cancel := context.WithCancel(t.Context())
+				n.cancel = cancel
+				go func() { n.done <- n.m.Run(ctx) }()
+			}
+			// Every node learns that the others hold their locks: a round
+			// after its own third healthy one.
+			time.Sleep(6 * cfg.Interval)
+
+			dead := nodes[2]
+			dead.cancel()
+			require.NoError(t, <-dead.done)
+			last := dead.m.LastBeat()
+			require.NoError(t, dead.s.Close()) // its sessions end, as a killed process's do
+
+			var evictedAt time.Time
+			kinds := make(map[heartbeat.EventKind]int)
+			deadline := time.After(10 * time.Second)
+			for _, n := range nodes[:2] {
+				for waiting := true; waiting; {
+					select {
+					case e := <-n.events:
+						if e.Record.Node == dead.id && (e.Kind == heartbeat.Evicted || e.Kind == heartbeat.Left) {
+							kinds[e.Kind]++
+							if e.Kind == heartbeat.Evicted {
+								evictedAt = time.Now()
+							}
+							waiting = false
+						}
+					case <-deadline:
+						t.Fatalf("the dead node was not reported gone within 10 s; so far %v", kinds)
+					}
+				}
+			}
+			assert.Equal(t, 1, kinds[heartbeat.Evicted], "exactly one peer evicts the dead node")
+			took := evictedAt.Sub(last)
+			t.Logf("%s: evicted %s after its last beat (Interval %s, EvictAfter %s)", c.name, took.Round(time.Millisecond), cfg.Interval, cfg.EvictAfter)
+			assert.Less(t, took, cfg.EvictAfter/2, "a dead session's node is evicted long before EvictAfter")
+			for _, n := range nodes[:2] {
+				n.cancel()
+				require.NoError(t, <-n.done)
+				require.NoError(t, n.m.Leave(context.Background()))
+			}
+			// The last store's cleanup drops the table; the second's pool closes here.
+			require.NoError(t, nodes[1].s.Close())
+		})
+	}
+}

@@ -72,7 +72,7 @@ func (s *Store) HoldSession(ctx context.Context, node string) (heartbeat.Session
 		discard(conn)
 		return nil, s.fail(ctx, op, err)
 	}
-	return h, nil
+	return s.track(op, h)
 }
 
 // SessionFree implements [heartbeat.SessionLocker]: it tries node's lock
@@ -163,7 +163,7 @@ func (h *sqlHold) Check(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.conn == nil {
-		return fmt.Errorf("sqlstore: %s: released", op)
+		return fmt.Errorf("sqlstore: %s: released: %w", op, heartbeat.ErrSessionLost)
 	}
 	var held bool
 	var err error
@@ -175,10 +175,14 @@ func (h *sqlHold) Check(ctx context.Context) error {
 		err = h.conn.QueryRowContext(ctx, `SELECT COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), FALSE)`, h.s.lockName(h.node)).Scan(&held)
 	}
 	if err != nil {
+		if ctx.Err() == nil {
+			// Not a timeout: the session or its connection is gone.
+			err = errors.Join(err, heartbeat.ErrSessionLost)
+		}
 		return h.s.fail(ctx, op, err)
 	}
 	if !held {
-		return h.s.fail(ctx, op, errors.New("the session no longer holds it"))
+		return h.s.fail(ctx, op, fmt.Errorf("the session no longer holds it: %w", heartbeat.ErrSessionLost))
 	}
 	return nil
 }
@@ -198,7 +202,32 @@ func (h *sqlHold) Release() error {
 	_ = h.s.unlock(ctx, h.conn, h.node) // a dead session has no lock to release
 	discard(h.conn)
 	h.conn = nil
+	h.s.untrack(h)
 	return nil
+}
+
+// track records h for Close, which releases it. If the store closed
+// meanwhile, it releases h and fails.
+func (s *Store) track(op string, h heartbeat.SessionHold) (heartbeat.SessionHold, error) {
+	s.holdsMu.Lock()
+	if s.closed.Load() {
+		s.holdsMu.Unlock()
+		_ = h.Release()
+		return nil, fmt.Errorf("sqlstore: %s: %w", op, heartbeat.ErrClosed)
+	}
+	if s.holds == nil {
+		s.holds = make(map[heartbeat.SessionHold]struct{})
+	}
+	s.holds[h] = struct{}{}
+	s.holdsMu.Unlock()
+	return h, nil
+}
+
+// untrack forgets h, released.
+func (s *Store) untrack(h heartbeat.SessionHold) {
+	s.holdsMu.Lock()
+	defer s.holdsMu.Unlock()
+	delete(s.holds, h)
 }
 
 // releaseTimeout bounds the unlock of Release.

@@ -78,7 +78,7 @@ func (s *Store) holdFile(ctx context.Context, op, node string) (heartbeat.Sessio
 		_ = f.Close()
 		return nil, fmt.Errorf("sqlstore: %s: %w", op, heartbeat.ErrSessionHeld)
 	}
-	return &fileHold{s: s, node: node, path: path, f: f}, nil
+	return s.track(op, &fileHold{s: s, node: node, path: path, f: f})
 }
 
 // samePath reports whether path still names f's file.
@@ -130,7 +130,7 @@ func (h *fileHold) Check(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.f == nil {
-		return fmt.Errorf("sqlstore: check the session lock of node %s: released", h.node)
+		return fmt.Errorf("sqlstore: check the session lock of node %s: released: %w", h.node, heartbeat.ErrSessionLost)
 	}
 	return ctx.Err()
 }
@@ -146,6 +146,7 @@ func (h *fileHold) Release() error {
 	rmErr := os.Remove(h.path)
 	err := h.f.Close()
 	h.f = nil
+	h.s.untrack(h)
 	if errors.Is(rmErr, os.ErrNotExist) {
 		rmErr = nil
 	}

@@ -32,6 +32,9 @@ type Store struct {
 	dbFileMu sync.Mutex
 	dbFile   string
 
+	holdsMu sync.Mutex
+	holds   map[heartbeat.SessionHold]struct{} // held session locks, released by Close
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -128,11 +131,19 @@ func (s *Store) Table() string { return s.table }
 // [OpenDB] without a URL, the dialect.
 func (s *Store) MaskedURL() string { return s.url.Masked }
 
-// Close closes the pool if [Open] made it; later calls fail with
-// [heartbeat.ErrClosed]. Close is idempotent.
+// Close releases the session locks held through the store (see
+// [Store.HoldSession]) and closes the pool if [Open] made it; later calls
+// fail with [heartbeat.ErrClosed]. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.holdsMu.Lock()
+		holds := s.holds
+		s.holds = nil
+		s.holdsMu.Unlock()
+		for h := range holds {
+			_ = h.Release()
+		}
 		if s.ownDB {
 			if err := s.db.Close(); err != nil {
 				s.closeErr = s.fail(context.Background(), "close", err)

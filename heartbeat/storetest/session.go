@@ -63,7 +63,7 @@ func testSessionHold(e *env) {
 
 	require.NoError(e.t, h.Release())
 	require.True(e.t, free(e, l, n), "a released lock is free")
-	require.Error(e.t, h.Check(e.ctx()), "Check of a released hold fails")
+	require.ErrorIs(e.t, h.Check(e.ctx()), heartbeat.ErrSessionLost, "Check of a released hold")
 	require.NoError(e.t, h.Release(), "Release is idempotent")
 	require.False(e.t, free(e, l, other), "releasing one node's lock leaves another's held")
 	require.NoError(e.t, ho.Release())
@@ -108,7 +108,7 @@ func testSessionEnded(e *env) {
 	}
 	e.t.Logf("the lock was free %s after the session ended", took.Round(time.Millisecond))
 	assert.Less(e.t, took, 2*time.Second, "a lock is free within 2 s of its session's end")
-	require.Error(e.t, h.Check(e.ctx()), "Check of a hold whose session ended fails")
+	require.ErrorIs(e.t, h.Check(e.ctx()), heartbeat.ErrSessionLost, "Check of a hold whose session ended")
 	require.NoError(e.t, h.Release(), "Release of a hold whose session ended")
 	again := hold(e, l, n)
 	require.NoError(e.t, again.Check(e.ctx()), "the node can hold its lock again")

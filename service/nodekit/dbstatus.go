@@ -41,6 +41,23 @@ func (s timedStore) BeatBus(ctx context.Context, node string, epoch int64, busUp
 	return err
 }
 
+// timedLockingStore is timedStore for a store with session locks, which
+// it keeps visible to the monitor.
+type timedLockingStore struct {
+	timedStore
+	heartbeat.SessionLocker
+}
+
+// timed returns store with its beats timed into beats, keeping its
+// session locks if it has them.
+func timed(store heartbeat.Store, beats *beatStats) heartbeat.Store {
+	t := timedStore{Store: store, beats: beats}
+	if l, ok := store.(heartbeat.SessionLocker); ok {
+		return timedLockingStore{timedStore: t, SessionLocker: l}
+	}
+	return t
+}
+
 // beatStats keeps the durations of the last beatLog beats. Safe for
 // concurrent use.
 type beatStats struct {

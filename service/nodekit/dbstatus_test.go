@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
 )
 
 // TestBeatStats: GET /status's beats: totals since the start, runs of
@@ -54,3 +57,24 @@ func TestDatabaseStatus(t *testing.T) {
 	assert.Equal(t, 1, st.Records.InUse)
 	assert.Zero(t, st.Heartbeat.InUse)
 }
+
+// TestTimedKeepsSessionLocks: timing a store's beats keeps its session
+// locks visible to the monitor, and adds none to a store without them.
+func TestTimedKeepsSessionLocks(t *testing.T) {
+	beats := &beatStats{}
+	locking := timed(memstore.New(memstore.Config{}), beats)
+	l, ok := locking.(heartbeat.SessionLocker)
+	require.True(t, ok, "a store with session locks keeps them")
+	h, err := l.HoldSession(t.Context(), "node")
+	require.NoError(t, err)
+	free, err := l.SessionFree(t.Context(), "node")
+	require.NoError(t, err)
+	assert.False(t, free)
+	require.NoError(t, h.Release())
+
+	_, ok = timed(plainStore{locking}, beats).(heartbeat.SessionLocker)
+	assert.False(t, ok, "a store without session locks gets none")
+}
+
+// plainStore hides every method but heartbeat.Store's.
+type plainStore struct{ heartbeat.Store }

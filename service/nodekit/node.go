@@ -174,7 +174,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	if s.Pprof {
 		n.admin.servePprof()
 	}
-	store := timedStore{Store: n.db.Heartbeat, beats: n.admin.beats}
+	store := timed(n.db.Heartbeat, n.admin.beats)
 	svcs, err := cfg.Services(ctx, Env{Node: id, DB: n.db.DB(), Dialect: n.db.Dialect, Tables: tables, Fence: n.fence,
 		Store: store, Heartbeat: hb, Logger: cfg.Logger})
 	if err != nil {

@@ -40,9 +40,10 @@ type Settings struct {
 	// LogLevel is the level of the node's logs on stderr: debug, info,
 	// warn or error. Default info.
 	LogLevel string
-	// Heartbeat is the heartbeat timing: Interval (-heartbeat, 500 ms)
-	// and EvictAfter (-evict-after, 3 s) from the flags; a program may
-	// set the rest (Now, say) before [Open].
+	// Heartbeat is the heartbeat timing: Interval (-heartbeat, 500 ms),
+	// EvictAfter (-evict-after, 3 s) and SessionLocks (-session-locks,
+	// on) from the flags; a program may set the rest (Now, say) before
+	// [Open].
 	Heartbeat heartbeat.Config
 	// Ring is the ring kind: "table", a partition table (the default),
 	// or "consistent", buraksezer/consistent. Every node of a cluster
@@ -76,6 +77,9 @@ const FlagsHelp = `  -bus url[,url…]    RabbitMQ broker, amqp:// or amqps:// (
   -log-level l       debug, info, warn or error (info), logs on stderr     %[1]s_LOG_LEVEL
   -heartbeat d       heartbeat interval (500ms)                            %[1]s_HEARTBEAT
   -evict-after d     evict a node silent for this long (3s)                %[1]s_EVICT_AFTER
+  -session-locks     hold a database session lock, and evict a peer whose  %[1]s_SESSION_LOCKS
+                     lock is free once its beat is late (true): a dead
+                     process is evicted in about a second, not -evict-after
   -ring kind         ring of resource owners: table, a partition table,    %[1]s_RING
                      or consistent, buraksezer/consistent (table); every
                      node of a cluster must use the same
@@ -100,6 +104,7 @@ func (s *Settings) Register(fs *flag.FlagSet, program string) {
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&s.Heartbeat.Interval, "heartbeat", def.Interval, "heartbeat interval")
 	fs.DurationVar(&s.Heartbeat.EvictAfter, "evict-after", def.EvictAfter, "evict a node silent for this long")
+	fs.BoolVar(&s.Heartbeat.SessionLocks, "session-locks", true, "hold a database session lock; evict a peer whose lock is free once its beat is late")
 	fs.StringVar(&s.Ring, "ring", "table", "ring of resource owners: table or consistent")
 	fs.StringVar(&s.Trace, "trace", "none", "where spans go: none, stdout or otlp")
 	fs.BoolVar(&s.AllowNoIdleTimeout, "db-allow-no-idle-timeout", false, "run on MySQL, which cannot end a transaction left idle")

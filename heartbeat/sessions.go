@@ -1,0 +1,119 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+)
+
+// peerLock is what this monitor knows of a peer's session lock in one of
+// the peer's lives (an epoch).
+type peerLock struct {
+	epoch int64
+	held  bool // seen held in this epoch: a free lock now means the session ended
+}
+
+// suspectAfter is the record age past which a peer's session lock is
+// tested: its beat is a quarter Interval late.
+func (m *Monitor) suspectAfter() int64 { return int64(m.cfg.Interval + m.cfg.Interval/4) }
+
+// takeSession takes this node's session lock; Join and rounds without a
+// hold call it.
+func (m *Monitor) takeSession(ctx context.Context) error {
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	defer cancel()
+	h, err := m.locker.HoldSession(opCtx, m.node)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.hold = h
+	m.mu.Unlock()
+	return nil
+}
+
+// keepSession checks this node's session lock once a round and takes it
+// again if its session ended (a reset connection, a restarted database),
+// before peers may act on the free lock: a peer acts only once this
+// node's beat is late too.
+func (m *Monitor) keepSession(ctx context.Context) {
+	if m.locker == nil {
+		return
+	}
+	m.mu.Lock()
+	h := m.hold
+	m.mu.Unlock()
+	if h != nil {
+		opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+		err := h.Check(opCtx)
+		cancel()
+		if err == nil || !errors.Is(err, ErrSessionLost) {
+			if err != nil && ctx.Err() == nil {
+				m.log.Debug("heartbeat: could not check this node's session lock; keeping it", "err", err)
+			}
+			return
+		}
+		m.log.Warn("heartbeat: this node's database session ended; taking its session lock again", "err", err)
+		_ = h.Release()
+		m.mu.Lock()
+		m.hold = nil
+		m.mu.Unlock()
+	}
+	if err := m.takeSession(ctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("heartbeat: could not take this node's session lock; peers detect this node's death by its beats alone until it does", "err", err)
+	}
+}
+
+// releaseSession releases this node's session lock, if it holds it.
+func (m *Monitor) releaseSession() {
+	m.mu.Lock()
+	h := m.hold
+	m.hold = nil
+	m.mu.Unlock()
+	if h != nil {
+		_ = h.Release()
+	}
+}
+
+// sessionEnded reports whether r's session lock, seen held in r's epoch,
+// is free now that r's beat is late. A peer's lock is tested once in each
+// of its lives, to learn that it holds one, and again whenever its beat
+// is late; an error leaves it untested until the next round.
+func (m *Monitor) sessionEnded(ctx context.Context, r Record) bool {
+	if m.locker == nil || r.Node == m.node {
+		return false
+	}
+	pl, known := m.peerLocks[r.Node]
+	if known && pl.epoch == r.Epoch && int64(r.Age) <= m.suspectAfter() {
+		return false
+	}
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	free, err := m.locker.SessionFree(opCtx, r.Node)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Debug("heartbeat: could not test a peer's session lock", "peer", r.Node, "err", err)
+		}
+		return false
+	}
+	if !known || pl.epoch != r.Epoch {
+		pl = peerLock{epoch: r.Epoch}
+	}
+	ended := free && pl.held
+	if !free {
+		pl.held = true
+	}
+	m.peerLocks[r.Node] = pl
+	return ended
+}
+
+// forgetLocks drops what is known of the locks of nodes no longer listed.
+func (m *Monitor) forgetLocks(recs []Record) {
+	if m.locker == nil {
+		return
+	}
+	for n := range m.peerLocks {
+		if _, ok := find(recs, n); !ok {
+			delete(m.peerLocks, n)
+		}
+	}
+}

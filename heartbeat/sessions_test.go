@@ -1,0 +1,224 @@
+package heartbeat_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+)
+
+// sessionConfig is TestConfig with session locks.
+func sessionConfig() heartbeat.Config {
+	cfg := heartbeat.TestConfig()
+	cfg.SessionLocks = true
+	return cfg
+}
+
+// crash ends x as a killed process: it stops beating (cut off from the
+// store) and the store ends its session.
+func (c *cluster) crash(x *node) {
+	c.s.SetUnreachable(x.id, true)
+	c.s.EndSession(x.id)
+}
+
+// TestDeadSessionIsEvictedFast: a node whose process dies (no beats, its
+// session ended) is evicted by exactly one peer once its beat is a
+// quarter Interval late, within 1.25×Interval + Interval of its last beat
+// (EvictAfter is 6 Intervals); the other peer reports Left a round later
+// at most.
+func TestDeadSessionIsEvictedFast(t *testing.T) {
+	cfg := sessionConfig()
+	H, E := cfg.Interval, cfg.EvictAfter
+	suspect := H + H/4
+	var minDelay, maxDelay atomic.Int64
+	minDelay.Store(int64(time.Hour))
+	for i := range phaseRuns {
+		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, cfg, memstore.Config{})
+				a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
+				settle(20*H + rand.N(H))
+				mark := time.Now()
+				last := x.m.LastBeat()
+				c.crash(x)
+				sleepUntil(last.Add(suspect + 2*H))
+
+				var evictions []stamped
+				for _, n := range []*node{a, b} {
+					evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
+				}
+				require.Len(t, evictions, 1, "exactly one peer evicts the dead node")
+				delay := evictions[0].at.Sub(last)
+				assert.Greater(t, delay, suspect, "not before its beat is a quarter Interval late")
+				assert.LessOrEqual(t, delay, suspect+H, "within a round of its beat being late")
+				assert.Less(t, delay, E, "well before EvictAfter")
+				minDelay.Store(min(minDelay.Load(), int64(delay)))
+				maxDelay.Store(max(maxDelay.Load(), int64(delay)))
+				for _, n := range []*node{a, b} {
+					assert.ElementsMatch(t, []string{a.id, b.id}, nodesOf(n.m.Members()))
+				}
+			})
+		})
+	}
+	t.Logf("a dead session's node evicted %v to %v after its last beat over %d phase assignments (EvictAfter %v)",
+		time.Duration(minDelay.Load()), time.Duration(maxDelay.Load()), phaseRuns, E)
+}
+
+// TestFrozenSessionIsLeftToTheBeats: a node that stops beating but keeps
+// its session (frozen, or cut off from the store: the database keeps the
+// session, and its lock) is evicted by the beat rule only, after
+// EvictAfter.
+func TestFrozenSessionIsLeftToTheBeats(t *testing.T) {
+	cfg := sessionConfig()
+	H, E := cfg.Interval, cfg.EvictAfter
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, cfg, memstore.Config{})
+		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
+		settle(20*H + rand.N(H))
+		mark := time.Now()
+		last := x.m.LastBeat()
+		c.s.SetUnreachable(x.id, true)
+		sleepUntil(last.Add(E))
+		for _, n := range []*node{a, b} {
+			assert.Empty(t, n.events(mark, x.id), "no eviction before EvictAfter while the session lives")
+		}
+		sleepUntil(last.Add(E + H))
+		var evictions []stamped
+		for _, n := range []*node{a, b} {
+			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
+		}
+		require.Len(t, evictions, 1, "evicted by the beat rule")
+		assert.Greater(t, evictions[0].at.Sub(last), E)
+	})
+}
+
+// TestResetSessionIsTakenAgain: a live node whose session ends (a reset
+// connection) while it keeps beating is not evicted, and holds its lock
+// again within a round.
+func TestResetSessionIsTakenAgain(t *testing.T) {
+	cfg := sessionConfig()
+	H := cfg.Interval
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, cfg, memstore.Config{})
+		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
+		settle(20*H + rand.N(H))
+		mark := time.Now()
+		for range 5 {
+			c.s.EndSession(x.id)
+			free, err := c.s.SessionFree(t.Context(), x.id)
+			require.NoError(t, err)
+			require.True(t, free)
+			settle(H + H/10)
+			free, err = c.s.SessionFree(t.Context(), x.id)
+			require.NoError(t, err)
+			assert.False(t, free, "the node holds its lock again within a round")
+			settle(3 * H)
+		}
+		for _, n := range []*node{a, b, x} {
+			assert.Empty(t, n.events(mark), "a reset session evicts nobody")
+		}
+	})
+}
+
+// TestOutageEndingEverySessionEvictsNobody: the store is cut off from
+// every node and every session ends (a database restart); when it comes
+// back, no live node is evicted: each takes its lock again in its first
+// round, before any monitor's three healthy rounds allow an eviction.
+// The node that stays away is evicted fast once they are.
+func TestOutageEndingEverySessionEvictsNobody(t *testing.T) {
+	cfg := sessionConfig()
+	H, E := cfg.Interval, cfg.EvictAfter
+	for i := range phaseRuns {
+		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, cfg, memstore.Config{})
+				var live []*node
+				for range 4 {
+					live = append(live, c.start("", -1))
+				}
+				gone := c.start("", -1)
+				settle(20*H + rand.N(H))
+				mark := time.Now()
+				for _, n := range append(live, gone) {
+					c.s.SetUnreachable(n.id, true)
+					c.s.EndSession(n.id)
+				}
+				settle(2*E + rand.N(H))
+				back := time.Now()
+				for _, n := range live {
+					c.s.SetUnreachable(n.id, false)
+				}
+				settle(3 * E)
+				var evictions []stamped
+				for _, n := range live {
+					evs := n.events(mark)
+					assert.Len(t, n.events(mark, gone.id), len(evs), "no live node is evicted")
+					evictions = append(evictions, ofKind(evs, heartbeat.Evicted)...)
+					assert.Len(t, n.m.Members(), len(live))
+				}
+				require.Len(t, evictions, 1, "the node that did not come back is evicted once")
+				assert.LessOrEqual(t, evictions[0].at.Sub(back), 4*H, "once the evictor had three healthy rounds")
+			})
+		})
+	}
+}
+
+// TestNodeWithoutLockIsLeftToTheBeats: a peer that never held a session
+// lock (SessionLocks off, or an older version) is evicted by the beat
+// rule only: a free lock proves nothing of a node that never took it.
+func TestNodeWithoutLockIsLeftToTheBeats(t *testing.T) {
+	cfg := sessionConfig()
+	H, E := cfg.Interval, cfg.EvictAfter
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, cfg, memstore.Config{})
+		a, b := c.start("", -1), c.start("", -1)
+		old := &cluster{t: t, s: c.s, cfg: heartbeat.TestConfig()}
+		x := old.start("", -1)
+		settle(20*H + rand.N(H))
+		mark := time.Now()
+		last := x.m.LastBeat()
+		c.crash(x)
+		sleepUntil(last.Add(E))
+		for _, n := range []*node{a, b} {
+			assert.Empty(t, n.events(mark, x.id), "no fast eviction of a node that never held its lock")
+		}
+		sleepUntil(last.Add(E + H))
+		var evictions []stamped
+		for _, n := range []*node{a, b} {
+			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
+		}
+		require.Len(t, evictions, 1)
+	})
+}
+
+// TestSecondProcessAsTheSameNodeCannotJoin: while a node holds its lock,
+// a second monitor for the same node fails to join with ErrSessionHeld;
+// after Leave it joins.
+func TestSecondProcessAsTheSameNodeCannotJoin(t *testing.T) {
+	cfg := sessionConfig()
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, cfg, memstore.Config{})
+		x := c.start("", -1)
+		m2, err := heartbeat.NewMonitor(c.s.For(x.id), x.id, cfg, nil, nil)
+		require.NoError(t, err)
+		_, _, err = m2.Join(t.Context())
+		require.ErrorIs(t, err, heartbeat.ErrSessionHeld)
+		require.NoError(t, x.m.Leave(t.Context()))
+		free, err := c.s.SessionFree(t.Context(), x.id)
+		require.NoError(t, err)
+		assert.True(t, free, "Leave releases the lock")
+		m3, err := heartbeat.NewMonitor(c.s.For(x.id), x.id, cfg, nil, nil)
+		require.NoError(t, err)
+		_, _, err = m3.Join(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, m3.Leave(t.Context()))
+	})
+}
