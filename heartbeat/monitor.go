@@ -50,6 +50,7 @@ type Monitor struct {
 	clockRounds int                   // rounds since Join, for sampleClock
 	lastAttempt time.Time             // local start of the previous round
 	peerLocks   map[string]peerLock   // by node, with locker
+	suspects    []suspect             // by due time: peers whose beat falls due before the next round
 }
 
 // seenRecord is a record version and when this monitor first listed it.

@@ -43,14 +43,27 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	ticker := time.NewTicker(m.cfg.Interval)
 	defer ticker.Stop()
+	suspects := time.NewTimer(time.Hour)
+	suspects.Stop()
+	defer suspects.Stop()
 	for {
 		if err := m.round(ctx); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
+	wait:
+		for {
+			if len(m.suspects) > 0 {
+				suspects.Reset(m.suspects[0].at.Sub(m.cfg.Now()))
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ticker.C:
+				suspects.Stop()
+				break wait
+			case <-suspects.C:
+				m.checkSuspects(ctx)
+			}
 		}
 	}
 }
@@ -90,6 +103,8 @@ func (m *Monitor) round(ctx context.Context) error {
 	opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
 	recs, err := m.store.List(opCtx)
 	cancel()
+	listed := m.cfg.Now()
+	m.suspects = m.suspects[:0]
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -109,6 +124,7 @@ func (m *Monitor) round(ctx context.Context) error {
 	m.forgetLocks(recs)
 	evicted := m.evict(ctx, recs, start)
 	m.report(recs, evicted)
+	m.armSuspects(recs, evicted, listed)
 	return nil
 }
 

@@ -3,6 +3,8 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"slices"
+	"time"
 )
 
 // peerLock is what this monitor knows of a peer's session lock in one of
@@ -115,5 +117,97 @@ func (m *Monitor) forgetLocks(recs []Record) {
 		if _, ok := find(recs, n); !ok {
 			delete(m.peerLocks, n)
 		}
+	}
+}
+
+// suspect is a peer, seen holding its lock, whose beat falls due before
+// this monitor's next round: at at, its record's age passes
+// suspectAfter. Its lock is tested then rather than a round later.
+type suspect struct {
+	rec Record
+	at  time.Time // by this node's clock
+}
+
+// suspectMargin is added to a suspect's due time: the store's clock and
+// this node's may tick apart by this much between two readings.
+const suspectMargin = 5 * time.Millisecond
+
+// armSuspects lists the peers whose beat falls due before the next round,
+// from the records listed at listed.
+func (m *Monitor) armSuspects(recs []Record, evicted map[string]Record, listed time.Time) {
+	if m.locker == nil || m.streak < healthyRounds {
+		return
+	}
+	for _, r := range recs {
+		if _, gone := evicted[r.Node]; gone || r.Node == m.node {
+			continue
+		}
+		if pl, ok := m.peerLocks[r.Node]; !ok || pl.epoch != r.Epoch || !pl.held {
+			continue
+		}
+		wait := time.Duration(m.suspectAfter()-int64(r.Age)) + suspectMargin
+		if wait > 0 && wait < m.cfg.Interval {
+			m.suspects = append(m.suspects, suspect{rec: r, at: listed.Add(wait)})
+		}
+	}
+	slices.SortFunc(m.suspects, func(a, b suspect) int { return a.at.Compare(b.at) })
+}
+
+// checkSuspects tests the locks of the suspects now due and evicts those
+// whose lock is free, by the epoch and sequence listed: a peer that beat
+// since keeps its record.
+func (m *Monitor) checkSuspects(ctx context.Context) {
+	now := m.cfg.Now()
+	n := 0
+	for n < len(m.suspects) && !m.suspects[n].at.After(now) {
+		n++
+	}
+	due := slices.Clone(m.suspects[:n])
+	m.suspects = slices.Delete(m.suspects, 0, n)
+	if m.streak < healthyRounds {
+		return
+	}
+	var evicted map[string]Record
+	for _, s := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+		free, err := m.locker.SessionFree(opCtx, s.rec.Node)
+		cancel()
+		if err != nil || !free {
+			continue
+		}
+		opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)
+		ok, err := m.store.Evict(opCtx, s.rec.Node, s.rec.Epoch, s.rec.Seq)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("heartbeat: evict failed; retrying next round", "peer", s.rec.Node, "peer_epoch", s.rec.Epoch, "err", err)
+			}
+			continue
+		}
+		if ok {
+			m.log.Info("heartbeat: evicted a node whose database session ended", "peer", s.rec.Node, "peer_epoch", s.rec.Epoch, "beat_due", s.at.Sub(now))
+			if evicted == nil {
+				evicted = make(map[string]Record)
+			}
+			evicted[s.rec.Node] = s.rec
+		}
+	}
+	if len(evicted) == 0 {
+		return
+	}
+	m.mu.Lock()
+	members := slices.DeleteFunc(slices.Clone(m.members), func(r Record) bool { _, ok := evicted[r.Node]; return ok })
+	m.members = members
+	m.mu.Unlock()
+	gone := make([]Event, 0, len(evicted))
+	for _, r := range evicted {
+		gone = append(gone, Event{Kind: Evicted, Record: r})
+	}
+	slices.SortFunc(gone, func(a, b Event) int { return byNode(a.Record, b.Record) })
+	for _, e := range gone {
+		m.emit(e)
 	}
 }
