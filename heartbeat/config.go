@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -35,6 +36,13 @@ type Config struct {
 	// that implements SessionLocker; on others it does nothing. Default
 	// off.
 	SessionLocks bool
+	// ConfirmDead, if set, is asked before a peer whose session lock is
+	// free is evicted for it, and the peer is evicted only if it reports
+	// true: a second signal of the process's death, such as the broker
+	// having dropped the peer's consumers (package service sets it so). A
+	// database session also ends when a live node's connection is reset;
+	// a reset that also delays the node's beat would otherwise evict it.
+	ConfirmDead func(ctx context.Context, node string) (bool, error)
 }
 
 // DefaultConfig is for production.

@@ -105,7 +105,27 @@ func (m *Monitor) sessionEnded(ctx context.Context, r Record) bool {
 		pl.held = true
 	}
 	m.peerLocks[r.Node] = pl
-	return ended
+	return ended && m.confirmDead(ctx, r.Node)
+}
+
+// confirmDead asks Config.ConfirmDead, if set, whether node is dead.
+func (m *Monitor) confirmDead(ctx context.Context, node string) bool {
+	if m.cfg.ConfirmDead == nil {
+		return true
+	}
+	opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+	defer cancel()
+	dead, err := m.cfg.ConfirmDead(opCtx, node)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Debug("heartbeat: could not confirm a peer's death; leaving it to the beat rule", "peer", node, "err", err)
+		}
+		return false
+	}
+	if !dead {
+		m.log.Debug("heartbeat: a peer's session lock is free but it is not confirmed dead; leaving it to the beat rule", "peer", node)
+	}
+	return dead
 }
 
 // forgetLocks drops what is known of the locks of nodes no longer listed.
@@ -175,7 +195,7 @@ func (m *Monitor) checkSuspects(ctx context.Context) {
 		opCtx, cancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
 		free, err := m.locker.SessionFree(opCtx, s.rec.Node)
 		cancel()
-		if err != nil || !free {
+		if err != nil || !free || !m.confirmDead(ctx, s.rec.Node) {
 			continue
 		}
 		opCtx, cancel = context.WithTimeout(ctx, m.cfg.OpTimeout)

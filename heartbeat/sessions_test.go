@@ -1,6 +1,7 @@
 package heartbeat_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -220,5 +221,38 @@ func TestSecondProcessAsTheSameNodeCannotJoin(t *testing.T) {
 		_, _, err = m3.Join(t.Context())
 		require.NoError(t, err)
 		require.NoError(t, m3.Leave(t.Context()))
+	})
+}
+
+// TestConfirmDeadVetoesTheFastPath: with Config.ConfirmDead reporting a
+// node alive (its consumers still on the broker: a live node whose
+// database connection was reset, its beat late), a free session lock
+// evicts nobody; the beat rule still does, after EvictAfter.
+func TestConfirmDeadVetoesTheFastPath(t *testing.T) {
+	cfg := sessionConfig()
+	var asked atomic.Int64
+	cfg.ConfirmDead = func(context.Context, string) (bool, error) {
+		asked.Add(1)
+		return false, nil
+	}
+	H, E := cfg.Interval, cfg.EvictAfter
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, cfg, memstore.Config{})
+		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
+		settle(20*H + rand.N(H))
+		mark := time.Now()
+		last := x.m.LastBeat()
+		c.crash(x)
+		sleepUntil(last.Add(E))
+		for _, n := range []*node{a, b} {
+			assert.Empty(t, n.events(mark, x.id), "no eviction before EvictAfter while the node is not confirmed dead")
+		}
+		assert.Positive(t, asked.Load(), "ConfirmDead was asked")
+		sleepUntil(last.Add(E + H))
+		var evictions []stamped
+		for _, n := range []*node{a, b} {
+			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
+		}
+		require.Len(t, evictions, 1, "evicted by the beat rule")
 	})
 }

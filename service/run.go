@@ -13,6 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // Run starts the node and serves until ctx ends or the node is closed.
@@ -112,7 +113,7 @@ var errRejoin = errors.New("service: rejoin failed")
 // live is one life of the node: join, serve, and leave or be evicted.
 func (n *Node) live(ctx context.Context, life int) error {
 	n.setState(StateStarting)
-	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.cfg.Heartbeat, heartbeat.ListenerFunc(n.onHeartbeat), n.cfg.Logger) // it adds the node itself
+	mon, err := heartbeat.NewMonitor(n.cfg.Store, n.id, n.heartbeatConfig(), heartbeat.ListenerFunc(n.onHeartbeat), n.cfg.Logger) // it adds the node itself
 	if err != nil {
 		return err
 	}
@@ -374,4 +375,32 @@ func (n *Node) stopServing(deleteIdle bool) {
 		gone = append(gone, q)
 	}
 	n.forgetQueues(ctx, n.id, gone)
+}
+
+// heartbeatConfig is the node's heartbeat configuration; with session
+// locks, a peer whose session lock is free is evicted for it only if the
+// broker also dropped its consumers (its membership queue has none, or
+// is gone): a dead process loses both at once, while a live node whose
+// database connection was reset keeps its consumers.
+func (n *Node) heartbeatConfig() heartbeat.Config {
+	hb := n.cfg.Heartbeat
+	cc, ok := n.cfg.Transport.(driver.ConsumerCounter)
+	if !hb.SessionLocks || hb.ConfirmDead != nil || !ok {
+		return hb
+	}
+	hb.ConfirmDead = func(ctx context.Context, node string) (bool, error) {
+		b := n.bus.Load()
+		if b == nil {
+			return false, errors.New("service: the bus is not open")
+		}
+		c, err := cc.Consumers(ctx, busx.Of(b).QueueName(bus.ServiceID(membershipService, node)))
+		if errors.Is(err, message.ErrNoRoute) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return c == 0, nil
+	}
+	return hb
 }

@@ -539,6 +539,28 @@ func (t *Transport) DeleteQueueIfIdle(ctx context.Context, name string) error {
 	return nil
 }
 
+var _ driver.ConsumerCounter = (*Transport)(nil)
+
+// Consumers implements [driver.ConsumerCounter] with a passive declare of
+// queue on the transport's control channel.
+func (t *Transport) Consumers(ctx context.Context, queue string) (int, error) {
+	op := "count the consumers of queue " + queue
+	s, err := t.current(op)
+	if err != nil {
+		return 0, err
+	}
+	var q amqp.Queue
+	err = s.control(ctx, func(ch *amqp.Channel) error {
+		var err error
+		q, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		return err
+	})
+	if err != nil {
+		return 0, t.opError(s, op, err)
+	}
+	return q.Consumers, nil
+}
+
 // errQueueBusy is deleteQuorumIfIdle's refusal of a queue in use.
 var errQueueBusy = errors.New("queue in use")
 

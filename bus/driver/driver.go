@@ -70,6 +70,18 @@ type QueueForgetter interface {
 	ForgetQueue(name string)
 }
 
+// ConsumerCounter is implemented by a [Transport] that can tell how many
+// consumers a queue has, from any process: the broker drops a process's
+// consumers as soon as its connection closes (the process exited or was
+// killed), while a process merely cut off keeps them until the broker
+// gives up on its connection. Package service uses it to confirm that a
+// node whose database session ended is dead.
+type ConsumerCounter interface {
+	// Consumers returns the number of consumers of queue; a missing
+	// queue fails with an error matching message.ErrNoRoute.
+	Consumers(ctx context.Context, queue string) (int, error)
+}
+
 // FastPublisher is implemented by a [Transport] that can publish in the
 // fast delivery mode: the message is not persisted, not checked for a
 // route and not confirmed by the broker. Package bus uses it for the
