@@ -78,26 +78,10 @@ func TestDeadSessionIsEvictedFast(t *testing.T) {
 // session, and its lock) is evicted by the beat rule only, after
 // EvictAfter.
 func TestFrozenSessionIsLeftToTheBeats(t *testing.T) {
-	cfg := sessionConfig()
-	H, E := cfg.Interval, cfg.EvictAfter
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, cfg, memstore.Config{})
+		c := newCluster(t, sessionConfig(), memstore.Config{})
 		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
-		settle(20*H + rand.N(H))
-		mark := time.Now()
-		last := x.m.LastBeat()
-		c.s.SetUnreachable(x.id, true)
-		sleepUntil(last.Add(E))
-		for _, n := range []*node{a, b} {
-			assert.Empty(t, n.events(mark, x.id), "no eviction before EvictAfter while the session lives")
-		}
-		sleepUntil(last.Add(E + H))
-		var evictions []stamped
-		for _, n := range []*node{a, b} {
-			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
-		}
-		require.Len(t, evictions, 1, "evicted by the beat rule")
-		assert.Greater(t, evictions[0].at.Sub(last), E)
+		c.evictedByTheBeatRule(t, a, b, x, func() { c.s.SetUnreachable(x.id, true) }, "the session lives")
 	})
 }
 
@@ -135,68 +119,19 @@ func TestResetSessionIsTakenAgain(t *testing.T) {
 // round, before any monitor's three healthy rounds allow an eviction.
 // The node that stays away is evicted fast once they are.
 func TestOutageEndingEverySessionEvictsNobody(t *testing.T) {
-	cfg := sessionConfig()
-	H, E := cfg.Interval, cfg.EvictAfter
-	for i := range phaseRuns {
-		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, cfg, memstore.Config{})
-				var live []*node
-				for range 4 {
-					live = append(live, c.start("", -1))
-				}
-				gone := c.start("", -1)
-				settle(20*H + rand.N(H))
-				mark := time.Now()
-				for _, n := range append(live, gone) {
-					c.s.SetUnreachable(n.id, true)
-					c.s.EndSession(n.id)
-				}
-				settle(2*E + rand.N(H))
-				back := time.Now()
-				for _, n := range live {
-					c.s.SetUnreachable(n.id, false)
-				}
-				settle(3 * E)
-				var evictions []stamped
-				for _, n := range live {
-					evs := n.events(mark)
-					assert.Len(t, n.events(mark, gone.id), len(evs), "no live node is evicted")
-					evictions = append(evictions, ofKind(evs, heartbeat.Evicted)...)
-					assert.Len(t, n.m.Members(), len(live))
-				}
-				require.Len(t, evictions, 1, "the node that did not come back is evicted once")
-				assert.LessOrEqual(t, evictions[0].at.Sub(back), 4*H, "once the evictor had three healthy rounds")
-			})
-		})
-	}
+	outageEvictsNobody(t, sessionConfig(), func(c *cluster, n *node) { c.s.EndSession(n.id) })
 }
 
 // TestNodeWithoutLockIsLeftToTheBeats: a peer that never held a session
 // lock (SessionLocks off, or an older version) is evicted by the beat
 // rule only: a free lock proves nothing of a node that never took it.
 func TestNodeWithoutLockIsLeftToTheBeats(t *testing.T) {
-	cfg := sessionConfig()
-	H, E := cfg.Interval, cfg.EvictAfter
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, cfg, memstore.Config{})
+		c := newCluster(t, sessionConfig(), memstore.Config{})
 		a, b := c.start("", -1), c.start("", -1)
 		old := &cluster{t: t, s: c.s, cfg: heartbeat.TestConfig()}
 		x := old.start("", -1)
-		settle(20*H + rand.N(H))
-		mark := time.Now()
-		last := x.m.LastBeat()
-		c.crash(x)
-		sleepUntil(last.Add(E))
-		for _, n := range []*node{a, b} {
-			assert.Empty(t, n.events(mark, x.id), "no fast eviction of a node that never held its lock")
-		}
-		sleepUntil(last.Add(E + H))
-		var evictions []stamped
-		for _, n := range []*node{a, b} {
-			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
-		}
-		require.Len(t, evictions, 1)
+		c.evictedByTheBeatRule(t, a, b, x, func() { c.crash(x) }, "a free lock proves nothing of a node that never held it")
 	})
 }
 
@@ -235,24 +170,34 @@ func TestConfirmDeadVetoesTheFastPath(t *testing.T) {
 		asked.Add(1)
 		return false, nil
 	}
-	H, E := cfg.Interval, cfg.EvictAfter
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, cfg, memstore.Config{})
 		a, b, x := c.start("", -1), c.start("", -1), c.start("", -1)
-		settle(20*H + rand.N(H))
-		mark := time.Now()
-		last := x.m.LastBeat()
-		c.crash(x)
-		sleepUntil(last.Add(E))
-		for _, n := range []*node{a, b} {
-			assert.Empty(t, n.events(mark, x.id), "no eviction before EvictAfter while the node is not confirmed dead")
-		}
+		c.evictedByTheBeatRule(t, a, b, x, func() { c.crash(x) }, "the node is not confirmed dead")
 		assert.Positive(t, asked.Load(), "ConfirmDead was asked")
-		sleepUntil(last.Add(E + H))
-		var evictions []stamped
-		for _, n := range []*node{a, b} {
-			evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
-		}
-		require.Len(t, evictions, 1, "evicted by the beat rule")
 	})
+}
+
+// evictedByTheBeatRule runs fault on x, a node of c whose peers are a
+// and b, and checks that neither evicts it before its record is
+// EvictAfter old, and that one does within EvictAfter+Interval: the fast
+// path did not fire (why says why it must not).
+func (c *cluster) evictedByTheBeatRule(t *testing.T, a, b, x *node, fault func(), why string) {
+	t.Helper()
+	H, E := c.cfg.Interval, c.cfg.EvictAfter
+	settle(20*H + rand.N(H))
+	mark := time.Now()
+	last := x.m.LastBeat()
+	fault()
+	sleepUntil(last.Add(E))
+	for _, n := range []*node{a, b} {
+		assert.Empty(t, n.events(mark, x.id), "no eviction before EvictAfter: %s", why)
+	}
+	sleepUntil(last.Add(E + H))
+	var evictions []stamped
+	for _, n := range []*node{a, b} {
+		evictions = append(evictions, ofKind(n.events(mark, x.id), heartbeat.Evicted)...)
+	}
+	require.Len(t, evictions, 1, "evicted by the beat rule")
+	assert.Greater(t, evictions[0].at.Sub(last), E)
 }

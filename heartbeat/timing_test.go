@@ -90,7 +90,12 @@ func TestCrashedNodeIsEvictedInTime(t *testing.T) {
 // every live node has beaten again. The node that stays away is evicted
 // within EvictAfter+Interval of the store's return.
 func TestOutageForEveryoneEvictsNobody(t *testing.T) {
-	cfg := heartbeat.TestConfig()
+	outageEvictsNobody(t, heartbeat.TestConfig(), nil)
+}
+
+// outageEvictsNobody is TestOutageForEveryoneEvictsNobody on cfg, with
+// also(c, n) applied to every node as the outage begins.
+func outageEvictsNobody(t *testing.T, cfg heartbeat.Config, also func(c *cluster, n *node)) {
 	H, E := cfg.Interval, cfg.EvictAfter
 	for i := range phaseRuns {
 		t.Run(fmt.Sprintf("phases %d", i), func(t *testing.T) {
@@ -108,6 +113,9 @@ func TestOutageForEveryoneEvictsNobody(t *testing.T) {
 				mark := time.Now()
 				for _, n := range append(live, gone) {
 					c.s.SetUnreachable(n.id, true)
+					if also != nil {
+						also(c, n)
+					}
 				}
 				settle(2*E + rand.N(H))
 				back := time.Now()

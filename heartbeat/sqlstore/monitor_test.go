@@ -68,16 +68,9 @@ func TestMonitorsOnSQLite(t *testing.T) {
 	url := sqliteURL(t)
 	table := randomTable()
 	cfg := heartbeat.Config{Interval: 50 * time.Millisecond, EvictAfter: 300 * time.Millisecond, OpTimeout: time.Second}
-	type node struct {
-		id     string
-		m      *heartbeat.Monitor
-		events chan heartbeat.Event
-		cancel context.CancelFunc
-		done   chan error
-	}
-	var nodes []*node
+	var nodes []*monNode
 	for range 3 {
-		n := &node{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
+		n := &monNode{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
 		s := open(t, sqlstore.Config{URL: url, Table: table})
 		m, err := heartbeat.NewMonitor(s, n.id, cfg, heartbeat.ListenerFunc(func(e heartbeat.Event) { n.events <- e }), nil)
 		require.NoError(t, err)
@@ -87,30 +80,14 @@ func TestMonitorsOnSQLite(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes {
-		ctx, cancel := context.WithCancel(t.Context())
-		n.cancel = cancel
-		go func() { n.done <- n.m.Run(ctx) }()
+		n.run(t)
 	}
 	// The third node crashes: its loop stops, no goodbye.
 	dead := nodes[2]
 	dead.cancel()
 	require.NoError(t, <-dead.done)
 
-	kinds := make(map[heartbeat.EventKind]int)
-	deadline := time.After(10 * time.Second)
-	for _, n := range nodes[:2] {
-		for waiting := true; waiting; {
-			select {
-			case e := <-n.events:
-				if e.Record.Node == dead.id && (e.Kind == heartbeat.Evicted || e.Kind == heartbeat.Left) {
-					kinds[e.Kind]++
-					waiting = false
-				}
-			case <-deadline:
-				t.Fatalf("the dead node was not reported gone within 10 s; so far %v", kinds)
-			}
-		}
-	}
+	kinds, _ := awaitGone(t, nodes[:2], dead.id)
 	assert.Equal(t, 1, kinds[heartbeat.Evicted], "exactly one peer evicts the dead node")
 	assert.Equal(t, 1, kinds[heartbeat.Left], "the other reports it Left")
 	for _, n := range nodes[:2] {
@@ -136,17 +113,9 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 			url := c.url(t)
 			table := randomTable()
 			cfg := heartbeat.Config{Interval: 100 * time.Millisecond, EvictAfter: 3 * time.Second, OpTimeout: time.Second, SessionLocks: true}
-			type node struct {
-				id     string
-				s      *sqlstore.Store
-				m      *heartbeat.Monitor
-				events chan heartbeat.Event
-				cancel context.CancelFunc
-				done   chan error
-			}
-			var nodes []*node
+			var nodes []*monNode
 			for i := range 3 {
-				n := &node{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
+				n := &monNode{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
 				if i == 0 {
 					n.s = open(t, sqlstore.Config{URL: url, Table: table})
 				} else {
@@ -163,9 +132,7 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 				nodes = append(nodes, n)
 			}
 			for _, n := range nodes {
-				ctx, cancel := context.WithCancel(t.Context())
-				n.cancel = cancel
-				go func() { n.done <- n.m.Run(ctx) }()
+				n.run(t)
 			}
 			// Every node learns that the others hold their locks: a round
 			// after its own third healthy one.
@@ -177,25 +144,7 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 			last := dead.m.LastBeat()
 			require.NoError(t, dead.s.Close()) // its sessions end, as a killed process's do
 
-			var evictedAt time.Time
-			kinds := make(map[heartbeat.EventKind]int)
-			deadline := time.After(10 * time.Second)
-			for _, n := range nodes[:2] {
-				for waiting := true; waiting; {
-					select {
-					case e := <-n.events:
-						if e.Record.Node == dead.id && (e.Kind == heartbeat.Evicted || e.Kind == heartbeat.Left) {
-							kinds[e.Kind]++
-							if e.Kind == heartbeat.Evicted {
-								evictedAt = time.Now()
-							}
-							waiting = false
-						}
-					case <-deadline:
-						t.Fatalf("the dead node was not reported gone within 10 s; so far %v", kinds)
-					}
-				}
-			}
+			kinds, evictedAt := awaitGone(t, nodes[:2], dead.id)
 			assert.Equal(t, 1, kinds[heartbeat.Evicted], "exactly one peer evicts the dead node")
 			took := evictedAt.Sub(last)
 			t.Logf("%s: evicted %s after its last beat (Interval %s, EvictAfter %s)", c.name, took.Round(time.Millisecond), cfg.Interval, cfg.EvictAfter)
@@ -209,4 +158,48 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 			require.NoError(t, nodes[1].s.Close())
 		})
 	}
+}
+
+// monNode is a monitor run by a test, with the events it reported.
+type monNode struct {
+	id     string
+	s      *sqlstore.Store // when the test closes it by hand
+	m      *heartbeat.Monitor
+	events chan heartbeat.Event
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// run runs n's monitor until n.cancel.
+func (n *monNode) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	n.cancel = cancel
+	go func() { n.done <- n.m.Run(ctx) }()
+}
+
+// awaitGone waits, up to 10 s, until each of nodes reported dead Evicted
+// or Left, and returns how many reported each, and when the eviction was
+// reported.
+func awaitGone(t *testing.T, nodes []*monNode, dead string) (map[heartbeat.EventKind]int, time.Time) {
+	t.Helper()
+	var evictedAt time.Time
+	kinds := make(map[heartbeat.EventKind]int)
+	deadline := time.After(10 * time.Second)
+	for _, n := range nodes {
+		for waiting := true; waiting; {
+			select {
+			case e := <-n.events:
+				if e.Record.Node == dead && (e.Kind == heartbeat.Evicted || e.Kind == heartbeat.Left) {
+					kinds[e.Kind]++
+					if e.Kind == heartbeat.Evicted {
+						evictedAt = time.Now()
+					}
+					waiting = false
+				}
+			case <-deadline:
+				t.Fatalf("the dead node was not reported gone within 10 s; so far %v", kinds)
+			}
+		}
+	}
+	return kinds, evictedAt
 }
