@@ -51,6 +51,7 @@ type Monitor struct {
 	lastAttempt time.Time             // local start of the previous round
 	peerLocks   map[string]peerLock   // by node, with locker
 	suspects    []suspect             // by due time: peers whose beat falls due before the next round
+	holdFailed  bool                  // taking this node's session lock failed since it last succeeded
 }
 
 // seenRecord is a record version and when this monitor first listed it.

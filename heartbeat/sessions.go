@@ -60,8 +60,18 @@ func (m *Monitor) keepSession(ctx context.Context) {
 		m.hold = nil
 		m.mu.Unlock()
 	}
-	if err := m.takeSession(ctx); err != nil && ctx.Err() == nil {
-		m.log.Warn("heartbeat: could not take this node's session lock; peers detect this node's death by its beats alone until it does", "err", err)
+	err := m.takeSession(ctx)
+	switch {
+	case err == nil:
+		m.holdFailed = false
+	case ctx.Err() != nil:
+	case !m.holdFailed:
+		// Once: a session the database has not ended yet (a cut link's)
+		// holds it until the database gives up on it.
+		m.holdFailed = true
+		m.log.Warn("heartbeat: could not take this node's session lock; peers detect this node's death by its beats alone until it does; retrying every round", "err", err)
+	default:
+		m.log.Debug("heartbeat: could not take this node's session lock", "err", err)
 	}
 }
 
