@@ -93,13 +93,14 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Equal(t, 30*time.Second, o.vmSweep)
 	assert.Equal(t, "table", o.Ring, "the default partition table by default")
 	assert.Nil(t, o.Heartbeat.Now, "the heartbeat reads time.Now by default")
+	assert.True(t, o.Heartbeat.SessionLocks, "session locks on by default")
 
 	e := &env{vars: map[string]string{
 		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
 		"REFNODE_PREFIX": "blue", "REFNODE_LOG_LEVEL": "debug", "REFNODE_HEARTBEAT": "200ms",
 		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
 		"REFNODE_CLOCK_SKEW": "-1s", "REFNODE_VM_SWEEP": "2s", "REFNODE_TEST_STALL_VM_FINAL_WRITE": "3s",
-		"REFNODE_RING": "consistent", "REFNODE_QUEUE_TYPE": "quorum",
+		"REFNODE_RING": "consistent", "REFNODE_QUEUE_TYPE": "quorum", "REFNODE_SESSION_LOCKS": "false",
 	}}
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
