@@ -18,6 +18,15 @@ import (
 // onDelivery takes a message off a service queue and schedules it. It
 // never blocks: the scheduler queues the job or refuses it as busy.
 func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
+	select {
+	case <-b.closing:
+		// Close gives it back unsettled as it aborts this consumer, right
+		// after it gave back the deliveries it held: one settled now would
+		// come straight back to this consumer, over and over (a held
+		// retry failed 20 times in a row so, and was dead-lettered).
+		return
+	default:
+	}
 	arrived := time.Now()
 	size := len(d.Body())
 	// A large body's memory is free once it is settled: the release is
