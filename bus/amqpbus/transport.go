@@ -379,7 +379,16 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 		return err
 	}
 	onBroker := t.Address(name)
-	if err := s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts) }); err != nil {
+	err = s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts) })
+	if opts.Kind == driver.QueueTemporary && isCode(err, amqp.ResourceLocked) {
+		// Another connection still holds the name (405 RESOURCE_LOCKED):
+		// a process of the same node that died a moment ago, whose
+		// connection the broker has not dropped yet, or a frozen broker
+		// node's. A new name, as after a reconnect.
+		onBroker = fmt.Sprintf("%s.%d-%04x", name, t.lostConns.Load(), rand.IntN(1<<16))
+		err = s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts) })
+	}
+	if err != nil {
 		return t.opError(s, op, err)
 	}
 	if opts.Kind == driver.QueueTemporary {

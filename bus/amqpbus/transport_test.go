@@ -96,6 +96,37 @@ func TestQueueArgumentsMustAgree(t *testing.T) {
 	require.NoError(t, a.DeleteQueue(t.Context(), q+"-does-not-exist"), "deleting a missing queue is not an error")
 }
 
+// TestTemporaryNameHeldElsewhere: a temporary queue whose name another
+// connection still holds (a process of the same node that died a moment
+// ago, its connection not yet dropped by the broker) is declared under a
+// new name, which Address gives and publishes reach.
+func TestTemporaryNameHeldElsewhere(t *testing.T) {
+	e := newEnv(t)
+	node := message.NewUUID()
+	old := e.dial(t, node, amqpbus.Config{})
+	q := testQueue(t)
+	require.NoError(t, old.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	fresh := e.dial(t, node, amqpbus.Config{})
+	require.NoError(t, fresh.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}),
+		"a name another connection holds is no reason to fail")
+	addr := fresh.Address(q)
+	assert.NotEqual(t, q, addr, "a new name on the broker")
+	assert.True(t, strings.HasPrefix(addr, q+"."), "the new name extends the old: %s", addr)
+	got := make(chan string, 1)
+	_, err := fresh.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	require.NoError(t, fresh.Publish(t.Context(), q, []byte("to the new name")))
+	select {
+	case body := <-got:
+		assert.Equal(t, "to the new name", body)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queue under its new name received nothing")
+	}
+}
+
 func TestMaskURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"amqp://bob:s3cret@host:5672/vh": "amqp://bob:xxxxx@host:5672/vh",
