@@ -20,10 +20,13 @@ import (
 func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 	select {
 	case <-b.closing:
-		// Close gives it back unsettled as it aborts this consumer, right
-		// after it gave back the deliveries it held: one settled now would
-		// come straight back to this consumer, over and over (a held
-		// retry failed 20 times in a row so, and was dead-lettered).
+		// Never run it: the bus is closing. Close gave back the
+		// deliveries it held just before it stops this consumer, and one
+		// run and failed now would be held and given back again at once,
+		// over and over (a held retry failed 20 times in a row so, and
+		// was dead-lettered). Released, it is settled (a consumer being
+		// cancelled waits for that) and goes to the next consumer.
+		giveBack(d)
 		return
 	default:
 	}

@@ -260,8 +260,15 @@ func (s *session) isLost() bool {
 
 // close closes the connection; watch then closes lost.
 func (s *session) close() {
-	_ = s.conn.Close()
+	if err := s.conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && s.raw != nil {
+		_ = s.raw.Close() // the broker did not answer: cut the socket, so every reader ends
+	}
 }
+
+// closeTimeout bounds the AMQP close handshake: a broker node that froze
+// (SIGSTOP, a VM paused) keeps the TCP connection open and never answers
+// it, which held a leaving node's exit for over 20 s.
+const closeTimeout = 2 * time.Second
 
 // kill drops the connection at once, without the AMQP close handshake
 // (which would wait for a broker that does not answer): amqp091's reader
