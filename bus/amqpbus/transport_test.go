@@ -75,10 +75,12 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 
 // TestCloseWhenBrokerStalls: Close ends within a few seconds when the
 // broker stopped answering (a frozen broker node keeps the TCP
-// connection open and never answers the close handshake).
+// connection open and never answers the close handshake). The probe is
+// off, so that it does not cut the connection first: this is the close
+// handshake's own bound.
 func TestCloseWhenBrokerStalls(t *testing.T) {
 	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, Heartbeat: time.Minute})
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, Heartbeat: time.Minute, ProbeInterval: time.Hour, ProbeTimeout: time.Hour})
 	require.NoError(t, err)
 	q := testQueue(t)
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
