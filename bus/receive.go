@@ -21,12 +21,12 @@ func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 	select {
 	case <-b.closing:
 		// Never run it: the bus is closing. Close gave back the
-		// deliveries it held just before it stops this consumer, and one
+		// deliveries it held just before it aborts this consumer, and one
 		// run and failed now would be held and given back again at once,
 		// over and over (a held retry failed 20 times in a row so, and
-		// was dead-lettered). Released, it is settled (a consumer being
-		// cancelled waits for that) and goes to the next consumer.
-		giveBack(d)
+		// was dead-lettered). Left unsettled, the abort gives it back:
+		// settling it here could block this callback (amqpbus releases
+		// by a confirmed publish, which a frozen broker never confirms).
 		return
 	default:
 	}
