@@ -118,6 +118,11 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 				n := &monNode{id: message.NewUUID(), events: make(chan heartbeat.Event, 64), done: make(chan error, 1)}
 				if i == 0 {
 					n.s = open(t, sqlstore.Config{URL: url, Table: table})
+					t.Cleanup(func() { // runs before open's Close
+						ctx, cancel := cleanupCtx()
+						defer cancel()
+						assert.NoError(t, n.s.Drop(ctx), "drop table %s", table)
+					})
 				} else {
 					// Closed by hand: the third one is "killed".
 					s, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, Table: table})
@@ -154,7 +159,7 @@ func TestMonitorsEvictADeadSessionFast(t *testing.T) {
 				require.NoError(t, <-n.done)
 				require.NoError(t, n.m.Leave(context.Background()))
 			}
-			// The last store's cleanup drops the table; the second's pool closes here.
+			// The first store's cleanup drops the table; the second's pool closes here.
 			require.NoError(t, nodes[1].s.Close())
 		})
 	}
