@@ -51,6 +51,7 @@ type CloudBus struct {
 	freeTimer   *time.Timer    // pending return of memory to the OS (memory.go); under mu
 	lastRelease time.Time      // when memory was last returned; under mu
 	timers      sync.WaitGroup // a running release; Close waits
+	growers     sync.WaitGroup // consumers being added or cancelled (spill.go); Close waits
 
 	refusals logLimiter // refused messages logged (refusals.go)
 
@@ -76,6 +77,35 @@ type service struct {
 	handler  Handler
 	consumer driver.Consumer
 	sched    *scheduler // this service's own pool of handlers
+	spill    *spill     // api.portal's added consumers; nil for other services
+}
+
+// taken and finished count a delivery handed to the scheduler and its
+// end, for a service whose consumers grow (spill).
+func (s *service) taken() {
+	if s.spill != nil {
+		s.spill.taken()
+	}
+}
+
+func (s *service) finished() {
+	if s.spill != nil {
+		s.spill.finished()
+	}
+}
+
+// takeConsumers returns the service's consumers and forgets them, for
+// the caller to stop (Abort if abort); under the bus's mu.
+func (s *service) takeConsumers(abort bool) []driver.Consumer {
+	var cs []driver.Consumer
+	if s.consumer != nil {
+		cs = append(cs, s.consumer)
+		s.consumer = nil
+	}
+	if s.spill != nil {
+		cs = append(cs, s.spill.stop(abort)...)
+	}
+	return cs
 }
 
 // Open fills cfg's defaults, validates it, and declares and consumes
@@ -217,7 +247,15 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 	if b.cfg.ClientOnly {
 		return fmt.Errorf("bus: register %s: a ClientOnly bus serves nothing: %w", id, message.ErrBadRequest)
 	}
-	s := &service{id: id, queue: b.queueName(id), handler: h, sched: newScheduler(b.cfg.MaxConcurrency, b.cfg.MaxQueuePerResource)}
+	s := &service{id: id, queue: b.queueName(id), handler: h}
+	conc := b.cfg.MaxConcurrency
+	if id == APIPortal {
+		// Its handlers wait for owners: as many may run as its
+		// consumers may hold.
+		s.spill = newSpill(b, s, b.cfg.Prefetch, portalConsumers)
+		conc = max(conc, portalConsumers*b.cfg.Prefetch)
+	}
+	s.sched = newScheduler(conc, b.cfg.MaxQueuePerResource)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -275,9 +313,12 @@ func (b *CloudBus) unregister(ctx context.Context, serviceID string, deleteQueue
 	if !ok {
 		return fmt.Errorf("bus: unregister %s: not registered on this bus", serviceID)
 	}
+	b.mu.Lock()
+	cs := s.takeConsumers(false)
+	b.mu.Unlock()
 	var errs []error
-	if s.consumer != nil {
-		if err := s.consumer.Cancel(); err != nil {
+	for _, c := range cs {
+		if err := c.Cancel(); err != nil {
 			errs = append(errs, fmt.Errorf("bus: unregister %s: cancel consumer: %w", serviceID, err))
 		}
 	}
@@ -391,6 +432,7 @@ func (b *CloudBus) Close() error {
 
 		b.releaseHeld() // while their consumers can still settle them
 		b.stopConsumers(true, true)
+		b.growers.Wait() // consumers added or removed meanwhile stop themselves
 		if f, ok := b.tr.(driver.QueueForgetter); ok {
 			for _, q := range served {
 				f.ForgetQueue(q)
@@ -448,10 +490,7 @@ func (b *CloudBus) stopConsumers(all, abort bool) {
 	b.mu.Lock()
 	var cs []driver.Consumer
 	for _, s := range b.services {
-		if s.consumer != nil {
-			cs = append(cs, s.consumer)
-			s.consumer = nil
-		}
+		cs = append(cs, s.takeConsumers(abort)...)
 	}
 	if all {
 		cs = append(cs, b.consumers...)

@@ -89,7 +89,8 @@ type Limits struct {
 	// on this bus. Each service has its own pool, so a handler that waits
 	// for another service (the API portal for the owner's reply, one
 	// service asking another) never waits for a slot held by its own
-	// callers. Default 64.
+	// callers. Default 64; api.portal's pool is as large as its
+	// consumers may hold (see Prefetch).
 	MaxConcurrency int
 
 	// MaxQueuePerResource bounds the messages about one resource waiting
@@ -100,7 +101,12 @@ type Limits struct {
 	// Prefetch bounds the unacknowledged deliveries per consumer: the
 	// messages held in memory, and the most a paused or cut-off node
 	// keeps from its peers (on the shared api.portal queue) until the
-	// broker takes them back. Default 32.
+	// broker takes them back. Default 32. A bus has one consumer per
+	// queue, but on api.portal, whose handlers hold their messages until
+	// the owner they forwarded them to answers: there it opens another
+	// consumer while three quarters of what its consumers may hold is
+	// held, up to 8, and cancels them again once they are little used
+	// (docs/design.md, "Delivery rules").
 	Prefetch int
 
 	// MaxDeliveries bounds how many times a message of a service queue is

@@ -93,16 +93,22 @@ func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 	}
 	j := &job{
 		run: func() {
+			defer s.finished()
 			b.handle(s, env, d, arrived, dl)
 			b.noteSize(size)
 		},
-		requeue: func() { _ = d.Reject(true) },
+		requeue: func() {
+			_ = d.Reject(true)
+			s.finished()
+		},
 	}
 	key := ""
 	if env.ResourceUUID != "" {
 		key = env.ResourceUUID // each service has its own lines
 	}
+	s.taken()
 	if err := s.sched.submit(key, j); err != nil {
+		s.finished()
 		if errors.Is(err, message.ErrClosed) {
 			_ = d.Reject(true) // another consumer, or this node's successor, takes it
 			return

@@ -1,0 +1,153 @@
+package bus
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/bus/driver"
+)
+
+// How api.portal's consumers grow (see spill).
+const (
+	// portalConsumers bounds the consumers a bus keeps on api.portal,
+	// each with Config.Prefetch deliveries.
+	portalConsumers = 8
+)
+
+// spillCooldown is how long after a consumer was added or removed the
+// bus waits before it removes one; a variable for the tests.
+var spillCooldown = time.Second
+
+// spill adds consumers to a queue whose handlers mostly wait for other
+// services, and removes them again: api.portal's. Each portal handler
+// holds its delivery, unacknowledged, until the owner it forwarded the
+// message to answers, so that another portal runs it again if this
+// process dies. With one consumer, Config.Prefetch calls waiting for an
+// owner that died, froze or slowed down would fill the prefetch, and
+// every API call, whatever node owns its resource, would wait in
+// api.portal until those ended (by the owner's eviction or their
+// deadlines). So while three quarters of what its consumers may hold is
+// held, the bus opens one more consumer, up to portalConsumers; once
+// the held deliveries would fill at most half of the consumers without
+// the last one added, and spillCooldown has passed, it cancels that one
+// (its deliveries still run and settle). A paused or cut-off process
+// keeps what it held, and at most Config.Prefetch more per consumer it
+// had then: as many as a single consumer when it paused in a calm
+// moment.
+type spill struct {
+	b        *CloudBus
+	s        *service
+	prefetch int
+	max      int // consumers, the first one included
+
+	mu      sync.Mutex
+	held    int               // deliveries submitted to the scheduler, not yet finished
+	extra   []driver.Consumer // added consumers, oldest first
+	busy    bool              // a grow runs
+	changed time.Time         // the last grow or shrink
+	stopped bool              // the service's consumers were stopped
+	abort   bool              // how: Abort, not Cancel
+}
+
+func newSpill(b *CloudBus, s *service, prefetch, max int) *spill {
+	return &spill{b: b, s: s, prefetch: prefetch, max: max}
+}
+
+// capacity is what the consumers may hold; under mu.
+func (p *spill) capacity() int { return (1 + len(p.extra)) * p.prefetch }
+
+// taken counts a delivery handed to the scheduler, and opens another
+// consumer if the held ones fill three quarters of the capacity.
+func (p *spill) taken() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held++
+	if p.stopped || p.busy || 1+len(p.extra) >= p.max || 4*p.held < 3*p.capacity() {
+		return
+	}
+	p.busy = true
+	p.b.growers.Add(1)
+	go p.grow()
+}
+
+// finished counts a delivery settled, and cancels the last consumer
+// added if the rest would be at most half full.
+func (p *spill) finished() {
+	p.mu.Lock()
+	p.held--
+	var c driver.Consumer
+	if !p.stopped && len(p.extra) > 0 && 2*p.held <= p.capacity()-p.prefetch && time.Since(p.changed) >= spillCooldown {
+		c = p.extra[len(p.extra)-1]
+		p.extra = p.extra[:len(p.extra)-1]
+		p.changed = time.Now()
+	}
+	if c != nil {
+		p.b.growers.Add(1) // before stop, which Close's wait follows
+	}
+	n := 1 + len(p.extra)
+	p.mu.Unlock()
+	if c == nil {
+		return
+	}
+	p.b.log.Debug("fewer consumers on a queue whose handlers wait less", "service", p.s.id, "consumers", n)
+	// Cancel waits for the consumer's callback, which this may run
+	// under (a delivery refused at once): never here.
+	go func() {
+		defer p.b.growers.Done()
+		if err := c.Cancel(); err != nil && !isGone(err) {
+			p.b.log.Warn("cancel an added consumer", "service", p.s.id, "err", err)
+		}
+	}()
+}
+
+// grow opens one more consumer.
+func (p *spill) grow() {
+	defer p.b.growers.Done()
+	ctx, cancel := context.WithTimeout(p.b.base, p.b.cfg.ReplyTimeout)
+	c, err := p.b.tr.Consume(ctx, p.s.queue, driver.ConsumeOptions{Prefetch: p.prefetch}, func(d driver.Delivery) { p.b.onDelivery(p.s, d) })
+	cancel()
+	p.mu.Lock()
+	p.busy = false
+	if err != nil {
+		p.mu.Unlock()
+		if !isGone(err) && p.b.base.Err() == nil {
+			p.b.log.Warn("could not add a consumer to a queue whose handlers wait", "service", p.s.id, "err", err)
+		}
+		return
+	}
+	if p.stopped {
+		abort := p.abort
+		p.mu.Unlock()
+		stop := c.Cancel
+		if abort {
+			stop = c.Abort
+		}
+		_ = stop()
+		return
+	}
+	p.extra = append(p.extra, c)
+	p.changed = time.Now()
+	n := 1 + len(p.extra)
+	again := n < p.max && 4*p.held >= 3*p.capacity()
+	if again {
+		p.busy = true
+		p.b.growers.Add(1)
+	}
+	p.mu.Unlock()
+	p.b.log.Debug("one more consumer on a queue whose handlers wait", "service", p.s.id, "consumers", n)
+	if again {
+		go p.grow()
+	}
+}
+
+// stop returns the added consumers, for the caller to stop as it stops
+// the first one (Abort if abort); a grow still running stops its own.
+func (p *spill) stop(abort bool) []driver.Consumer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped, p.abort = true, abort
+	cs := p.extra
+	p.extra = nil
+	return cs
+}

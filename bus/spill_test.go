@@ -1,0 +1,113 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/bus/membus"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
+)
+
+// TestPortalGrowsWhileHandlersWait holds api.portal's handlers, as calls
+// to an owner that died would, for three times the prefetch: a call that
+// does not wait is still answered at once, because the bus opens more
+// consumers on api.portal while nearly all it holds waits. With the
+// handlers free again it removes them, down to one; and it never keeps
+// more than bus.PortalConsumers, however many wait.
+func TestPortalGrowsWhileHandlersWait(t *testing.T) {
+	defer bus.SetSpillCooldown(10 * time.Millisecond)()
+	const prefetch = 4
+	net := membus.New()
+	open := func(name string) (*bus.CloudBus, driver.Transport) {
+		tr := net.Transport(name)
+		t.Cleanup(func() { _ = tr.Close() })
+		b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Prefix: "spill", Limits: bus.Limits{Prefetch: prefetch}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b, tr
+	}
+	caller, _ := open("caller")
+	portal, tr := open("portal")
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
+		if g.Name == "stuck" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return Greeting{}, ctx.Err()
+			}
+		}
+		return Greeting{Text: "hello " + g.Name}, nil
+	})
+	require.NoError(t, busx.Of(portal).RegisterShared(t.Context(), bus.APIPortal, mux))
+	queue := busx.Of(portal).QueueName(bus.APIPortal)
+	consumers := func() int {
+		n, err := tr.(driver.ConsumerCounter).Consumers(t.Context(), queue)
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, 1, consumers(), "one consumer while nothing waits")
+
+	stuck := func(n int) (wait func() []error) {
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				_, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: "stuck"}, bus.WithTimeout(20*time.Second))
+				errs <- err
+			}()
+		}
+		return func() []error {
+			var out []error
+			for range n {
+				out = append(out, <-errs)
+			}
+			return out
+		}
+	}
+	awaitRunning := func(n int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for portal.Stats().Running < n {
+			require.True(t, time.Now().Before(deadline), "%d portal handlers running; want %d", portal.Stats().Running, n)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	wait := stuck(3 * prefetch)
+	awaitRunning(3 * prefetch)
+	start := time.Now()
+	g, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: "free"}, bus.WithTimeout(5*time.Second))
+	require.NoError(t, err, "a call that does not wait is answered while %d others wait", 3*prefetch)
+	assert.Equal(t, "hello free", g.Text)
+	t.Logf("answered in %s with %d calls waiting on %d consumers", time.Since(start).Round(time.Microsecond), 3*prefetch, consumers())
+	assert.GreaterOrEqual(t, consumers(), 4, "consumers enough for the waiting calls and one more")
+
+	// However many wait, the consumers stay bounded.
+	waitMore := stuck(bus.PortalConsumers*prefetch + 8)
+	awaitRunning(bus.PortalConsumers * prefetch)
+	assert.Equal(t, bus.PortalConsumers, consumers(), "at most bus.PortalConsumers consumers")
+
+	free()
+	for i, err := range append(wait(), waitMore()...) {
+		require.NoError(t, err, "waiting call %d answered once freed", i)
+	}
+	// Calls that do not wait let the consumers go again.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; consumers() > 1; i++ {
+		require.True(t, time.Now().Before(deadline), "still %d consumers on api.portal long after nothing waits", consumers())
+		_, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: fmt.Sprint(i)}, bus.WithTimeout(5*time.Second))
+		require.NoError(t, err)
+		time.Sleep(15 * time.Millisecond) // past the cooldown
+	}
+}
