@@ -34,13 +34,14 @@ type Cluster struct {
 }
 
 type member struct {
-	node   *service.Node
-	tr     *membus.Transport
-	db     *nodeDB       // on SQL: the node's pools, heartbeat store and fence
-	setCut func(on bool) // cuts the node's view of the heartbeat store off, or back
-	killed bool          // by Kill, for good
-	cut    bool          // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
-	parted bool          // off the bus, from Partition(true) to Partition(false)
+	node       *service.Node
+	tr         *membus.Transport
+	db         *nodeDB       // on SQL: the node's pools, heartbeat store and fence
+	setCut     func(on bool) // cuts the node's view of the heartbeat store off, or back
+	endSession func()        // ends the node's database session, as its death does
+	killed     bool          // by Kill, for good
+	cut        bool          // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
+	parted     bool          // off the bus, from Partition(true) to Partition(false)
 }
 
 // Start starts a cluster with [New], failing t if it cannot, and closes
@@ -118,12 +119,13 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	if c.sql == nil {
 		env.Store = c.store.For(id)
 		m.setCut = func(on bool) { c.store.SetUnreachable(id, on) }
+		m.endSession = func() { c.store.EndSession(id) }
 	} else {
 		db, err := c.sql.openNode(ctx, id, c.opts)
 		if err != nil {
 			return nil, fmt.Errorf("servicetest: node %d: %w", i, err)
 		}
-		m.db, m.setCut = db, db.view.setCut
+		m.db, m.setCut, m.endSession = db, db.view.setCut, db.view.endSessions
 		env.DB, env.Dialect, env.Tables = db.db.DB(), c.sql.info.Dialect, c.sql.info.Tables
 		env.Fence, env.Store = db.fence, db.view
 	}
@@ -274,12 +276,14 @@ func (c *Cluster) mustMember(id string) *member {
 	return m
 }
 
-// Kill crashes the node: its consumers vanish, its queues stay, it stops
-// beating and says no goodbye. It is not live from then on, and peers
-// evict it after the threshold. Its handlers that are running go on, and
-// on SQL the pool of its services stays open: a write of theirs reaches
-// the database, where the fence refuses it once peers evicted the node.
-// It panics if the cluster has no node id.
+// Kill crashes the node: its consumers vanish, its queues stay, its
+// database session ends, it stops beating and says no goodbye. It is not
+// live from then on, and a peer evicts it once its beat is a quarter
+// Interval late and its session lock free (after EvictAfter with
+// Options.NoSessionLocks). Its handlers that are running go on, and on
+// SQL the pool of its services stays open: a write of theirs reaches the
+// database, where the fence refuses it once peers evicted the node. It
+// panics if the cluster has no node id.
 func (c *Cluster) Kill(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
@@ -287,6 +291,7 @@ func (c *Cluster) Kill(id string) {
 	c.mu.Unlock()
 	m.setCut(true)
 	c.net.Kill(id)
+	m.endSession()
 }
 
 // StopHeartbeat cuts the node off from the heartbeat store: it keeps

@@ -245,3 +245,38 @@ func TestAddNode(t *testing.T) {
 		assert.Panics(t, func() { c.StopHeartbeat(message.NewUUID()) }, "an unknown node is a bug in the test")
 	})
 }
+
+// TestKillEndsTheSession: a killed node's database session ends with it,
+// so a peer evicts it once its beat is a quarter Interval late, long
+// before EvictAfter; with Options.NoSessionLocks only the beat rule
+// evicts it. A node cut off from the store (StopHeartbeat) keeps its
+// session: TestConvergedAfterStopHeartbeat shows it is not evicted
+// before the threshold.
+func TestKillEndsTheSession(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		noLocks  bool
+		min, max time.Duration
+	}{
+		{"session locks", false, 0, hb.Interval + hb.Interval/4 + 2*hb.Interval},
+		{"no session locks", true, hb.EvictAfter - hb.Interval, hb.EvictAfter + 2*hb.Interval},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cl := start(t, 3, servicetest.Options{NoSessionLocks: c.noLocks})
+				// Every node saw its peers' locks held: a round after
+				// their third healthy beat.
+				time.Sleep(5 * hb.Interval)
+				victim := cl.Node(1).UUID()
+				killed := time.Now()
+				cl.Kill(victim)
+				cl.WaitGone(t, victim, 2*hb.EvictAfter)
+				took := time.Since(killed)
+				t.Logf("%s: a killed node left every ring %v after the kill (Interval %v, EvictAfter %v)", c.name, took, hb.Interval, hb.EvictAfter)
+				assert.GreaterOrEqual(t, took, c.min)
+				assert.LessOrEqual(t, took, c.max)
+				cl.WaitConverged(t, time.Second)
+			})
+		})
+	}
+}

@@ -70,6 +70,13 @@ type Options struct {
 	Tracer bus.Tracer
 	// NoRejoin makes an evicted node stop instead of rejoining.
 	NoRejoin bool
+	// NoSessionLocks turns the nodes' session locks off
+	// (heartbeat.Config.SessionLocks, which the cluster sets otherwise,
+	// as service/nodekit does for a production node). With them, a node
+	// [Cluster.Kill] crashes loses its session at once and a peer evicts
+	// it once its beat is a quarter Interval late; without them, only
+	// after EvictAfter, as a node frozen or cut off from the store.
+	NoSessionLocks bool
 }
 
 // SQLHeartbeat returns the base timing of a cluster on SQL (see
@@ -107,6 +114,7 @@ func (opts Options) withDefaults() (Options, error) {
 		errs = append(errs, errors.New("servicetest: Options.Schema needs tables: set Options.Database (\"sqlite\", say)"))
 	}
 	opts.Heartbeat = mergeHeartbeat(opts.Heartbeat, base)
+	opts.Heartbeat.SessionLocks = !opts.NoSessionLocks
 	if err := opts.Heartbeat.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("servicetest: Options.Heartbeat, merged with %s: %w", baseName, err))
 	}

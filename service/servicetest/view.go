@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +27,9 @@ type storeView struct {
 	s    *sqlstore.Store
 	node string
 	cut  atomic.Bool
+
+	mu    sync.Mutex
+	holds []*viewHold // session locks held through the view
 }
 
 var _ heartbeat.Store = (*storeView)(nil)
@@ -118,4 +123,72 @@ func (v *storeView) RemoveQueues(ctx context.Context, node string, queues []stri
 		return err
 	}
 	return v.s.RemoveQueues(ctx, node, queues)
+}
+
+var _ heartbeat.SessionLocker = (*storeView)(nil)
+
+// HoldSession implements [heartbeat.SessionLocker], unless cut off: the
+// hold's Check fails while the view is cut off, and its Release then
+// keeps the lock, as a database keeps the session of a client that
+// vanished without a word, until [storeView.endSessions].
+func (v *storeView) HoldSession(ctx context.Context, node string) (heartbeat.SessionHold, error) {
+	if err := v.reach("hold the session lock"); err != nil {
+		return nil, err
+	}
+	h, err := v.s.HoldSession(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	vh := &viewHold{v: v, h: h}
+	v.mu.Lock()
+	v.holds = append(v.holds, vh)
+	v.mu.Unlock()
+	return vh, nil
+}
+
+// SessionFree implements [heartbeat.SessionLocker], unless cut off.
+func (v *storeView) SessionFree(ctx context.Context, node string) (bool, error) {
+	if err := v.reach("test a session lock"); err != nil {
+		return false, err
+	}
+	return v.s.SessionFree(ctx, node)
+}
+
+// endSessions ends the sessions of every hold taken through the view,
+// as the database does when the node's process dies: their locks are
+// free at once.
+func (v *storeView) endSessions() {
+	v.mu.Lock()
+	holds := v.holds
+	v.holds = nil
+	v.mu.Unlock()
+	for _, h := range holds {
+		_ = h.h.Release()
+	}
+}
+
+// viewHold is a session lock held through a storeView.
+type viewHold struct {
+	v *storeView
+	h heartbeat.SessionHold
+}
+
+// Check implements [heartbeat.SessionHold], unless cut off.
+func (h *viewHold) Check(ctx context.Context) error {
+	if err := h.v.reach("check the session lock"); err != nil {
+		return err
+	}
+	return h.h.Check(ctx)
+}
+
+// Release implements [heartbeat.SessionHold]; cut off, it keeps the
+// lock (see [storeView.HoldSession]).
+func (h *viewHold) Release() error {
+	if h.v.reach("release the session lock") != nil {
+		return nil
+	}
+	h.v.mu.Lock()
+	h.v.holds = slices.DeleteFunc(h.v.holds, func(x *viewHold) bool { return x == h })
+	h.v.mu.Unlock()
+	return h.h.Release()
 }
