@@ -208,7 +208,7 @@ func (c *consumer) reconsume(s *session) {
 		c.t.mu.Lock()
 		opts, declared := c.t.queues[c.queue]
 		c.t.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.DialTimeout)
+		ctx, cancel := context.WithTimeout(c.t.life, c.t.cfg.DialTimeout)
 		var err error
 		if declared {
 			onBroker := c.t.Address(c.queue)
@@ -243,7 +243,7 @@ func (c *consumer) recount(d amqp.Delivery) {
 		}
 		c.t.log.Warn("dead-lettering a poison message", "queue", c.queue, "dead_letter", dest, "deliveries", n-1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.t.cfg.PublishTimeout)
+	ctx, cancel := context.WithTimeout(c.t.life, c.t.cfg.PublishTimeout)
 	defer cancel()
 	err := c.t.publishTable(ctx, dest, d.Body, headers)
 	if err != nil {
@@ -431,7 +431,7 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 			err = fmt.Errorf("amqpbus: %s a delivery of %s: its channel closed, so the broker requeued it already: %w", what, d.c.queue, message.ErrUnavailable)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), d.c.t.cfg.PublishTimeout)
+		ctx, cancel := context.WithTimeout(d.c.t.life, d.c.t.cfg.PublishTimeout)
 		defer cancel()
 		headers := amqp.Table{}
 		for _, k := range []string{headerDeliveries, driver.HeaderAttempts} {

@@ -48,7 +48,9 @@ type Transport struct {
 	nextWatch int
 	notifyMu  sync.Mutex // held while watchers are called, and by their stop
 
-	closing   chan struct{} // closed by Close
+	closing   chan struct{}   // closed by Close
+	life      context.Context // ended by Close: bounds the transport's own waits (reconnects, republishes)
+	endLife   context.CancelFunc
 	closeOnce sync.Once
 	wg        sync.WaitGroup // supervisor, watchdog and session goroutines
 
@@ -92,11 +94,13 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		probeWake: make(chan struct{}),
 	}
 	t.log = cfg.Logger
+	t.life, t.endLife = context.WithCancel(context.Background())
 	for range cfg.Publishers {
 		t.fastReqs = append(t.fastReqs, make(chan *pubReq))
 	}
 	s, err := t.connectAny(ctx, rand.IntN(len(t.urls)))
 	if err != nil {
+		t.endLife()
 		return nil, err
 	}
 	t.log.Info("connected to the broker", "broker", s.masked)
@@ -178,7 +182,7 @@ func (t *Transport) supervise(s *session) {
 			case <-time.After(jitter(delay)):
 			}
 			url = (url + 1) % len(t.urls)
-			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
+			ctx, cancel := context.WithTimeout(t.life, t.cfg.DialTimeout)
 			next, err := t.connect(ctx, url)
 			if err == nil {
 				err = t.redeclare(ctx, next)
@@ -614,6 +618,7 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.setState(driver.TransportClosed)
 		close(t.closing)
+		t.endLife() // a reconnect or republish under way ends now, not at its timeout
 		t.mu.Lock()
 		cs := make([]*consumer, 0, len(t.consumers))
 		for c := range t.consumers {

@@ -73,6 +73,29 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	p.Heal()
 }
 
+// TestCloseWhileReconnecting: Close ends at once while the transport
+// reconnects to a broker that accepts connections but never answers (a
+// frozen broker node): the attempt under way is cut short, not left to
+// its DialTimeout.
+func TestCloseWhileReconnecting(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, DialTimeout: 20 * time.Second})
+	require.NoError(t, err)
+	p.Stall()
+	defer p.Heal()
+	deadline := time.Now().Add(10 * time.Second)
+	for tr.State() != driver.TransportReconnecting {
+		require.True(t, time.Now().Before(deadline), "the probe never noticed the stalled broker")
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // into an attempt: its TCP connect succeeds, its handshake gets no answer
+	start := time.Now()
+	require.NoError(t, tr.Close())
+	took := time.Since(start)
+	t.Logf("Close while reconnecting to a stalled broker returned after %s (DialTimeout 20s)", took)
+	assert.Less(t, took, 3*time.Second, "Close must not wait for the reconnect attempt's DialTimeout")
+}
+
 func TestMaxMessageSize(t *testing.T) {
 	e := newEnv(t)
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{MaxMessageSize: 1024})
