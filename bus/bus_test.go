@@ -194,8 +194,9 @@ func TestAbandonCallsFailsAtOnce(t *testing.T) {
 		errc <- err
 	}()
 	<-started
-	assert.Equal(t, 0, busx.Of(a).AbandonCalls(message.NewUUID(), nil), "other nodes' calls are untouched")
-	assert.Equal(t, 1, busx.Of(a).AbandonCalls(b.Node(), errors.New("evicted")))
+	assert.Equal(t, 0, busx.Of(a).AbandonCalls(message.NewUUID(), time.Time{}, nil), "other nodes' calls are untouched")
+	assert.Equal(t, 0, busx.Of(a).AbandonCalls(b.Node(), time.Now().Add(-time.Hour), nil), "calls sent after before are untouched")
+	assert.Equal(t, 1, busx.Of(a).AbandonCalls(b.Node(), time.Time{}, errors.New("evicted")))
 	err := <-errc
 	assert.ErrorIs(t, err, message.ErrNodeLeft)
 	assert.Equal(t, message.RetryUnknown, message.CodeOf(err).Retry())

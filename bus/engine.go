@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
@@ -45,7 +46,9 @@ func (e engine) DeleteQueueIfIdle(ctx context.Context, queue string) error {
 
 func (e engine) Drain(ctx context.Context) error { return e.b.drain(ctx) }
 
-func (e engine) AbandonCalls(node string, cause error) int { return e.b.abandonCalls(node, cause) }
+func (e engine) AbandonCalls(node string, before time.Time, cause error) int {
+	return e.b.abandonCalls(node, before, cause)
+}
 
 func (e engine) RegisterShared(ctx context.Context, serviceID string, h any) error {
 	return e.b.registerShared(ctx, serviceID, h.(Handler))

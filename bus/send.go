@@ -18,7 +18,8 @@ import (
 type pendingCall struct {
 	typ    string
 	target string
-	node   string // target node, "" for a shared id such as api.portal
+	node   string    // target node, "" for a shared id such as api.portal
+	sent   time.Time // when it was registered, to tell a node's lives apart (abandonCalls)
 	once   sync.Once
 	done   chan struct{}
 	reply  *wire.Envelope
@@ -167,7 +168,7 @@ func (b *CloudBus) roundTrip(ctx context.Context, env *wire.Envelope, o busx.Cal
 	// the message id, which several calls may share (WithID).
 	env.CorrelationID = message.NewUUID()
 	env.ReplyTo = b.replyAddress()
-	p := &pendingCall{typ: env.Type, target: env.ServiceID, done: make(chan struct{})}
+	p := &pendingCall{typ: env.Type, target: env.ServiceID, sent: time.Now(), done: make(chan struct{})}
 	if _, node, ok := SplitServiceID(env.ServiceID); ok {
 		p.node = node
 	}
@@ -278,15 +279,17 @@ func (b *CloudBus) forward(ctx context.Context, r *Request, target string, heade
 }
 
 // abandonCalls fails at once every call pending towards node with an
-// error matching message.ErrNodeLeft, and returns how many it failed. The
-// node calls it when it learns that node left the cluster: the outcome of
-// those calls is unknown (the message may still run, there or on the new
+// error matching message.ErrNodeLeft, and returns how many it failed; with
+// a non-zero before, only those sent before it (to a life of node that
+// left then: calls sent later go to the life that joined since). The node
+// calls it when it learns that node left the cluster: the outcome of those
+// calls is unknown (the message may still run, there or on the new
 // owner). A reply arriving later is dropped as late.
-func (b *CloudBus) abandonCalls(node string, cause error) int {
+func (b *CloudBus) abandonCalls(node string, before time.Time, cause error) int {
 	b.mu.Lock()
 	var hit []*pendingCall
 	for id, p := range b.pending {
-		if p.node == node {
+		if p.node == node && (before.IsZero() || p.sent.Before(before)) {
 			hit = append(hit, p)
 			delete(b.pending, id)
 		}

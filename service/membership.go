@@ -83,11 +83,12 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 		n.signalLocked()
 	}
 	if calls == abandonLater && node != n.id {
-		n.abandonAt[node] = time.Now().Add(n.cfg.LeaveTimeout)
+		now := time.Now()
+		n.abandonAt[node] = abandonment{at: now.Add(n.cfg.LeaveTimeout), left: now}
 	}
 	n.mu.Unlock()
 	if calls == abandonCalls && node != n.id {
-		n.abandon(node, why)
+		n.abandon(node, time.Time{}, why)
 	}
 	if err != nil && !errors.Is(err, ring.ErrMemberNotFound) {
 		n.log.Error("ring remove failed", "member", node, "err", err)
@@ -99,9 +100,16 @@ func (n *Node) memberLeft(node string, epoch int64, why string, calls int) {
 	}
 }
 
-func (n *Node) abandon(node, why string) {
+// abandonment is when the calls to a node whose record vanished are
+// failed, and when it vanished: only calls sent before then are failed,
+// not those to a life of the node that joined since.
+type abandonment struct{ at, left time.Time }
+
+// abandon fails the calls pending towards node (sent before before, if
+// it is not zero) with node-left.
+func (n *Node) abandon(node string, before time.Time, why string) {
 	if b := n.Bus(); b != nil {
-		if k := busx.Of(b).AbandonCalls(node, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
+		if k := busx.Of(b).AbandonCalls(node, before, fmt.Errorf("node %s left: %s", node, why)); k > 0 {
 			n.log.Info("calls towards a node that left failed with node-left", "member", node, "calls", k)
 		}
 	}
@@ -110,16 +118,16 @@ func (n *Node) abandon(node, why string) {
 // abandonDue fails calls to nodes whose record vanished LeaveTimeout ago.
 func (n *Node) abandonDue(now time.Time) {
 	n.mu.Lock()
-	var due []string
-	for node, at := range n.abandonAt {
-		if !now.Before(at) {
-			due = append(due, node)
+	due := map[string]time.Time{}
+	for node, a := range n.abandonAt {
+		if !now.Before(a.at) {
+			due[node] = a.left
 			delete(n.abandonAt, node)
 		}
 	}
 	n.mu.Unlock()
-	for _, node := range due {
-		n.abandon(node, "its membership record vanished")
+	for node, left := range due {
+		n.abandon(node, left, "its membership record vanished")
 	}
 }
 

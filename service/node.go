@@ -87,7 +87,7 @@ type Node struct {
 	gone    map[string]int64   // node -> highest epoch seen leaving
 	goodbye map[string]bool    // nodes whose tombstone came from the node itself (a leave)
 	// abandonAt: nodes whose record vanished -> when to fail their calls
-	abandonAt map[string]time.Time
+	abandonAt map[string]abandonment
 	epoch     int64
 	changed   chan struct{} // closed and replaced at every change of state or ring; guarded by mu
 	sweepNow  chan struct{} // cap 1: asks the sweep loop for a sweep
@@ -152,7 +152,7 @@ func NewNode(cfg Config) (*Node, error) {
 		members:   make(map[string]int64),
 		gone:      make(map[string]int64),
 		goodbye:   make(map[string]bool),
-		abandonAt: make(map[string]time.Time),
+		abandonAt: make(map[string]abandonment),
 		changed:   make(chan struct{}),
 		sweepNow:  make(chan struct{}, 1),
 	}

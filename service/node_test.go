@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -484,6 +485,54 @@ func TestEvictedNodeRejoins(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, victim.UUID(), got.Node, "the rejoined node owns its resources again")
 		t.Logf("fenced %s after its heartbeat was cut (lease %s, eviction %s)", fencedAfter, hb.Lease, hb.EvictAfter)
+	})
+}
+
+// TestRejoinedNodeKeepsItsCalls: a peer evicts a node cut off from the
+// store, and the third node sees its record vanish; the calls that node
+// had pending towards it are failed with node_left LeaveTimeout (10 s)
+// later, but only those sent to its old life: calls sent after it
+// rejoined run to their end (they were failed too, 10 s after the
+// vanishing, found by TestFastPathSparesTheLiving).
+func TestRejoinedNodeKeepsItsCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := heartbeat.TestConfig()
+		j := newJournal()
+		c, _ := startCluster(t, 3, j, servicetest.Options{Heartbeat: hb})
+		victim := c.Node(2)
+		epoch := victim.Epoch()
+		c.StopHeartbeat(victim.UUID())
+		c.WaitGone(t, victim.UUID(), time.Second)
+		c.ResumeHeartbeat(victim.UUID())
+		c.WaitFor(t, time.Second, "the evicted node rejoins with a new epoch", func() bool {
+			return victim.State() == service.StateServing && victim.Epoch() != epoch
+		})
+		c.WaitConverged(t, time.Second)
+		res := message.NewUUID()
+		for ; ; res = message.NewUUID() {
+			if o, _ := victim.Owner(res); o == victim.UUID() {
+				break
+			}
+		}
+		hold := make(chan struct{})
+		j.mu.Lock()
+		j.hold = hold
+		j.mu.Unlock()
+		errs := make(chan error, 2)
+		for _, n := range []*service.Node{c.Node(0), c.Node(1)} { // one evicted it, the other saw its record vanish
+			go func() {
+				got, err := service.Call[Touched](t.Context(), n, Touch{Resource: res}, bus.WithTimeout(time.Minute))
+				if err == nil && got.Node != victim.UUID() {
+					err = fmt.Errorf("handled on %s, not on the owner %s", got.Node, victim.UUID())
+				}
+				errs <- err
+			}()
+		}
+		time.Sleep(15 * time.Second) // past LeaveTimeout from the vanishing
+		close(hold)
+		for range 2 {
+			require.NoError(t, <-errs, "a call to the node's new life is not failed for its old life's leave")
+		}
 	})
 }
 

@@ -303,7 +303,7 @@ func (n *Node) leave() {
 		// calls this node's handlers (its portal, say) wait on either:
 		// end them now, outcome unknown, rather than hold the drain
 		// until the peer is evicted.
-		n.abandon(p, "it did not confirm this node's leave")
+		n.abandon(p, time.Time{}, "it did not confirm this node's leave")
 	}
 	confirmed := len(peers) - len(silent)
 	if err := busx.Of(b).Drain(ctx); err != nil {

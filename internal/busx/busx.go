@@ -78,9 +78,10 @@ type Engine interface {
 	// Drain stops the bus's own per-node service queues cleanly, handing
 	// back what the handlers did not take.
 	Drain(ctx context.Context) error
-	// AbandonCalls fails every call pending towards node with
-	// message.ErrNodeLeft and returns how many it failed.
-	AbandonCalls(node string, cause error) int
+	// AbandonCalls fails every call pending towards node (with a
+	// non-zero before, sent before it) with message.ErrNodeLeft and
+	// returns how many it failed.
+	AbandonCalls(node string, before time.Time, cause error) int
 	// RegisterShared serves the shared queue of serviceID with h, a
 	// bus.Handler.
 	RegisterShared(ctx context.Context, serviceID string, h any) error
