@@ -319,7 +319,8 @@ type chaosWindow struct {
 	ready         time.Time      // every node serving and connected to the broker again
 	recovered     time.Time      // and every ring agrees
 	termExit      string         // a SIGTERMed node's exit, if not 0
-	evictions     []string       // "A1 after 3.1s" for each node hit that a peer evicted in the window
+	evictions     []string       // "A1 after 3.1s (stopped beating)" for each node hit that a peer evicted in the window
+	killEvictions []killEviction // those of SIGKILLed nodes
 	calls         map[string]int // image calls invoked in the window, by outcome
 	slowest       time.Duration  // the longest of them
 	stall         *chaosStall    // a stall-pause's stall
@@ -617,9 +618,17 @@ func (m *nemesis) run(t *testing.T, ctx context.Context, f chaosFault) chaosWind
 				peers = append(peers, n.runs...)
 			}
 		}
-		at, ok := evictedAt(peers, c.id, w.start, w.recovered)
+		at, line, ok := evictedAt(peers, c.id, w.start, w.recovered)
 		if ok {
-			w.evictions = append(w.evictions, fmt.Sprintf("%s after %s", c.label, at.Sub(w.start).Round(10*time.Millisecond)))
+			rule := evictionRule(line)
+			w.evictions = append(w.evictions, fmt.Sprintf("%s after %s (%s)", c.label, at.Sub(w.start).Round(10*time.Millisecond), rule))
+			if p.kind == kindKill {
+				w.killEvictions = append(w.killEvictions, killEviction{after: at.Sub(w.start), rule: rule})
+			} else if len(f.parts) == 1 {
+				// A live process keeps its database session: the free
+				// lock's fast path is for the dead alone.
+				assert.NotEqual(t, ruleSession, rule, "%s: the live node %s was evicted by its free session lock: %s", f, c.label, line)
+			}
 		}
 		if (p.kind == kindPause || p.kind == kindStallPause) && len(f.parts) == 1 {
 			assert.True(t, ok, "%s: the paused node %s was evicted while it was stopped (hold %s, past the eviction)", f, c.label, f.hold)
@@ -740,17 +749,43 @@ func inStore(ctx context.Context, fc *faultCluster) error {
 }
 
 // evictedAt returns when one of peers first logged that it evicted node
-// id, within [from, to].
-func evictedAt(peers []*child, id string, from, to time.Time) (time.Time, bool) {
-	var first time.Time
+// id, within [from, to], and that log line.
+func evictedAt(peers []*child, id string, from, to time.Time) (time.Time, string, bool) {
+	var first logLine
 	for _, c := range peers {
-		for _, l := range c.logLines("evicted a node", id) {
-			if !l.At.Before(from) && !l.At.After(to) && (first.IsZero() || l.At.Before(first)) {
-				first = l.At
+		for _, l := range c.logLines("heartbeat: evicted a node", id) {
+			if !l.At.Before(from) && !l.At.After(to) && (first.At.IsZero() || l.At.Before(first.At)) {
+				first = l
 			}
 		}
 	}
-	return first, !first.IsZero()
+	return first.At, first.Text, !first.At.IsZero()
+}
+
+// The eviction rules, as the heartbeat monitor's log lines name them.
+const (
+	ruleSession = "session lock free"
+	ruleBus     = "cut off from the bus"
+	ruleBeats   = "stopped beating"
+)
+
+// evictionRule names the rule of a heartbeat monitor's eviction line.
+func evictionRule(line string) string {
+	switch {
+	case strings.Contains(line, "database session ended"):
+		return ruleSession
+	case strings.Contains(line, "cut off from the bus"):
+		return ruleBus
+	default:
+		return ruleBeats
+	}
+}
+
+// killEviction is the eviction of a SIGKILLed node: how long after the
+// kill, and by which rule.
+type killEviction struct {
+	after time.Duration
+	rule  string
 }
 
 // term SIGTERMs node n and waits for its exit. Alone, the node must

@@ -74,6 +74,27 @@ func chaosReport(s chaosSummary) string {
 		agreeMax = max(agreeMax, w.recovered.Sub(w.ready))
 	}
 	p("")
+	var fast, slowKills []time.Duration
+	for _, w := range s.windows {
+		for _, k := range w.killEvictions {
+			if k.rule == ruleSession {
+				fast = append(fast, k.after)
+			} else {
+				slowKills = append(slowKills, k.after)
+			}
+		}
+	}
+	line := fmt.Sprintf("SIGKILLed nodes evicted: %d; by their free session lock %d", len(fast)+len(slowKills), len(fast))
+	if len(fast) > 0 {
+		lo, med, hi := spread(fast)
+		line += fmt.Sprintf(" (after the kill: min %s, median %s, max %s)", lo.Round(10*time.Millisecond), med.Round(10*time.Millisecond), hi.Round(10*time.Millisecond))
+	}
+	line += fmt.Sprintf("; by the beat or bus rule %d", len(slowKills))
+	if len(slowKills) > 0 {
+		line += " (a kill with another fault at once, or before the peers saw the lock held)"
+	}
+	p("%s.", line)
+	p("")
 	var armed, triggered, heldInPause, slow int
 	for _, w := range s.windows {
 		for _, part := range w.fault.parts {
