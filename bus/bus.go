@@ -80,11 +80,11 @@ type service struct {
 	spill    *spill     // api.portal's added consumers; nil for other services
 }
 
-// taken and finished count a delivery handed to the scheduler and its
-// end, for a service whose consumers grow (spill).
-func (s *service) taken() {
+// started and finished count a handler's start and end, for a service
+// whose consumers grow (spill).
+func (s *service) started() {
 	if s.spill != nil {
-		s.spill.taken()
+		s.spill.started()
 	}
 }
 

@@ -104,9 +104,9 @@ type Limits struct {
 	// broker takes them back. Default 32. A bus has one consumer per
 	// queue, but on api.portal, whose handlers hold their messages until
 	// the owner they forwarded them to answers: there it opens another
-	// consumer while three quarters of what its consumers may hold is
-	// held, up to 8, and cancels them again once they are little used
-	// (docs/design.md, "Delivery rules").
+	// consumer while handlers running fill three quarters of what its
+	// consumers may hold, up to 8, and cancels them again once they are
+	// little used (docs/design.md, "Delivery rules").
 	Prefetch int
 
 	// MaxDeliveries bounds how many times a message of a service queue is

@@ -93,22 +93,18 @@ func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 	}
 	j := &job{
 		run: func() {
+			s.started()
 			defer s.finished()
 			b.handle(s, env, d, arrived, dl)
 			b.noteSize(size)
 		},
-		requeue: func() {
-			_ = d.Reject(true)
-			s.finished()
-		},
+		requeue: func() { _ = d.Reject(true) },
 	}
 	key := ""
 	if env.ResourceUUID != "" {
 		key = env.ResourceUUID // each service has its own lines
 	}
-	s.taken()
 	if err := s.sched.submit(key, j); err != nil {
-		s.finished()
 		if errors.Is(err, message.ErrClosed) {
 			_ = d.Reject(true) // another consumer, or this node's successor, takes it
 			return

@@ -27,14 +27,17 @@ var spillCooldown = time.Second
 // owner that died, froze or slowed down would fill the prefetch, and
 // every API call, whatever node owns its resource, would wait in
 // api.portal until those ended (by the owner's eviction or their
-// deadlines). So while three quarters of what its consumers may hold is
-// held, the bus opens one more consumer, up to portalConsumers; once
-// the held deliveries would fill at most half of the consumers without
-// the last one added, and spillCooldown has passed, it cancels that one
-// (its deliveries still run and settle). A paused or cut-off process
-// keeps what it held, and at most Config.Prefetch more per consumer it
-// had then: as many as a single consumer when it paused in a calm
-// moment.
+// deadlines). So while the handlers running (each waiting for an owner)
+// fill three quarters of what its consumers may hold, the bus opens one
+// more consumer, up to portalConsumers; once they would fill at most half
+// of the consumers without the last one added, and spillCooldown has
+// passed, it cancels that one (its deliveries still run and settle).
+// Messages waiting in a resource's line behind the one running do not
+// count: more consumers would only move more of them from api.portal,
+// where any portal may take them, into this node's lines. A paused or
+// cut-off process keeps what it held, and at most Config.Prefetch more
+// per consumer it had then: as many as a single consumer when it paused
+// in a calm moment.
 type spill struct {
 	b        *CloudBus
 	s        *service
@@ -42,7 +45,7 @@ type spill struct {
 	max      int // consumers, the first one included
 
 	mu      sync.Mutex
-	held    int               // deliveries submitted to the scheduler, not yet finished
+	running int               // handlers running
 	extra   []driver.Consumer // added consumers, oldest first
 	busy    bool              // a grow runs
 	changed time.Time         // the last grow or shrink
@@ -57,13 +60,13 @@ func newSpill(b *CloudBus, s *service, prefetch, max int) *spill {
 // capacity is what the consumers may hold; under mu.
 func (p *spill) capacity() int { return (1 + len(p.extra)) * p.prefetch }
 
-// taken counts a delivery handed to the scheduler, and opens another
-// consumer if the held ones fill three quarters of the capacity.
-func (p *spill) taken() {
+// started counts a handler that starts, and opens another consumer if
+// the running ones fill three quarters of the capacity.
+func (p *spill) started() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.held++
-	if p.stopped || p.busy || 1+len(p.extra) >= p.max || 4*p.held < 3*p.capacity() {
+	p.running++
+	if p.stopped || p.busy || 1+len(p.extra) >= p.max || 4*p.running < 3*p.capacity() {
 		return
 	}
 	p.busy = true
@@ -71,13 +74,13 @@ func (p *spill) taken() {
 	go p.grow()
 }
 
-// finished counts a delivery settled, and cancels the last consumer
-// added if the rest would be at most half full.
+// finished counts a handler that ended, and cancels the last consumer
+// added if the running ones would fill at most half of the rest.
 func (p *spill) finished() {
 	p.mu.Lock()
-	p.held--
+	p.running--
 	var c driver.Consumer
-	if !p.stopped && len(p.extra) > 0 && 2*p.held <= p.capacity()-p.prefetch && time.Since(p.changed) >= spillCooldown {
+	if !p.stopped && len(p.extra) > 0 && 2*p.running <= p.capacity()-p.prefetch && time.Since(p.changed) >= spillCooldown {
 		c = p.extra[len(p.extra)-1]
 		p.extra = p.extra[:len(p.extra)-1]
 		p.changed = time.Now()
@@ -129,7 +132,7 @@ func (p *spill) grow() {
 	p.extra = append(p.extra, c)
 	p.changed = time.Now()
 	n := 1 + len(p.extra)
-	again := n < p.max && 4*p.held >= 3*p.capacity()
+	again := n < p.max && 4*p.running >= 3*p.capacity()
 	if again {
 		p.busy = true
 		p.b.growers.Add(1)

@@ -14,14 +14,16 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
+	"github.com/cloudbus-go/cloudbus/message"
 )
 
 // TestPortalGrowsWhileHandlersWait holds api.portal's handlers, as calls
 // to an owner that died would, for three times the prefetch: a call that
 // does not wait is still answered at once, because the bus opens more
-// consumers on api.portal while nearly all it holds waits. With the
-// handlers free again it removes them, down to one; and it never keeps
-// more than bus.PortalConsumers, however many wait.
+// consumers on api.portal while nearly all it may hold runs and waits.
+// With the handlers free again it removes them, down to one; it never
+// keeps more than bus.PortalConsumers, however many wait; and calls about
+// one resource, waiting in its line behind one handler, add none.
 func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 	defer bus.SetSpillCooldown(10 * time.Millisecond)()
 	const prefetch = 4
@@ -36,15 +38,18 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 	}
 	caller, _ := open("caller")
 	portal, tr := open("portal")
-	release := make(chan struct{})
-	var once sync.Once
+	release, lineRelease := make(chan struct{}), make(chan struct{})
+	var once, lineOnce sync.Once
 	free := func() { once.Do(func() { close(release) }) }
+	freeLine := func() { lineOnce.Do(func() { close(lineRelease) }) }
 	defer free()
+	defer freeLine()
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
-		if g.Name == "stuck" {
+		wait := map[string]chan struct{}{"stuck": release, "line": lineRelease}[g.Name]
+		if wait != nil {
 			select {
-			case <-release:
+			case <-wait:
 			case <-ctx.Done():
 				return Greeting{}, ctx.Err()
 			}
@@ -60,11 +65,11 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 	}
 	require.Equal(t, 1, consumers(), "one consumer while nothing waits")
 
-	stuck := func(n int) (wait func() []error) {
+	calls := func(n int, name string, opts ...bus.Option) (wait func() []error) {
 		errs := make(chan error, n)
 		for range n {
 			go func() {
-				_, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: "stuck"}, bus.WithTimeout(20*time.Second))
+				_, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: name}, append(opts, bus.WithTimeout(20*time.Second))...)
 				errs <- err
 			}()
 		}
@@ -84,7 +89,21 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 		}
 	}
 
-	wait := stuck(3 * prefetch)
+	// Calls about one resource wait in its line behind the one running:
+	// more consumers would only take more of them into this node's line.
+	waitLine := calls(3*prefetch, "line", bus.WithResource(message.NewUUID()))
+	awaitRunning(1)
+	deadline := time.Now().Add(10 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.Equal(t, 1, consumers(), "one consumer while a single handler waits, however long its line")
+		time.Sleep(time.Millisecond)
+	}
+	freeLine()
+	for i, err := range waitLine() {
+		require.NoError(t, err, "call %d in the line answered once freed", i)
+	}
+
+	wait := calls(3*prefetch, "stuck")
 	awaitRunning(3 * prefetch)
 	start := time.Now()
 	g, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: "free"}, bus.WithTimeout(5*time.Second))
@@ -94,7 +113,7 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 	assert.GreaterOrEqual(t, consumers(), 4, "consumers enough for the waiting calls and one more")
 
 	// However many wait, the consumers stay bounded.
-	waitMore := stuck(bus.PortalConsumers*prefetch + 8)
+	waitMore := calls(bus.PortalConsumers*prefetch+8, "stuck")
 	awaitRunning(bus.PortalConsumers * prefetch)
 	assert.Equal(t, bus.PortalConsumers, consumers(), "at most bus.PortalConsumers consumers")
 
@@ -103,7 +122,7 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 		require.NoError(t, err, "waiting call %d answered once freed", i)
 	}
 	// Calls that do not wait let the consumers go again.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for i := 0; consumers() > 1; i++ {
 		require.True(t, time.Now().Before(deadline), "still %d consumers on api.portal long after nothing waits", consumers())
 		_, err := bus.Call[Greeting](t.Context(), caller, bus.APIPortal, Greet{Name: fmt.Sprint(i)}, bus.WithTimeout(5*time.Second))
