@@ -94,8 +94,7 @@ func (p *spill) finished() {
 		return
 	}
 	p.b.log.Debug("fewer consumers on a queue whose handlers wait less", "service", p.s.id, "consumers", n)
-	// Cancel waits for the consumer's callback, which this may run
-	// under (a delivery refused at once): never here.
+	// Cancel waits for the broker's answer: not on a handler's worker.
 	go func() {
 		defer p.b.growers.Done()
 		if err := c.Cancel(); err != nil && !isGone(err) {

@@ -76,14 +76,39 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 	t.mu.Lock()
 	c.limit = t.queues[queue]
 	t.mu.Unlock()
-	deliveries, err := c.open(s)
-	if err != nil {
-		return nil, t.opError(s, op, err)
+	// amqp091's channel.open, basic.qos and basic.consume ignore ctx: a
+	// broker node that froze, or a quorum queue without a leader, would
+	// hold the caller past its deadline. They run on their own; a consumer
+	// given up on is aborted, by open itself if it has not finished.
+	type opened struct {
+		d   <-chan amqp.Delivery
+		err error
+	}
+	res := make(chan opened, 1)
+	go func() {
+		d, err := c.open(s)
+		res <- opened{d, err}
+	}()
+	var r opened
+	select {
+	case r = <-res:
+	case <-ctx.Done():
+		r.err = ctxErr(ctx)
+	case <-s.lost:
+		r.err = fmt.Errorf("connection lost (%v): %w", s.err, message.ErrUnavailable)
+	}
+	if r.err != nil {
+		t.wg.Add(1)
+		go func() { // channel.close waits for the broker: never on the caller's goroutine
+			defer t.wg.Done()
+			c.abort()
+		}()
+		return nil, t.opError(s, op, r.err)
 	}
 	t.mu.Lock()
 	t.consumers[c] = struct{}{}
 	t.mu.Unlock()
-	go c.run(feed{d: deliveries, s: s})
+	go c.run(feed{d: r.d, s: s})
 	return c, nil
 }
 

@@ -73,6 +73,48 @@ func TestPublishHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	p.Heal()
 }
 
+// TestConsumeHonoursDeadlineWhenBrokerStalls: Consume returns by its
+// ctx's deadline when the broker stopped answering (a frozen broker node,
+// a quorum queue without a leader), as every blocking method of the
+// transport contract must; the consumer it gave up on never delivers.
+func TestConsumeHonoursDeadlineWhenBrokerStalls(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	e := &env{url: u, links: map[string][]*link{}}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute, ProbeInterval: time.Hour})
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	p.Stall()
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	c, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+		t.Errorf("a consumer given up on delivered %q", d.Body())
+	})
+	took := time.Since(start)
+	assert.Nil(t, c)
+	assert.ErrorIs(t, err, message.ErrTimeout, "a stalled broker must not hold Consume past its deadline")
+	assert.Less(t, took, deadline+500*time.Millisecond)
+	t.Logf("Consume on a stalled broker returned after %s (deadline %s): %v", took, deadline, err)
+	p.Heal()
+	// The message goes to a new consumer: the one given up on is gone
+	// (were it not, it would fail the test, or take the message).
+	got := make(chan string, 1)
+	c2, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	defer c2.Cancel()
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("after the heal")))
+	select {
+	case body := <-got:
+		assert.Equal(t, "after the heal", body)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new consumer got nothing: a consumer given up on took the message")
+	}
+}
+
 // TestCloseWhileReconnecting: Close ends at once while the transport
 // reconnects to a broker that accepts connections but never answers (a
 // frozen broker node): the attempt under way is cut short, not left to
