@@ -106,7 +106,8 @@ type Limits struct {
 	// the owner they forwarded them to answers: there it opens another
 	// consumer while handlers running fill three quarters of what its
 	// consumers may hold, up to 8, and cancels them again once they are
-	// little used (docs/design.md, "Delivery rules").
+	// little used (docs/design.md, "Delivery rules"): a node then holds up
+	// to 8 × Prefetch messages of api.portal, each up to MaxMessageSize.
 	Prefetch int
 
 	// MaxDeliveries bounds how many times a message of a service queue is

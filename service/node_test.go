@@ -508,12 +508,7 @@ func TestRejoinedNodeKeepsItsCalls(t *testing.T) {
 			return victim.State() == service.StateServing && victim.Epoch() != epoch
 		})
 		c.WaitConverged(t, time.Second)
-		res := message.NewUUID()
-		for ; ; res = message.NewUUID() {
-			if o, _ := victim.Owner(res); o == victim.UUID() {
-				break
-			}
-		}
+		res := ownedBy(c, victim.UUID())
 		hold := make(chan struct{})
 		j.mu.Lock()
 		j.hold = hold
