@@ -81,8 +81,11 @@ func TestConsumeHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
 	e := &env{url: u, links: map[string][]*link{}}
 	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute, ProbeInterval: time.Hour})
+	// Durable: a temporary queue is deleted with its last consumer, which
+	// the one given up on may be for a moment once the broker answers.
 	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
 	p.Stall()
 	const deadline = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
