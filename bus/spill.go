@@ -45,12 +45,13 @@ type spill struct {
 	max      int // consumers, the first one included
 
 	mu      sync.Mutex
-	running int               // handlers running
-	extra   []driver.Consumer // added consumers, oldest first
-	busy    bool              // a grow runs
-	changed time.Time         // the last grow or shrink
-	stopped bool              // the service's consumers were stopped
-	abort   bool              // how: Abort, not Cancel
+	running int                // handlers running
+	extra   []driver.Consumer  // added consumers, oldest first
+	busy    bool               // a grow runs
+	halt    context.CancelFunc // ends the grow's Consume; set while it runs
+	changed time.Time          // the last grow or shrink
+	stopped bool               // the service's consumers were stopped
+	abort   bool               // how: Abort, not Cancel
 }
 
 func newSpill(b *CloudBus, s *service, prefetch, max int) *spill {
@@ -107,13 +108,23 @@ func (p *spill) finished() {
 func (p *spill) grow() {
 	defer p.b.growers.Done()
 	ctx, cancel := context.WithTimeout(p.b.base, p.b.cfg.ReplyTimeout)
+	p.mu.Lock()
+	if p.stopped { // Close or Unregister came first
+		p.busy = false
+		p.mu.Unlock()
+		cancel()
+		return
+	}
+	p.halt = cancel // stop ends the wait for a broker that does not answer
+	p.mu.Unlock()
 	c, err := p.b.tr.Consume(ctx, p.s.queue, driver.ConsumeOptions{Prefetch: p.prefetch}, func(d driver.Delivery) { p.b.onDelivery(p.s, d) })
 	cancel()
 	p.mu.Lock()
-	p.busy = false
+	p.busy, p.halt = false, nil
 	if err != nil {
+		stopped := p.stopped
 		p.mu.Unlock()
-		if !isGone(err) && p.b.base.Err() == nil {
+		if !stopped && !isGone(err) && p.b.base.Err() == nil {
 			p.b.log.Warn("could not add a consumer to a queue whose handlers wait", "service", p.s.id, "err", err)
 		}
 		return
@@ -149,6 +160,9 @@ func (p *spill) stop(abort bool) []driver.Consumer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped, p.abort = true, abort
+	if p.halt != nil {
+		p.halt() // Close waits for the grow: it must not wait on the broker
+	}
 	cs := p.extra
 	p.extra = nil
 	return cs

@@ -130,3 +130,81 @@ func TestPortalGrowsWhileHandlersWait(t *testing.T) {
 		time.Sleep(15 * time.Millisecond) // past the cooldown
 	}
 }
+
+// stallingConsume is a transport whose Consume on one queue, once armed,
+// waits for its ctx, as against a broker node that froze.
+type stallingConsume struct {
+	driver.Transport
+	queue   string
+	armed   chan struct{} // closed to arm
+	stalled chan struct{} // closed when a Consume waits
+	once    sync.Once
+}
+
+func (s *stallingConsume) Consume(ctx context.Context, queue string, opts driver.ConsumeOptions, fn func(driver.Delivery)) (driver.Consumer, error) {
+	select {
+	case <-s.armed:
+		if queue == s.queue {
+			s.once.Do(func() { close(s.stalled) })
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	default:
+	}
+	return s.Transport.Consume(ctx, queue, opts, fn)
+}
+
+// TestCloseDoesNotWaitForAConsumerBeingAdded closes a bus while it adds a
+// consumer to api.portal and the broker does not answer: Close returns at
+// once instead of waiting out ReplyTimeout.
+func TestCloseDoesNotWaitForAConsumerBeingAdded(t *testing.T) {
+	const prefetch = 2
+	net := membus.New()
+	callerTr := net.Transport("caller")
+	t.Cleanup(func() { _ = callerTr.Close() })
+	caller, err := bus.Open(t.Context(), bus.Config{Transport: callerTr, Registry: registry(), Prefix: "spillclose"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = caller.Close() })
+
+	memTr := net.Transport("portal")
+	t.Cleanup(func() { _ = memTr.Close() })
+	tr := &stallingConsume{Transport: memTr, armed: make(chan struct{}), stalled: make(chan struct{})}
+	portal, err := bus.Open(t.Context(), bus.Config{Transport: tr, Registry: registry(), Prefix: "spillclose",
+		Limits: bus.Limits{Prefetch: prefetch, ReplyTimeout: time.Minute}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = portal.Close() })
+	release := make(chan struct{})
+	defer close(release)
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, g Greet) (Greeting, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return Greeting{}, ctx.Err()
+	})
+	require.NoError(t, busx.Of(portal).RegisterShared(t.Context(), bus.APIPortal, mux))
+	tr.queue = busx.Of(portal).QueueName(bus.APIPortal)
+	close(tr.armed)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range prefetch {
+		go func() { _, _ = bus.Call[Greeting](ctx, caller, bus.APIPortal, Greet{Name: "stuck"}, bus.WithTimeout(time.Minute)) }()
+	}
+	select {
+	case <-tr.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the portal did not try to add a consumer with every handler waiting")
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- portal.Close() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		t.Logf("Close returned in %s while a consumer was being added", time.Since(start).Round(time.Microsecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a consumer being added to a broker that does not answer")
+	}
+}
