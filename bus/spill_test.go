@@ -190,7 +190,9 @@ func TestCloseDoesNotWaitForAConsumerBeingAdded(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	for range prefetch {
-		go func() { _, _ = bus.Call[Greeting](ctx, caller, bus.APIPortal, Greet{Name: "stuck"}, bus.WithTimeout(time.Minute)) }()
+		go func() {
+			_, _ = bus.Call[Greeting](ctx, caller, bus.APIPortal, Greet{Name: "stuck"}, bus.WithTimeout(time.Minute))
+		}()
 	}
 	select {
 	case <-tr.stalled:
