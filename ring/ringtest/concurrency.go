@@ -18,7 +18,7 @@ func (s *suite) concurrency(t *testing.T) {
 	ks := keys()[:256]
 	r := s.build(t, base)
 
-	const readers, rounds = 4, 20
+	const readers, rounds = 4, 4
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan string, readers)
