@@ -349,6 +349,7 @@ func (b *CloudBus) sendReply(serviceID string, req *wire.Envelope, resp any, err
 			err = message.ErrInternal.WithDetails(fmt.Sprintf("handler of %s returned %T, which cannot be sent", req.Type, resp)).WithCause(encErr)
 		} else {
 			reply.Type, reply.Body = name, body
+			reply.MarkBodyMarshaled() // Registry.Encode's output: not checked again
 		}
 	}
 	if err != nil {

@@ -316,6 +316,9 @@ func (b *CloudBus) envelope(kind wire.Kind, target string, msg any, opts []Optio
 		return nil, o, err
 	}
 	env, err := b.encoded(kind, target, name, body, msg, o)
+	if env != nil {
+		env.MarkBodyMarshaled() // Registry.Encode's output: not checked again
+	}
 	return env, o, err
 }
 

@@ -135,6 +135,23 @@ type Envelope struct {
 	Body json.RawMessage `json:"body,omitempty"`
 	// Error is set on a reply whose request failed.
 	Error *message.Error `json:"error,omitempty"`
+
+	// marshaled is Body as MarkBodyMarshaled saw it: the output of
+	// encoding/json.Marshal, written as it is while Body is still it.
+	marshaled []byte
+}
+
+// MarkBodyMarshaled records that Body, as it is now, is the output of
+// encoding/json.Marshal (as [message.Registry.Encode] returns it): valid,
+// compact JSON with <, > and & escaped, exactly what [EncodeEnvelope]
+// would make of it. EncodeEnvelope then copies it as it is instead of
+// checking and compacting it again, which costs about 7 µs of a 1 KiB
+// body's 9 µs. Assigning another Body undoes the mark.
+func (e *Envelope) MarkBodyMarshaled() { e.marshaled = e.Body }
+
+// bodyMarshaled reports whether Body is still what MarkBodyMarshaled saw.
+func (e *Envelope) bodyMarshaled() bool {
+	return len(e.Body) > 0 && len(e.Body) == len(e.marshaled) && &e.Body[0] == &e.marshaled[0]
 }
 
 // Reply returns a reply envelope for the request e: kind reply, the same
