@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -357,6 +359,18 @@ func (p *parser) str() (string, error) {
 		return "", p.fail("expected a string")
 	}
 	start := p.pos
+	// The usual string: up to the next quote, no escape and no control
+	// character. IndexByte finds both bytes many at a time.
+	if q := bytes.IndexByte(p.data[start+1:], '"'); q >= 0 {
+		seg := p.data[start+1 : start+1+q]
+		if bytes.IndexByte(seg, '\\') < 0 && !hasControl(seg) {
+			p.pos = start + q + 2
+			if p.text != "" {
+				return p.text[start+1 : p.pos-1], nil
+			}
+			return string(seg), nil
+		}
+	}
 	p.pos++
 	escaped := false
 	for p.pos < len(p.data) {
@@ -398,6 +412,25 @@ func (p *parser) str() (string, error) {
 		}
 	}
 	return "", p.fail("unterminated string")
+}
+
+// hasControl reports whether b holds a byte below 0x20, eight bytes at a
+// time: a word w has one if (w - 0x20 in every byte) & ^w has a byte's
+// high bit set, exactly then for bounds up to 0x80.
+func hasControl(b []byte) bool {
+	for len(b) >= 8 {
+		w := binary.LittleEndian.Uint64(b)
+		if (w-0x2020202020202020)&^w&0x8080808080808080 != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 func isHex4(b []byte) bool {

@@ -93,3 +93,34 @@ func TestMarkBodyMarshaledFollowsTheBody(t *testing.T) {
 	empty.MarkBodyMarshaled()
 	assert.False(t, empty.bodyMarshaled(), "an empty body is never marked")
 }
+
+// TestHasControl checks the word-at-a-time scan against a byte loop, for
+// every byte value at every position of short inputs and random longer
+// ones.
+func TestHasControl(t *testing.T) {
+	naive := func(b []byte) bool {
+		for _, c := range b {
+			if c < 0x20 {
+				return true
+			}
+		}
+		return false
+	}
+	for n := range 20 {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				require.Equal(t, naive(b), hasControl(b), "len %d, byte %#x at %d", n, c, pos)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		b := make([]byte, r.IntN(64))
+		for i := range b {
+			b[i] = byte(0x1c + r.IntN(0x100-0x1c)) // mostly printable, near the bound, and high bytes
+		}
+		require.Equal(t, naive(b), hasControl(b), "%q", b)
+	}
+}
