@@ -102,19 +102,26 @@ func TestConsumeHonoursDeadlineWhenBrokerStalls(t *testing.T) {
 	p.Heal()
 	// The message goes to a new consumer: the one given up on is gone
 	// (were it not, it would fail the test, or take the message).
+	roundTrip(t, tr, q, "after the heal", "the new consumer got nothing: a consumer given up on took the message")
+}
+
+// roundTrip consumes queue on tr, publishes body to it and requires the
+// consumer to receive it within 5 s (else fails with why).
+func roundTrip(t *testing.T, tr *amqpbus.Transport, queue, body, why string) {
+	t.Helper()
 	got := make(chan string, 1)
-	c2, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+	c, err := tr.Consume(t.Context(), queue, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
 		got <- string(d.Body())
 		_ = d.Ack()
 	})
 	require.NoError(t, err)
-	defer c2.Cancel()
-	require.NoError(t, tr.Publish(t.Context(), q, []byte("after the heal")))
+	t.Cleanup(func() { _ = c.Cancel() })
+	require.NoError(t, tr.Publish(t.Context(), queue, []byte(body)))
 	select {
-	case body := <-got:
-		assert.Equal(t, "after the heal", body)
+	case b := <-got:
+		assert.Equal(t, body, b)
 	case <-time.After(5 * time.Second):
-		t.Fatal("the new consumer got nothing: a consumer given up on took the message")
+		t.Fatal(why)
 	}
 }
 
@@ -180,19 +187,7 @@ func TestTemporaryNameHeldElsewhere(t *testing.T) {
 	addr := fresh.Address(q)
 	assert.NotEqual(t, q, addr, "a new name on the broker")
 	assert.True(t, strings.HasPrefix(addr, q+"."), "the new name extends the old: %s", addr)
-	got := make(chan string, 1)
-	_, err := fresh.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
-		got <- string(d.Body())
-		_ = d.Ack()
-	})
-	require.NoError(t, err)
-	require.NoError(t, fresh.Publish(t.Context(), q, []byte("to the new name")))
-	select {
-	case body := <-got:
-		assert.Equal(t, "to the new name", body)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the queue under its new name received nothing")
-	}
+	roundTrip(t, fresh, q, "to the new name", "the queue under its new name received nothing")
 }
 
 func TestMaskURL(t *testing.T) {
