@@ -22,6 +22,10 @@ const headerDeliveries = "x-cloudbus-deliveries"
 
 var consumerTags atomic.Uint64
 
+// testHookConsumeOpened, when set by a test, runs in Consume between the
+// consumer's opening and its registration.
+var testHookConsumeOpened func()
+
 // feed is the deliveries of one channel, and the session it belongs to.
 type feed struct {
 	d <-chan amqp.Delivery
@@ -43,6 +47,12 @@ type consumer struct {
 	resumed  chan feed
 	stopped  chan struct{}
 	stopOnce sync.Once
+
+	// resumeMu serializes resumes, so that a feed of an older session
+	// never replaces a newer one's; on is the session the consumer is
+	// open on, so that a session resumes it once.
+	resumeMu sync.Mutex
+	on       *session
 
 	mu          sync.Mutex
 	ch          *amqp.Channel // current channel
@@ -105,10 +115,26 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 		}()
 		return nil, t.opError(s, op, r.err)
 	}
+	if f := testHookConsumeOpened; f != nil {
+		f()
+	}
+	c.on = s
 	t.mu.Lock()
 	t.consumers[c] = struct{}{}
+	cur := t.sess
 	t.mu.Unlock()
 	go c.run(feed{d: r.d, s: s})
+	if cur != nil && cur != s {
+		// s was lost and a reconnect resumed the consumers before this
+		// one counted among them: its channel died with s, and nothing
+		// else would open it on the new connection. (A reconnect still
+		// under way, cur nil, resumes it with the others.)
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.resumeConsumer(c, cur)
+		}()
+	}
 	return c, nil
 }
 
@@ -148,12 +174,20 @@ func (c *consumer) open(s *session) (<-chan amqp.Delivery, error) {
 // errStopped is open's error for a consumer stopped meanwhile.
 var errStopped = errors.New("amqpbus: consumer stopped while its channel opened")
 
-// resume restarts the consumer on session s after a reconnect.
+// resume restarts the consumer on session s after a reconnect, or after
+// the broker cancelled it on s. It does nothing if the consumer is open
+// on s already, or if s is no longer the transport's session (the
+// newer session resumes it).
 func (c *consumer) resume(s *session) error {
+	c.resumeMu.Lock()
+	defer c.resumeMu.Unlock()
 	c.mu.Lock()
 	cancelled := c.cancelled
 	c.mu.Unlock()
-	if cancelled {
+	c.t.mu.Lock()
+	current := c.t.sess == s
+	c.t.mu.Unlock()
+	if cancelled || c.on == s || !current {
 		return nil
 	}
 	deliveries, err := c.open(s)
@@ -163,6 +197,7 @@ func (c *consumer) resume(s *session) error {
 	if err != nil {
 		return err
 	}
+	c.on = s
 	f := feed{d: deliveries, s: s}
 	select {
 	case c.resumed <- f:
@@ -198,6 +233,11 @@ func (c *consumer) run(f feed) {
 				// (its queue was deleted, or its broker node went down):
 				// consume again once the queue is back.
 				c.t.log.Warn("the broker cancelled a consumer; consuming again", "queue", c.queue)
+				c.resumeMu.Lock()
+				if c.on == f.s {
+					c.on = nil // no longer open on f.s: reconsume opens it again
+				}
+				c.resumeMu.Unlock()
 				c.t.wg.Add(1)
 				go c.reconsume(f.s)
 			}

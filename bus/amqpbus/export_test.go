@@ -6,3 +6,8 @@ package amqpbus
 func (t *Transport) SimulatePause() {
 	t.pauseEnd.Store(t.mono())
 }
+
+// OnConsumeOpened sets a function that Consume calls once the consumer
+// is open on the broker and before the transport counts it among the
+// consumers it resumes after a reconnect. nil removes it.
+func OnConsumeOpened(f func()) { testHookConsumeOpened = f }

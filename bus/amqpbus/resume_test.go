@@ -63,6 +63,53 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
 }
 
+// TestConsumerOpenedAcrossAReconnectResumes: a consumer whose channel
+// opened on a connection that was lost, and replaced, before Consume
+// counted it among the consumers to resume (the reconnect resumed the
+// others without it) is resumed on the new connection, instead of
+// waiting on the closed channel of the old one for good while its
+// queue fills.
+func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	adm, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: url, ConnectionName: "amqpbus test admin"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = adm.Close() })
+	q := "amqpbus-test-resume-" + message.NewUUID()[:8]
+	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	t.Cleanup(func() { _ = waitDelete(context.Background(), adm, q) })
+
+	p, u := proxy.NewURL(t, url)
+	logs := &logLines{}
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+
+	amqpbus.OnConsumeOpened(func() {
+		p.Cut()
+		require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+		p.Heal()
+		require.Eventually(t, func() bool { return logs.has("reconnected to the broker") }, 10*time.Second, 10*time.Millisecond,
+			"the transport reconnects and resumes its consumers")
+	})
+	t.Cleanup(func() { amqpbus.OnConsumeOpened(nil) })
+	got := make(chan string, 4)
+	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	amqpbus.OnConsumeOpened(nil)
+
+	require.NoError(t, adm.Publish(t.Context(), q, []byte(`"after"`)))
+	select {
+	case b := <-got:
+		require.Equal(t, `"after"`, b)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer opened across the reconnect was not resumed: its queue fills with no consumer while the connection stays up")
+	}
+	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
+}
+
 // logLines is a slog.Handler that keeps the messages logged.
 type logLines struct {
 	mu   sync.Mutex

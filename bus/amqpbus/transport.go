@@ -332,16 +332,22 @@ func (t *Transport) resume(s *session) {
 	}
 	t.mu.Unlock()
 	for _, c := range cs {
-		err := c.resume(s)
-		switch {
-		case err == nil:
-		case s.isLost():
-			t.log.Warn("consumer not restored; the connection is failing again", "queue", c.queue, "err", err)
-		default:
-			t.log.Warn("consumer not restored; consuming again until it is", "queue", c.queue, "err", err)
-			t.wg.Add(1)
-			go c.reconsume(s)
-		}
+		t.resumeConsumer(c, s)
+	}
+}
+
+// resumeConsumer restarts c on s, or has it consume again with backoff
+// (reconsume) if that fails while s stays up.
+func (t *Transport) resumeConsumer(c *consumer, s *session) {
+	err := c.resume(s)
+	switch {
+	case err == nil:
+	case s.isLost():
+		t.log.Warn("consumer not restored; the connection is failing again", "queue", c.queue, "err", err)
+	default:
+		t.log.Warn("consumer not restored; consuming again until it is", "queue", c.queue, "err", err)
+		t.wg.Add(1)
+		go c.reconsume(s)
 	}
 }
 
