@@ -361,6 +361,20 @@ func (c *consumer) stop() {
 	})
 }
 
+// halt stops the consumer without a word to the broker, for Close: the
+// connection's close that follows ends its channel.
+func (c *consumer) halt() {
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.cancelled = true
+		c.mu.Unlock()
+		close(c.stopped)
+		c.t.mu.Lock()
+		delete(c.t.consumers, c)
+		c.t.mu.Unlock()
+	})
+}
+
 // abort stops the consumer at once: its channel closes without a
 // basic.cancel, so the broker takes back every delivery it holds
 // unsettled in the same step as it removes the consumer.

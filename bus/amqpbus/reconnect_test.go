@@ -254,3 +254,47 @@ func TestReconnectStorm(t *testing.T) {
 		assert.NotContains(t, logs.String(), bad)
 	}
 }
+
+// TestBusCloseReturnsWhenBrokerStalls: a node that leaves while its
+// broker node is frozen exits by a bound: the bus's Close cancels its
+// consumers, whose basic.cancel goes unanswered until the liveness probe
+// drops the connection, and the transport's Close does not wait on the
+// broker either.
+func TestBusCloseReturnsWhenBrokerStalls(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	e := &env{url: u, links: map[string][]*link{}}
+	id := message.NewUUID()
+	tr := e.dial(t, id, amqpbus.Config{Heartbeat: time.Minute})
+	prefix := fmt.Sprintf("amqpbus-test-%s", message.NewUUID()[:8])
+	b, err := bus.Open(t.Context(), bus.Config{Transport: tr, Node: id, Prefix: prefix, Registry: bustest.Registry()})
+	require.NoError(t, err)
+	mux := bus.NewMux()
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, e bustest.Echo) (bustest.Echoed, error) {
+		return bustest.Echoed{Text: e.Text}, nil
+	})
+	require.NoError(t, b.Register(t.Context(), "echo", mux))
+	queues := []string{busx.Of(b).QueueName(b.LocalID("echo")), b.DeadLetterQueue()}
+	t.Cleanup(func() {
+		adm, err := amqpbus.Dial(context.Background(), amqpbus.Config{URL: testenv.AMQPURL(t), ConnectionName: "amqpbus test admin"})
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer adm.Close()
+		for _, q := range queues {
+			if err := waitDelete(context.Background(), adm, q); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+
+	p.Stall()
+	start := time.Now()
+	_ = b.Close()
+	busClosed := time.Since(start)
+	require.NoError(t, tr.Close())
+	took := time.Since(start)
+	t.Logf("with the broker stalled: the bus closed after %s, the transport %s later", busClosed.Round(time.Millisecond), (took - busClosed).Round(time.Millisecond))
+	assert.Less(t, took, 8*time.Second, "a node leaving while its broker does not answer must exit by a bound")
+	p.Heal()
+}

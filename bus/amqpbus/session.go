@@ -260,8 +260,23 @@ func (s *session) isLost() bool {
 
 // close closes the connection; watch then closes lost.
 func (s *session) close() {
-	if err := s.conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && s.raw != nil {
-		_ = s.raw.Close() // the broker did not answer: cut the socket, so every reader ends
+	done := make(chan error, 1)
+	go func() { done <- s.conn.CloseDeadline(time.Now().Add(closeTimeout)) }()
+	timer := time.NewTimer(closeTimeout + closeTimeout/10)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil && s.raw != nil {
+			_ = s.raw.Close() // the broker did not answer: cut the socket, so every reader ends
+		}
+	case <-timer.C:
+		// The deadline did not hold: amqp091's heartbeater moves the read
+		// deadline after each frame it reads, and one read as the close
+		// began set it to three heartbeats away.
+		if s.raw != nil {
+			_ = s.raw.Close()
+		}
+		<-done
 	}
 }
 

@@ -632,8 +632,11 @@ func (t *Transport) Close() error {
 		}
 		s := t.sess
 		t.mu.Unlock()
+		// No basic.cancel per consumer: the connection's close ends them
+		// all, and the broker takes back what they held unacknowledged,
+		// while a broker node that froze would answer no cancel.
 		for _, c := range cs {
-			c.stop()
+			c.halt()
 		}
 		if s != nil {
 			s.close()

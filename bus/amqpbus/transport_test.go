@@ -370,3 +370,26 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
+
+// TestCloseReturnsWhenBrokerStalls: Close ends by its own bound when the
+// broker stopped answering (a frozen broker node): it cancels nothing
+// consumer by consumer on the broker, whose answers would never come,
+// and cuts the connection when the close handshake goes unanswered.
+func TestCloseReturnsWhenBrokerStalls(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	e := &env{url: u, links: map[string][]*link{}}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Heartbeat: time.Minute})
+	for range 3 {
+		q := testQueue(t)
+		require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+		_, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { _ = d.Ack() })
+		require.NoError(t, err)
+	}
+	p.Stall()
+	start := time.Now()
+	require.NoError(t, tr.Close())
+	took := time.Since(start)
+	t.Logf("Close with 3 consumers and a stalled broker returned after %s", took)
+	assert.Less(t, took, 5*time.Second, "Close must not wait for a broker that does not answer")
+	p.Heal()
+}
