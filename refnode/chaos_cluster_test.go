@@ -87,7 +87,11 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 	}
 	var state string
 	err := pollEvery(ctx, 250*time.Millisecond, func() error {
-		qs, err := queueMessages(ctx, fc.broker, fc.Prefix(), known)
+		// A listing that hangs (the broker waits on a queue without a
+		// leader) is tried again, not waited on for the whole bound.
+		lctx, cancel := context.WithTimeout(ctx, chaosDrainBound/4)
+		qs, err := queueMessages(lctx, fc.broker, fc.Prefix(), known)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -110,7 +114,7 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 		}
 		state = fmt.Sprintf("%d queues", len(qs))
 		if len(ghosts) > 0 {
-			state += fmt.Sprintf(" (%d RabbitMQ ghost quorum queues of gone nodes, without any replica running: %s)", len(ghosts), strings.Join(ghosts, "; "))
+			state += fmt.Sprintf(" (%d RabbitMQ ghost quorum queues of gone nodes, without a majority of their replicas running: %s)", len(ghosts), strings.Join(ghosts, "; "))
 		}
 		if len(bad) > 0 {
 			state += ": " + strings.Join(bad, "; ")
@@ -126,7 +130,8 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 type queueLoad struct {
 	messages, consumers int
 	tags                []string
-	ghost               bool // a quorum queue with no replica running (rabbitmqctl's online: [])
+	online, members     []string // a quorum queue's replicas running, and all its replicas
+	ghost               bool     // a quorum queue without a majority of its replicas running (rabbitmqctl's online: [] or too few)
 }
 
 func (q queueLoad) consumerList() string {
@@ -134,11 +139,28 @@ func (q queueLoad) consumerList() string {
 	if len(q.tags) > 0 {
 		s += " (" + strings.Join(q.tags, ", ") + ")"
 	}
+	if q.members != nil {
+		s += fmt.Sprintf(", replicas running %v of %v", q.online, q.members)
+	}
 	return s
 }
 
+// nodeList reads a list of broker nodes as rabbitmqctl prints it:
+// "[n1@host, n2@host]".
+func nodeList(s string) []string {
+	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "["), "]"))
+	if s == "" {
+		return nil
+	}
+	l := strings.Split(s, ",")
+	for i := range l {
+		l[i] = strings.TrimSpace(l[i])
+	}
+	return l
+}
+
 // parseQueueList reads rabbitmqctl list_queues name messages consumers
-// type online (tab-separated) for the queues of prefix.
+// type online members (tab-separated) for the queues of prefix.
 func parseQueueList(out, prefix string) map[string]queueLoad {
 	qs := map[string]queueLoad{}
 	for _, line := range strings.Split(out, "\n") {
@@ -151,8 +173,18 @@ func parseQueueList(out, prefix string) map[string]queueLoad {
 		if nerr != nil || cerr != nil {
 			continue
 		}
-		ghost := len(f) >= 5 && f[3] == "quorum" && strings.TrimSpace(f[4]) == "[]"
-		qs[f[0]] = queueLoad{messages: n, consumers: c, ghost: ghost}
+		q := queueLoad{messages: n, consumers: c}
+		if len(f) >= 5 && f[3] == "quorum" {
+			q.online = nodeList(f[4])
+			if len(f) >= 6 {
+				q.members = nodeList(f[5])
+			}
+			// No replica running, or fewer than a majority of its
+			// members: no leader can be elected, whatever the broker
+			// nodes do (they all run when this is read).
+			q.ghost = len(q.online) == 0 || len(q.online) < len(q.members)/2+1
+		}
+		qs[f[0]] = q
 	}
 	return qs
 }
@@ -161,7 +193,7 @@ func parseQueueList(out, prefix string) map[string]queueLoad {
 // consumers, from rabbitmqctl (with the consumers' tags); without it,
 // from a passive declare of each known name (ready messages only).
 func queueMessages(ctx context.Context, broker, prefix string, known []string) (map[string]queueLoad, error) {
-	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages", "consumers", "type", "online")
+	out, ok, err := rabbitmqctl(ctx, broker, "list_queues", "name", "messages", "consumers", "type", "online", "members")
 	if ok {
 		if err != nil {
 			return nil, err
@@ -213,17 +245,22 @@ func copyNodeFiles(t *testing.T, fc *faultCluster, dir string) {
 	t.Logf("the nodes' logs and op logs are in %s", dir)
 }
 
-// TestParseQueueList: rabbitmqctl's queue list, a quorum queue with no
-// replica running among them.
+// TestParseQueueList: rabbitmqctl's queue list, quorum queues with no
+// replica or too few running among them.
 func TestParseQueueList(t *testing.T) {
-	out := "name\tmessages\tconsumers\ttype\tonline\n" +
-		"p.message.image.a\t0\t1\tquorum\t[n3@localhost, n2@localhost, n1@localhost]\n" +
-		"p.message.image.b\t0\t0\tquorum\t[]\n" +
-		"p.reply.c\t2\t1\tclassic\t\n" +
-		"other.message.x\t5\t0\tquorum\t[]\n"
+	all := []string{"n1@localhost", "n2@localhost", "n3@localhost"}
+	out := "name\tmessages\tconsumers\ttype\tonline\tmembers\n" +
+		"p.message.image.a\t0\t1\tquorum\t[n1@localhost, n2@localhost, n3@localhost]\t[n1@localhost, n2@localhost, n3@localhost]\n" +
+		"p.message.image.b\t0\t0\tquorum\t[]\t[n1@localhost, n2@localhost, n3@localhost]\n" +
+		"p.message.image.c\t0\t0\tquorum\t[n2@localhost]\t[n1@localhost, n2@localhost, n3@localhost]\n" +
+		"p.message.image.d\t0\t0\tquorum\t[n1@localhost, n2@localhost]\t[n1@localhost, n2@localhost, n3@localhost]\n" +
+		"p.reply.c\t2\t1\tclassic\t\t\n" +
+		"other.message.x\t5\t0\tquorum\t[]\t[]\n"
 	assert.Equal(t, map[string]queueLoad{
-		"p.message.image.a": {consumers: 1},
-		"p.message.image.b": {ghost: true},
+		"p.message.image.a": {consumers: 1, online: all, members: all},
+		"p.message.image.b": {ghost: true, members: all},
+		"p.message.image.c": {ghost: true, online: []string{"n2@localhost"}, members: all},
+		"p.message.image.d": {online: all[:2], members: all},
 		"p.reply.c":         {messages: 2, consumers: 1},
 	}, parseQueueList(out, "p"))
 }
