@@ -616,10 +616,12 @@ func (t *Transport) deleteQuorumIfIdle(ctx context.Context, s *session, name str
 	return err
 }
 
-// Close implements [driver.Transport]: it cancels the consumers, closes the
+// Close implements [driver.Transport]: it stops the consumers, closes the
 // connection (the broker requeues unacknowledged deliveries and deletes
 // the temporary queues), stops reconnecting and waits for every
-// goroutine. Idempotent.
+// goroutine. A broker that does not answer holds it at most about 2 s:
+// the connection is cut when the close handshake goes unanswered.
+// Idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.setState(driver.TransportClosed)
