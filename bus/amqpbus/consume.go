@@ -215,14 +215,26 @@ func (c *consumer) run(f feed) {
 	defer close(c.done)
 	for {
 		for d := range f.d {
-			if d.Redelivered && c.limit.MaxDeliveries > 0 {
-				c.recount(d)
-				continue
-			}
+			recount := d.Redelivered && c.limit.MaxDeliveries > 0
 			c.mu.Lock()
-			c.outstanding[d.Acknowledger.(*amqp.Channel)]++
+			cancelled := c.cancelled
+			if !cancelled && !recount {
+				// Counted in the same step as the check: stop sees it
+				// outstanding and keeps the channel open for its
+				// settlement.
+				c.outstanding[d.Acknowledger.(*amqp.Channel)]++
+			}
 			c.mu.Unlock()
-			c.handle(&delivery{c: c, s: f.s, d: d})
+			switch {
+			case cancelled:
+				// Not handed over: the broker takes it back when the
+				// channel closes (a cancelled consumer's channel closes
+				// once what it handed over is settled).
+			case recount:
+				c.recount(d)
+			default:
+				c.handle(&delivery{c: c, s: f.s, d: d})
+			}
 		}
 		if !f.s.isLost() {
 			c.mu.Lock()
@@ -337,7 +349,11 @@ func deliveries(h amqp.Table) int {
 // stop cancels delivery; the channel stays open for acknowledgements of
 // what was handed over, and closes when the last is settled (or with the
 // connection). basic.cancel and channel.close are never in flight at once
-// on one channel.
+// on one channel. It does not wait for the broker: a quorum queue whose
+// leader froze leaves basic.cancel, and a channel.close after it,
+// unanswered for as long as the leader stays away, while the connection
+// stays up. The broker's answer is awaited on another goroutine; run
+// hands nothing more to the handler meanwhile.
 func (c *consumer) stop() {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -345,7 +361,15 @@ func (c *consumer) stop() {
 		ch := c.ch
 		c.mu.Unlock()
 		close(c.stopped)
-		if ch != nil {
+		c.t.mu.Lock()
+		delete(c.t.consumers, c)
+		c.t.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		c.t.wg.Add(1)
+		go func() {
+			defer c.t.wg.Done()
 			err := ch.Cancel(c.tag, false)
 			c.mu.Lock()
 			c.cancelDone = err == nil
@@ -354,10 +378,7 @@ func (c *consumer) stop() {
 			if idle {
 				_ = ch.Close()
 			}
-		}
-		c.t.mu.Lock()
-		delete(c.t.consumers, c)
-		c.t.mu.Unlock()
+		}()
 	})
 }
 
@@ -377,7 +398,8 @@ func (c *consumer) halt() {
 
 // abort stops the consumer at once: its channel closes without a
 // basic.cancel, so the broker takes back every delivery it holds
-// unsettled in the same step as it removes the consumer.
+// unsettled in the same step as it removes the consumer. Like stop, it
+// does not wait for the broker.
 func (c *consumer) abort() {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -385,12 +407,17 @@ func (c *consumer) abort() {
 		ch := c.ch
 		c.mu.Unlock()
 		close(c.stopped)
-		if ch != nil {
-			_ = ch.Close()
-		}
 		c.t.mu.Lock()
 		delete(c.t.consumers, c)
 		c.t.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		c.t.wg.Add(1)
+		go func() {
+			defer c.t.wg.Done()
+			_ = ch.Close()
+		}()
 	})
 }
 
@@ -414,19 +441,37 @@ func (c *consumer) settled(ch *amqp.Channel) {
 }
 
 // Cancel implements [driver.Consumer] with basic.cancel; the channel closes
-// once the deliveries handed over are settled.
+// once the deliveries handed over are settled. It waits for the broker's
+// answer at most stopWait: a delivery that arrives later is not handed
+// over, and the broker takes it back when the channel closes.
 func (c *consumer) Cancel() error {
 	c.stop()
-	<-c.done
+	c.awaitStop("cancel")
 	return nil
 }
 
 // Abort implements [driver.Consumer] by closing the consumer's channel; a
-// later settlement of one of its deliveries fails harmlessly.
+// later settlement of one of its deliveries fails harmlessly. It waits
+// for the broker at most stopWait, like Cancel.
 func (c *consumer) Abort() error {
 	c.abort()
-	<-c.done
+	c.awaitStop("abort")
 	return nil
+}
+
+// stopWait bounds how long Cancel and Abort wait for the broker.
+const stopWait = closeTimeout
+
+// awaitStop waits until run returns, or stopWait.
+func (c *consumer) awaitStop(what string) {
+	timer := time.NewTimer(stopWait)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+	case <-timer.C:
+		c.t.log.Warn("the broker did not answer a consumer's "+what+" in time; it hands nothing more to this node, and the broker takes back what it holds once it answers or the connection closes",
+			"queue", c.queue, "waited", stopWait)
+	}
 }
 
 // delivery adapts amqp.Delivery to [driver.Delivery].

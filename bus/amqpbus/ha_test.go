@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/internal/rabbitcluster"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
@@ -231,4 +233,92 @@ func TestTemporaryQueueRenamedOnReconnect(t *testing.T) {
 	require.NoError(t, tr.DeleteQueue(t.Context(), q))
 	assert.Equal(t, q, tr.Address(q), "forgotten once deleted")
 	p1.Heal()
+}
+
+// TestStopReturnsWhenQueueLeaderFrozen: on a RabbitMQ cluster, a quorum
+// queue whose leader's broker node froze leaves basic.cancel unanswered
+// (measured: over 40 s) while the consumer's own connection, to another
+// broker node, stays up. Cancel and Abort return by their bound all the
+// same, nothing more is handed to the stopped consumers, the connection
+// stays up, and the queue serves a new consumer once the node thaws.
+func TestStopReturnsWhenQueueLeaderFrozen(t *testing.T) {
+	rc := rabbitcluster.FromEnv(t)
+	ctx := t.Context()
+	require.NoError(t, rc.WaitRunning(ctx, rc.Nodes()), "the broker cluster is whole before the test")
+	urls := rc.URLs()
+	q := "amqpbus-test-frozen-" + message.NewUUID()[:8]
+
+	// Leader on node 2: client-local places it on the declaring
+	// connection's node.
+	raw, err := amqp.Dial(urls[1])
+	require.NoError(t, err)
+	rch, err := raw.Channel()
+	require.NoError(t, err)
+	_, err = rch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-queue-leader-locator": "client-local"})
+	require.NoError(t, err)
+	_ = raw.Close()
+	leader, err := rc.Leader(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, 1, leader, "the queue's leader is on node 2")
+
+	tr, err := amqpbus.Dial(ctx, amqpbus.Config{URL: urls[0], QueueType: amqpbus.QueueQuorum, ConnectionName: "amqpbus test frozen leader"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = rc.Thaw(dctx, 1)
+		if err := waitDelete(dctx, tr, q); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	var late atomic.Int32
+	var stopped atomic.Bool
+	got := make(chan driver.Delivery, 16)
+	handle := func(d driver.Delivery) {
+		if stopped.Load() {
+			late.Add(1)
+		}
+		got <- d
+	}
+	a, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, handle)
+	require.NoError(t, err)
+	b, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, handle)
+	require.NoError(t, err)
+	require.NoError(t, tr.Publish(ctx, q, []byte(`"before"`)))
+	select {
+	case d := <-got:
+		require.NoError(t, d.Ack())
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery before the freeze")
+	}
+
+	require.NoError(t, rc.Freeze(ctx, 1))
+	stopped.Store(true)
+	for _, s := range []struct {
+		name string
+		stop func() error
+	}{{"Cancel", a.Cancel}, {"Abort", b.Abort}} {
+		start := time.Now()
+		require.NoError(t, s.stop())
+		took := time.Since(start)
+		t.Logf("%s with the queue's leader frozen returned after %s", s.name, took.Round(time.Millisecond))
+		assert.Less(t, took, 5*time.Second, "%s must not wait for a queue leader that does not answer", s.name)
+	}
+	require.NoError(t, rc.Thaw(ctx, 1))
+	require.NoError(t, rc.WaitRunning(ctx, rc.Nodes()))
+
+	c, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { got <- d })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Cancel() })
+	require.NoError(t, tr.Publish(ctx, q, []byte(`"after"`)))
+	select {
+	case d := <-got:
+		assert.Equal(t, `"after"`, string(d.Body()))
+		require.NoError(t, d.Ack())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queue serves no new consumer after the thaw")
+	}
+	assert.Zero(t, late.Load(), "nothing is handed to a consumer after its Cancel or Abort returned")
+	assert.Zero(t, tr.ConnectionsLost(), "the consumer's connection stayed up")
 }
