@@ -11,3 +11,8 @@ func (t *Transport) SimulatePause() {
 // is open on the broker and before the transport counts it among the
 // consumers it resumes after a reconnect. nil removes it.
 func OnConsumeOpened(f func()) { testHookConsumeOpened = f }
+
+// OnDeclared sets a function that DeclareQueue calls once the broker
+// answered the declaration, before the transport records where the
+// queue is. nil removes it.
+func OnDeclared(f func()) { testHookDeclared = f }

@@ -110,6 +110,48 @@ func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
 	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
 }
 
+// TestQueueDeclaredAcrossAReconnectIsDeclaredAgain: a temporary queue
+// whose declaration the broker answered on a connection that was lost,
+// and replaced, before DeclareQueue recorded it (the reconnect declared
+// the others again without it) is declared on the new connection all
+// the same: a consumer of it gets its messages, instead of failing with
+// no such queue.
+func TestQueueDeclaredAcrossAReconnectIsDeclaredAgain(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	p, u := proxy.NewURL(t, url)
+	logs := &logLines{}
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+
+	amqpbus.OnDeclared(func() {
+		p.Cut()
+		require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+		p.Heal()
+		require.Eventually(t, func() bool { return logs.has("reconnected to the broker") }, 10*time.Second, 10*time.Millisecond,
+			"the transport reconnects and declares its queues again")
+	})
+	t.Cleanup(func() { amqpbus.OnDeclared(nil) })
+	q := "amqpbus-test-redeclare-" + message.NewUUID()[:8]
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	amqpbus.OnDeclared(nil)
+
+	got := make(chan string, 4)
+	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err, "the queue exists on the new connection")
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"after"`)))
+	select {
+	case b := <-got:
+		require.Equal(t, `"after"`, b)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery on the queue declared across the reconnect")
+	}
+	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
+}
+
 // logLines is a slog.Handler that keeps the messages logged.
 type logLines struct {
 	mu   sync.Mutex

@@ -283,19 +283,32 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 	if entry == "" || queue == "" {
 		return fmt.Errorf("amqpbus: %s: empty name: %w", op, message.ErrBadRequest)
 	}
-	s, err := t.current(op)
+	// Remembered in the same step as the session is read, as in
+	// DeclareQueue: a reconnect from now on binds it again.
+	var prev string
+	var existed bool
+	s, err := t.currentWith(op, func() {
+		if t.entries == nil {
+			t.entries = make(map[string]string)
+		}
+		prev, existed = t.entries[queue]
+		t.entries[queue] = entry
+	})
 	if err != nil {
 		return err
 	}
 	if err := s.control(ctx, func(ch *amqp.Channel) error { return entryOn(ch, entry, queue) }); err != nil {
+		t.mu.Lock()
+		if t.sess == s { // no reconnect bound it meanwhile
+			if existed {
+				t.entries[queue] = prev
+			} else {
+				delete(t.entries, queue)
+			}
+		}
+		t.mu.Unlock()
 		return t.opError(s, op, err)
 	}
-	t.mu.Lock()
-	if t.entries == nil {
-		t.entries = make(map[string]string)
-	}
-	t.entries[queue] = entry
-	t.mu.Unlock()
 	return nil
 }
 
@@ -354,16 +367,25 @@ func (t *Transport) resumeConsumer(c *consumer, s *session) {
 // current returns the connected session, or an error matching
 // message.ErrClosed or message.ErrUnavailable.
 func (t *Transport) current(op string) (*session, error) {
+	return t.currentWith(op, nil)
+}
+
+// currentWith is current, and runs locked, if not nil, with t.mu held in
+// the same step as it reads the session, if there is one.
+func (t *Transport) currentWith(op string, locked func()) (*session, error) {
 	select {
 	case <-t.closing:
 		return nil, fmt.Errorf("amqpbus: %s: %w", op, message.ErrClosed)
 	default:
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	s := t.sess
-	t.mu.Unlock()
 	if s == nil {
 		return nil, fmt.Errorf("amqpbus: %s: reconnecting to %s: %w", op, t.masked, message.ErrUnavailable)
+	}
+	if locked != nil {
+		locked()
 	}
 	return s, nil
 }
@@ -384,7 +406,18 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 	case opts.Kind != driver.QueueDurable && opts.Kind != driver.QueueTemporary:
 		return fmt.Errorf("amqpbus: %s: unknown queue kind %s: %w", op, opts.Kind, message.ErrBadRequest)
 	}
-	s, err := t.current(op)
+	// Remembered in the same step as the session is read: a reconnect
+	// from now on declares it again, whatever becomes of this
+	// declaration (one earlier made the session).
+	var prev driver.QueueOptions
+	var existed bool
+	s, err := t.currentWith(op, func() {
+		prev, existed = t.queues[name]
+		if !existed {
+			t.order = append(t.order, name)
+		}
+		t.queues[name] = opts
+	})
 	if err != nil {
 		return err
 	}
@@ -398,20 +431,39 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 		onBroker = fmt.Sprintf("%s.%d-%04x", name, t.lostConns.Load(), rand.IntN(1<<16))
 		err = s.control(ctx, func(ch *amqp.Channel) error { return t.declareOn(ch, onBroker, opts) })
 	}
+	if f := testHookDeclared; f != nil {
+		f()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess != s {
+		// A reconnect declared it again since (or is doing so): the
+		// record stays, and the address is the reconnect's.
+		if err != nil {
+			return t.opError(s, op, err)
+		}
+		return nil
+	}
 	if err != nil {
+		if existed {
+			t.queues[name] = prev
+		} else {
+			delete(t.queues, name)
+			if i := slices.Index(t.order, name); i >= 0 {
+				t.order = slices.Delete(t.order, i, i+1)
+			}
+		}
 		return t.opError(s, op, err)
 	}
 	if opts.Kind == driver.QueueTemporary {
-		t.setAddress(name, onBroker)
+		t.setAddressLocked(name, onBroker)
 	}
-	t.mu.Lock()
-	if _, ok := t.queues[name]; !ok {
-		t.order = append(t.order, name)
-	}
-	t.queues[name] = opts
-	t.mu.Unlock()
 	return nil
 }
+
+// testHookDeclared, when set by a test, runs in DeclareQueue once the
+// broker answered the declaration.
+var testHookDeclared func()
 
 // quorumDeliveryLimit is the x-delivery-limit of quorum queues: so high
 // that the broker never drops a message for its redeliveries, on
@@ -464,6 +516,11 @@ func (t *Transport) Address(queue string) string {
 func (t *Transport) setAddress(name, onBroker string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.setAddressLocked(name, onBroker)
+}
+
+// setAddressLocked is setAddress with t.mu held.
+func (t *Transport) setAddressLocked(name, onBroker string) {
 	m := map[string]string{}
 	if old := t.temps.Load(); old != nil {
 		m = maps.Clone(*old)
