@@ -355,29 +355,30 @@ func deliveries(h amqp.Table) int {
 // stays up. The broker's answer is awaited on another goroutine; run
 // hands nothing more to the handler meanwhile.
 func (c *consumer) stop() {
-	c.stopOnce.Do(func() {
+	c.stopThen(func(ch *amqp.Channel) {
+		err := ch.Cancel(c.tag, false)
 		c.mu.Lock()
-		c.cancelled = true
-		ch := c.ch
+		c.cancelDone = err == nil
+		idle := err == nil && c.outstanding[ch] == 0
 		c.mu.Unlock()
-		close(c.stopped)
-		c.t.mu.Lock()
-		delete(c.t.consumers, c)
-		c.t.mu.Unlock()
+		if idle {
+			_ = ch.Close()
+		}
+	})
+}
+
+// stopThen marks the consumer stopped, once, and then runs f with its
+// channel, if it has one, on a goroutine of the transport's.
+func (c *consumer) stopThen(f func(ch *amqp.Channel)) {
+	c.stopOnce.Do(func() {
+		ch := c.markStopped()
 		if ch == nil {
 			return
 		}
 		c.t.wg.Add(1)
 		go func() {
 			defer c.t.wg.Done()
-			err := ch.Cancel(c.tag, false)
-			c.mu.Lock()
-			c.cancelDone = err == nil
-			idle := err == nil && c.outstanding[ch] == 0
-			c.mu.Unlock()
-			if idle {
-				_ = ch.Close()
-			}
+			f(ch)
 		}()
 	})
 }
@@ -385,15 +386,22 @@ func (c *consumer) stop() {
 // halt stops the consumer without a word to the broker, for Close: the
 // connection's close that follows ends its channel.
 func (c *consumer) halt() {
-	c.stopOnce.Do(func() {
-		c.mu.Lock()
-		c.cancelled = true
-		c.mu.Unlock()
-		close(c.stopped)
-		c.t.mu.Lock()
-		delete(c.t.consumers, c)
-		c.t.mu.Unlock()
-	})
+	c.stopOnce.Do(func() { c.markStopped() })
+}
+
+// markStopped marks the consumer stopped (run hands nothing more over,
+// no resume opens it again, the transport forgets it) and returns its
+// current channel. Called once, in stopOnce.
+func (c *consumer) markStopped() *amqp.Channel {
+	c.mu.Lock()
+	c.cancelled = true
+	ch := c.ch
+	c.mu.Unlock()
+	close(c.stopped)
+	c.t.mu.Lock()
+	delete(c.t.consumers, c)
+	c.t.mu.Unlock()
+	return ch
 }
 
 // abort stops the consumer at once: its channel closes without a
@@ -401,24 +409,7 @@ func (c *consumer) halt() {
 // unsettled in the same step as it removes the consumer. Like stop, it
 // does not wait for the broker.
 func (c *consumer) abort() {
-	c.stopOnce.Do(func() {
-		c.mu.Lock()
-		c.cancelled = true
-		ch := c.ch
-		c.mu.Unlock()
-		close(c.stopped)
-		c.t.mu.Lock()
-		delete(c.t.consumers, c)
-		c.t.mu.Unlock()
-		if ch == nil {
-			return
-		}
-		c.t.wg.Add(1)
-		go func() {
-			defer c.t.wg.Done()
-			_ = ch.Close()
-		}()
-	})
+	c.stopThen(func(ch *amqp.Channel) { _ = ch.Close() })
 }
 
 // settled records that a delivery of ch was acknowledged or rejected.

@@ -26,24 +26,10 @@ import (
 // connection drops again.
 func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	adm, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: url, ConnectionName: "amqpbus test admin"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = adm.Close() })
-	q := "amqpbus-test-resume-" + message.NewUUID()[:8]
-	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
-	t.Cleanup(func() { _ = waitDelete(context.Background(), adm, q) })
+	adm, q := adminQueue(t, url)
 
-	p, u := proxy.NewURL(t, url)
-	logs := &logLines{}
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tr.Close() })
-	got := make(chan string, 4)
-	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) { // q is not tr's: tr does not declare it again
-		got <- string(d.Body())
-		_ = d.Ack()
-	})
-	require.NoError(t, err)
+	p, tr, logs := dialProxied(t, url)
+	got := consumeBodies(t, tr, q) // q is not tr's: tr does not declare it again
 
 	p.Cut()
 	require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
@@ -54,12 +40,7 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 		"the consumer's resume found no queue")
 	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
 	require.NoError(t, adm.Publish(t.Context(), q, []byte(`"back"`)))
-	select {
-	case b := <-got:
-		require.Equal(t, `"back"`, b)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the consumer did not resume once its queue was back: its messages wait for a consumer that is gone while the connection stays up")
-	}
+	awaitBody(t, got, `"back"`, "the consumer did not resume once its queue was back: its messages wait for a consumer that is gone while the connection stays up")
 	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
 }
 
@@ -71,42 +52,17 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 // queue fills.
 func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	adm, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: url, ConnectionName: "amqpbus test admin"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = adm.Close() })
-	q := "amqpbus-test-resume-" + message.NewUUID()[:8]
-	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
-	t.Cleanup(func() { _ = waitDelete(context.Background(), adm, q) })
+	adm, q := adminQueue(t, url)
 
-	p, u := proxy.NewURL(t, url)
-	logs := &logLines{}
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tr.Close() })
+	p, tr, logs := dialProxied(t, url)
 
-	amqpbus.OnConsumeOpened(func() {
-		p.Cut()
-		require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
-		p.Heal()
-		require.Eventually(t, func() bool { return logs.has("reconnected to the broker") }, 10*time.Second, 10*time.Millisecond,
-			"the transport reconnects and resumes its consumers")
-	})
+	amqpbus.OnConsumeOpened(func() { reconnectNow(t, p, tr, logs) })
 	t.Cleanup(func() { amqpbus.OnConsumeOpened(nil) })
-	got := make(chan string, 4)
-	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
-		got <- string(d.Body())
-		_ = d.Ack()
-	})
-	require.NoError(t, err)
+	got := consumeBodies(t, tr, q)
 	amqpbus.OnConsumeOpened(nil)
 
 	require.NoError(t, adm.Publish(t.Context(), q, []byte(`"after"`)))
-	select {
-	case b := <-got:
-		require.Equal(t, `"after"`, b)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the consumer opened across the reconnect was not resumed: its queue fills with no consumer while the connection stays up")
-	}
+	awaitBody(t, got, `"after"`, "the consumer opened across the reconnect was not resumed: its queue fills with no consumer while the connection stays up")
 	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
 }
 
@@ -118,38 +74,79 @@ func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
 // no such queue.
 func TestQueueDeclaredAcrossAReconnectIsDeclaredAgain(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	p, u := proxy.NewURL(t, url)
-	logs := &logLines{}
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tr.Close() })
+	p, tr, logs := dialProxied(t, url)
 
-	amqpbus.OnDeclared(func() {
-		p.Cut()
-		require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
-		p.Heal()
-		require.Eventually(t, func() bool { return logs.has("reconnected to the broker") }, 10*time.Second, 10*time.Millisecond,
-			"the transport reconnects and declares its queues again")
-	})
+	amqpbus.OnDeclared(func() { reconnectNow(t, p, tr, logs) })
 	t.Cleanup(func() { amqpbus.OnDeclared(nil) })
 	q := "amqpbus-test-redeclare-" + message.NewUUID()[:8]
 	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 	amqpbus.OnDeclared(nil)
 
+	got := consumeBodies(t, tr, q) // the queue exists on the new connection
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"after"`)))
+	awaitBody(t, got, `"after"`, "no delivery on the queue declared across the reconnect")
+	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
+}
+
+// adminQueue declares a durable queue on a transport of its own, which
+// it returns, and deletes it when the test ends.
+func adminQueue(t *testing.T, url string) (*amqpbus.Transport, string) {
+	t.Helper()
+	adm, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: url, ConnectionName: "amqpbus test admin"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = adm.Close() })
+	q := "amqpbus-test-resume-" + message.NewUUID()[:8]
+	require.NoError(t, adm.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	t.Cleanup(func() { _ = waitDelete(context.Background(), adm, q) })
+	return adm, q
+}
+
+// dialProxied dials the broker at url through a proxy the test owns,
+// reconnecting within 200 ms, and keeps the transport's log messages.
+func dialProxied(t *testing.T, url string) (*proxy.Proxy, *amqpbus.Transport, *logLines) {
+	t.Helper()
+	p, u := proxy.NewURL(t, url)
+	logs := &logLines{}
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	return p, tr, logs
+}
+
+// reconnectNow cuts the transport's connection and returns once it has
+// reconnected, declared its queues again and resumed its consumers.
+func reconnectNow(t *testing.T, p *proxy.Proxy, tr *amqpbus.Transport, logs *logLines) {
+	t.Helper()
+	p.Cut()
+	require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+	p.Heal()
+	require.Eventually(t, func() bool { return logs.has("reconnected to the broker") }, 10*time.Second, 10*time.Millisecond,
+		"the transport reconnects")
+}
+
+// consumeBodies consumes q on tr, acknowledging each delivery, and
+// returns the bodies.
+func consumeBodies(t *testing.T, tr *amqpbus.Transport, q string) <-chan string {
+	t.Helper()
 	got := make(chan string, 4)
-	_, err = tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
+	_, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{}, func(d driver.Delivery) {
 		got <- string(d.Body())
 		_ = d.Ack()
 	})
-	require.NoError(t, err, "the queue exists on the new connection")
-	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"after"`)))
+	require.NoError(t, err)
+	return got
+}
+
+// awaitBody waits up to 10 s for the next body on got, which must be
+// want; failing says why, in the words of the test.
+func awaitBody(t *testing.T, got <-chan string, want, failure string) {
+	t.Helper()
 	select {
 	case b := <-got:
-		require.Equal(t, `"after"`, b)
+		require.Equal(t, want, b)
 	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery on the queue declared across the reconnect")
+		t.Fatal(failure)
 	}
-	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
 }
 
 // logLines is a slog.Handler that keeps the messages logged.
