@@ -227,9 +227,11 @@ func (c *consumer) run(f feed) {
 			c.mu.Unlock()
 			switch {
 			case cancelled:
-				// Not handed over: the broker takes it back when the
-				// channel closes (a cancelled consumer's channel closes
-				// once what it handed over is settled).
+				// Not handed over: given back to the queue at once
+				// (kept unacknowledged until the channel closed, it
+				// would be invisible to a drain that deletes the queue
+				// once it looks empty).
+				_ = d.Nack(false, true)
 			case recount:
 				c.recount(d)
 			default:
@@ -353,7 +355,7 @@ func deliveries(h amqp.Table) int {
 // leader froze leaves basic.cancel, and a channel.close after it,
 // unanswered for as long as the leader stays away, while the connection
 // stays up. The broker's answer is awaited on another goroutine; run
-// hands nothing more to the handler meanwhile.
+// gives back to the queue what arrives meanwhile.
 func (c *consumer) stop() {
 	c.stopThen(func(ch *amqp.Channel) {
 		err := ch.Cancel(c.tag, false)
@@ -433,8 +435,8 @@ func (c *consumer) settled(ch *amqp.Channel) {
 
 // Cancel implements [driver.Consumer] with basic.cancel; the channel closes
 // once the deliveries handed over are settled. It waits for the broker's
-// answer at most stopWait: a delivery that arrives later is not handed
-// over, and the broker takes it back when the channel closes.
+// answer at most stopWait. A delivery that arrives once the consumer is
+// stopped is not handed over but given back to the queue.
 func (c *consumer) Cancel() error {
 	c.stop()
 	c.awaitStop("cancel")
@@ -460,7 +462,7 @@ func (c *consumer) awaitStop(what string) {
 	select {
 	case <-c.done:
 	case <-timer.C:
-		c.t.log.Warn("the broker did not answer a consumer's "+what+" in time; it hands nothing more to this node, and the broker takes back what it holds once it answers or the connection closes",
+		c.t.log.Warn("the broker did not answer a consumer's "+what+" in time; what it delivers from now on goes back to the queue, and what it handed over is taken back once it answers or the connection closes",
 			"queue", c.queue, "waited", stopWait)
 	}
 }
