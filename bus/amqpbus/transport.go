@@ -299,12 +299,10 @@ func (t *Transport) DeclareEntry(ctx context.Context, entry, queue string) error
 	}
 	if err := s.control(ctx, func(ch *amqp.Channel) error { return entryOn(ch, entry, queue) }); err != nil {
 		t.mu.Lock()
-		if t.sess == s { // no reconnect bound it meanwhile
-			if existed {
-				t.entries[queue] = prev
-			} else {
-				delete(t.entries, queue)
-			}
+		if existed { // forgotten again, as in DeclareQueue
+			t.entries[queue] = prev
+		} else {
+			delete(t.entries, queue)
 		}
 		t.mu.Unlock()
 		return t.opError(s, op, err)
@@ -407,8 +405,8 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 		return fmt.Errorf("amqpbus: %s: unknown queue kind %s: %w", op, opts.Kind, message.ErrBadRequest)
 	}
 	// Remembered in the same step as the session is read: a reconnect
-	// from now on declares it again, whatever becomes of this
-	// declaration (one earlier made the session).
+	// from now on declares it again (one earlier made the session). A
+	// declaration that fails is forgotten again.
 	var prev driver.QueueOptions
 	var existed bool
 	s, err := t.currentWith(op, func() {
@@ -436,15 +434,10 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.sess != s {
-		// A reconnect declared it again since (or is doing so): the
-		// record stays, and the address is the reconnect's.
-		if err != nil {
-			return t.opError(s, op, err)
-		}
-		return nil
-	}
 	if err != nil {
+		// Forgotten again, even if a reconnect declared it meanwhile:
+		// a declaration the broker refuses (another queue type, say)
+		// would fail every reconnect. The caller learns it failed.
 		if existed {
 			t.queues[name] = prev
 		} else {
@@ -452,10 +445,12 @@ func (t *Transport) DeclareQueue(ctx context.Context, name string, opts driver.Q
 			if i := slices.Index(t.order, name); i >= 0 {
 				t.order = slices.Delete(t.order, i, i+1)
 			}
+			t.setAddressLocked(name, "")
 		}
 		return t.opError(s, op, err)
 	}
-	if opts.Kind == driver.QueueTemporary {
+	if opts.Kind == driver.QueueTemporary && t.sess == s {
+		// (After a reconnect since, the address is the reconnect's.)
 		t.setAddressLocked(name, onBroker)
 	}
 	return nil
