@@ -33,7 +33,6 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 
 	p.Cut()
 	require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
-	require.NoError(t, adm.DeleteQueue(t.Context(), q))
 	p.Heal()
 	require.Eventually(t, func() bool { return tr.Broker() != "" }, 10*time.Second, 10*time.Millisecond, "the transport reconnects")
 	require.Eventually(t, func() bool { return logs.has("consumer not restored") }, 10*time.Second, 10*time.Millisecond,
@@ -86,6 +85,37 @@ func TestQueueDeclaredAcrossAReconnectIsDeclaredAgain(t *testing.T) {
 	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"after"`)))
 	awaitBody(t, got, `"after"`, "no delivery on the queue declared across the reconnect")
 	require.Equal(t, uint64(1), tr.ConnectionsLost(), "the connection stayed up after the reconnect")
+}
+
+// TestRefusedDeclarationDoesNotBlockReconnects: a declaration the broker
+// refuses (the queue exists with the other queue type) while the
+// connection is lost and replaced is forgotten all the same: the
+// reconnects that tried to declare it again succeed once it is, instead
+// of failing on it for good.
+func TestRefusedDeclarationDoesNotBlockReconnects(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	_, q := adminQueue(t, url) // classic
+	p, u := proxy.NewURL(t, url)
+	logs := &logLines{}
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, QueueType: amqpbus.QueueQuorum, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+
+	amqpbus.OnDeclared(func() {
+		p.Cut()
+		require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+		p.Heal()
+		require.Eventually(t, func() bool { return logs.has("reconnect failed") }, 10*time.Second, 10*time.Millisecond,
+			"a reconnect tries to declare the refused queue again, and fails on it")
+	})
+	t.Cleanup(func() { amqpbus.OnDeclared(nil) })
+	err = tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable})
+	amqpbus.OnDeclared(nil)
+	require.ErrorIs(t, err, amqpbus.ErrQueueType)
+
+	require.Eventually(t, func() bool { return tr.Broker() != "" }, 10*time.Second, 10*time.Millisecond,
+		"the transport reconnects once the refused declaration is forgotten")
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`{}`)))
 }
 
 // adminQueue declares a durable queue on a transport of its own, which
