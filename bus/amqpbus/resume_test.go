@@ -28,7 +28,7 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	adm, q := adminQueue(t, url)
 
-	p, tr, logs := dialProxied(t, url)
+	p, tr, logs := dialProxied(t, url, amqpbus.Config{})
 	got := consumeBodies(t, tr, q) // q is not tr's: tr does not declare it again
 
 	p.Cut()
@@ -53,7 +53,7 @@ func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	adm, q := adminQueue(t, url)
 
-	p, tr, logs := dialProxied(t, url)
+	p, tr, logs := dialProxied(t, url, amqpbus.Config{})
 
 	amqpbus.OnConsumeOpened(func() { reconnectNow(t, p, tr, logs) })
 	t.Cleanup(func() { amqpbus.OnConsumeOpened(nil) })
@@ -73,7 +73,7 @@ func TestConsumerOpenedAcrossAReconnectResumes(t *testing.T) {
 // no such queue.
 func TestQueueDeclaredAcrossAReconnectIsDeclaredAgain(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	p, tr, logs := dialProxied(t, url)
+	p, tr, logs := dialProxied(t, url, amqpbus.Config{})
 
 	amqpbus.OnDeclared(func() { reconnectNow(t, p, tr, logs) })
 	t.Cleanup(func() { amqpbus.OnDeclared(nil) })
@@ -95,11 +95,7 @@ func TestQueueDeclaredAcrossAReconnectIsDeclaredAgain(t *testing.T) {
 func TestRefusedDeclarationDoesNotBlockReconnects(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	_, q := adminQueue(t, url) // classic
-	p, u := proxy.NewURL(t, url)
-	logs := &logLines{}
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, QueueType: amqpbus.QueueQuorum, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tr.Close() })
+	p, tr, logs := dialProxied(t, url, amqpbus.Config{QueueType: amqpbus.QueueQuorum})
 
 	amqpbus.OnDeclared(func() {
 		p.Cut()
@@ -109,7 +105,7 @@ func TestRefusedDeclarationDoesNotBlockReconnects(t *testing.T) {
 			"a reconnect tries to declare the refused queue again, and fails on it")
 	})
 	t.Cleanup(func() { amqpbus.OnDeclared(nil) })
-	err = tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable})
+	err := tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable})
 	amqpbus.OnDeclared(nil)
 	require.ErrorIs(t, err, amqpbus.ErrQueueType)
 
@@ -131,13 +127,15 @@ func adminQueue(t *testing.T, url string) (*amqpbus.Transport, string) {
 	return adm, q
 }
 
-// dialProxied dials the broker at url through a proxy the test owns,
-// reconnecting within 200 ms, and keeps the transport's log messages.
-func dialProxied(t *testing.T, url string) (*proxy.Proxy, *amqpbus.Transport, *logLines) {
+// dialProxied dials the broker at url with cfg through a proxy the test
+// owns, reconnecting within 200 ms, and keeps the transport's log
+// messages.
+func dialProxied(t *testing.T, url string, cfg amqpbus.Config) (*proxy.Proxy, *amqpbus.Transport, *logLines) {
 	t.Helper()
 	p, u := proxy.NewURL(t, url)
 	logs := &logLines{}
-	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ReconnectMax: 200 * time.Millisecond, Logger: slog.New(logs)})
+	cfg.URL, cfg.ReconnectMax, cfg.Logger = u, 200*time.Millisecond, slog.New(logs)
+	tr, err := amqpbus.Dial(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	return p, tr, logs
