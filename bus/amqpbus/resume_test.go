@@ -33,6 +33,7 @@ func TestConsumerResumesOnceItsQueueIsBack(t *testing.T) {
 
 	p.Cut()
 	require.Eventually(t, func() bool { return tr.Broker() == "" }, 10*time.Second, 10*time.Millisecond, "the transport sees its connection lost")
+	require.NoError(t, adm.DeleteQueue(t.Context(), q))
 	p.Heal()
 	require.Eventually(t, func() bool { return tr.Broker() != "" }, 10*time.Second, 10*time.Millisecond, "the transport reconnects")
 	require.Eventually(t, func() bool { return logs.has("consumer not restored") }, 10*time.Second, 10*time.Millisecond,
