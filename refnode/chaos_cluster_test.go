@@ -73,7 +73,10 @@ func goroutinesOf(c *child) (int, error) {
 // ghost, not a queue the nodes left: its deletion ran while one of its
 // broker nodes restarted, and that node's recovery kept its record
 // (docs/operations.md). It holds no message and nothing routes to it;
-// it is listed in the state, and does not fail the wait.
+// it is listed in the state, and does not fail the wait. So is one with
+// fewer than a majority of its replicas running once every broker node
+// runs: no leader can serve it (such a queue was seen left once, its
+// replica lists not recorded; the state now prints them).
 func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.Duration, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, chaosDrainBound)
 	defer cancel()
