@@ -23,7 +23,9 @@ import (
 // service queue, and only then registers the heartbeat record, fills its
 // ring from the membership, starts consuming api.portal (whose messages
 // it routes by that ring) and broadcasts NodeJoined; then Ready is
-// closed.
+// closed. A registration that fails (a store call that timed out on a
+// loaded database) is tried again after one beat interval, doubling up
+// to EvictAfter, five times in all before Run returns the error.
 //
 // When ctx ends (or Close is called) the node leaves in order, keeping
 // the mirror property: a leaving node leaves every ring before its queues
@@ -233,7 +235,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	}
 
 	// The queues exist: only now may any ring contain this node.
-	epoch, records, err := n.monitor.Load().Join(ctx)
+	epoch, records, err := n.joinMembership(ctx)
 	if err != nil {
 		return fmt.Errorf("service: node %s: join the membership: %w", n.id, err)
 	}
@@ -263,6 +265,38 @@ func (n *Node) join(ctx context.Context, first bool) error {
 		n.log.Warn("broadcast NodeJoined failed; peers will add this node from the membership store", "err", err)
 	}
 	return nil
+}
+
+// joinAttempts is how many times a start tries to join the membership
+// before it fails.
+const joinAttempts = 5
+
+// joinMembership registers the node in the membership store. A join
+// that fails (a store call that timed out on a loaded database, a lost
+// connection, the node's session lock held by a peer testing it) is
+// tried again after one beat interval, doubling up to EvictAfter,
+// joinAttempts times in all; one that finds the node's record gone right
+// after registering it (another process runs as this node) or the
+// monitor closed is not. The queues are declared: nothing is routed to
+// the node before a join succeeds.
+func (n *Node) joinMembership(ctx context.Context) (int64, []heartbeat.Record, error) {
+	mon := n.monitor.Load()
+	hb := n.cfg.Heartbeat.WithDefaults()
+	wait := hb.Interval
+	for attempt := 1; ; attempt++ {
+		epoch, records, err := mon.Join(ctx)
+		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
+			errors.Is(err, heartbeat.ErrEvicted) || errors.Is(err, heartbeat.ErrClosed) {
+			return epoch, records, err
+		}
+		n.log.Warn("join the membership failed; retrying", "attempt", attempt, "of", joinAttempts, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("%w (after attempt %d: %w)", ctx.Err(), attempt, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, hb.EvictAfter)
+	}
 }
 
 // abort undoes a failed start: nothing routed to this node by ring yet,
