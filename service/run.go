@@ -23,9 +23,10 @@ import (
 // service queue, and only then registers the heartbeat record, fills its
 // ring from the membership, starts consuming api.portal (whose messages
 // it routes by that ring) and broadcasts NodeJoined; then Ready is
-// closed. A registration that fails (a store call that timed out on a
-// loaded database) is tried again after one beat interval, doubling up
-// to EvictAfter, five times in all before Run returns the error.
+// closed. A start's call on the membership store that fails (reading
+// its clock or registering; a call that timed out on a loaded database)
+// is tried again after one beat interval, doubling up to EvictAfter,
+// five times in all before Run returns the error.
 //
 // When ctx ends (or Close is called) the node leaves in order, keeping
 // the mirror property: a leaving node leaves every ring before its queues
@@ -184,7 +185,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	// queue of this node (from its earlier life, before an eviction)
 	// carries its deadline in cluster time, and without it the bus would
 	// count the relative timeout from the arrival, as if it were fresh.
-	if err := n.monitor.Load().SyncClock(ctx); err != nil {
+	if err := n.retryStore(ctx, "measure the cluster time", func() error { return n.monitor.Load().SyncClock(ctx) }); err != nil {
 		return fmt.Errorf("service: start node %s: measure the cluster time before taking messages: %w", n.id, err)
 	}
 	b, err := bus.Open(ctx, bus.Config{Transport: n.cfg.Transport, Node: n.id, Prefix: n.cfg.Prefix, Registry: n.cfg.Registry,
@@ -235,7 +236,12 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	}
 
 	// The queues exist: only now may any ring contain this node.
-	epoch, records, err := n.joinMembership(ctx)
+	var epoch int64
+	var records []heartbeat.Record
+	err = n.retryStore(ctx, "join the membership", func() (err error) {
+		epoch, records, err = n.monitor.Load().Join(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("service: node %s: join the membership: %w", n.id, err)
 	}
@@ -267,32 +273,30 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	return nil
 }
 
-// joinAttempts is how many times a start tries to join the membership
-// before it fails.
-const joinAttempts = 5
+// storeAttempts is how many times a start tries each of its steps on
+// the membership store before it fails.
+const storeAttempts = 5
 
-// joinMembership registers the node in the membership store. A join
-// that fails (a store call that timed out on a loaded database, a lost
-// connection, the node's session lock held by a peer testing it) is
-// tried again after one beat interval, doubling up to EvictAfter,
-// joinAttempts times in all; one that finds the node's record gone right
-// after registering it (another process runs as this node) or the
-// monitor closed is not. The queues are declared: nothing is routed to
-// the node before a join succeeds.
-func (n *Node) joinMembership(ctx context.Context) (int64, []heartbeat.Record, error) {
-	mon := n.monitor.Load()
+// retryStore runs step, a start's call on the membership store, until
+// it succeeds. One that fails (a store call that timed out on a loaded
+// database, a lost connection, the node's session lock held by a peer
+// testing it) is tried again after one beat interval, doubling up to
+// EvictAfter, storeAttempts times in all; one that finds the node's
+// record gone right after registering it (another process runs as this
+// node) or the monitor closed is not.
+func (n *Node) retryStore(ctx context.Context, what string, step func() error) error {
 	hb := n.cfg.Heartbeat.WithDefaults()
 	wait := hb.Interval
 	for attempt := 1; ; attempt++ {
-		epoch, records, err := mon.Join(ctx)
-		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
+		err := step()
+		if err == nil || attempt == storeAttempts || ctx.Err() != nil ||
 			errors.Is(err, heartbeat.ErrEvicted) || errors.Is(err, heartbeat.ErrClosed) {
-			return epoch, records, err
+			return err
 		}
-		n.log.Warn("join the membership failed; retrying", "attempt", attempt, "of", joinAttempts, "in", wait, "err", err)
+		n.log.Warn(what+" failed; retrying", "attempt", attempt, "of", storeAttempts, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("%w (after attempt %d: %w)", ctx.Err(), attempt, err)
+			return fmt.Errorf("%w (after attempt %d: %w)", ctx.Err(), attempt, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, hb.EvictAfter)
