@@ -89,13 +89,22 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 		known = append(known, nodeQueues(fc.Prefix(), id)...)
 	}
 	var state string
+	// What the wait waited on, for the report: listings that hung, and
+	// the last state that was not drained yet.
+	var listings, hung int
+	var lastWait string
 	err := pollEvery(ctx, 250*time.Millisecond, func() error {
 		// A listing that hangs (the broker waits on a queue without a
 		// leader) is tried again, not waited on for the whole bound.
+		listings++
 		lctx, cancel := context.WithTimeout(ctx, chaosDrainBound/4)
 		qs, err := queueMessages(lctx, fc.broker, fc.Prefix(), known)
 		cancel()
 		if err != nil {
+			if lctx.Err() != nil {
+				hung++
+			}
+			lastWait = fmt.Sprintf("+%s: %v", time.Since(since).Round(time.Millisecond), err)
 			return err
 		}
 		var bad, ghosts []string
@@ -121,10 +130,15 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 		}
 		if len(bad) > 0 {
 			state += ": " + strings.Join(bad, "; ")
+			lastWait = fmt.Sprintf("+%s: %s", time.Since(since).Round(time.Millisecond), state)
 			return fmt.Errorf("%s", state)
 		}
 		return nil
 	})
+	state += fmt.Sprintf("; %d listings, %d of them hung past %s", listings, hung, chaosDrainBound/4)
+	if lastWait != "" {
+		state += "; the last not drained, at " + lastWait
+	}
 	return time.Since(since), state, err
 }
 

@@ -361,6 +361,7 @@ func runChaos(t *testing.T, onCluster bool) {
 	}
 
 	drainedIn, queueState, drainErr := awaitDrained(ctx, fc, loadEnd)
+	t.Logf("queues drained (or the wait ended) %s after the clients stopped: %s", drainedIn.Round(time.Millisecond), queueState)
 	// Every one-way write the broker took committed or dead-lettered.
 	var ow *oneWayFigures
 	var owSettled time.Duration
