@@ -373,11 +373,14 @@ func (c *consumer) stop() {
 // channel, if it has one, on a goroutine of the transport's.
 func (c *consumer) stopThen(f func(ch *amqp.Channel)) {
 	c.stopOnce.Do(func() {
+		// Counted before the consumer leaves the transport's set: a Close
+		// that no longer finds it there must still wait for f.
+		c.t.wg.Add(1)
 		ch := c.markStopped()
 		if ch == nil {
+			c.t.wg.Done()
 			return
 		}
-		c.t.wg.Add(1)
 		go func() {
 			defer c.t.wg.Done()
 			f(ch)
