@@ -51,6 +51,7 @@ type CloudBus struct {
 	freeTimer   *time.Timer    // pending return of memory to the OS (memory.go); under mu
 	lastRelease time.Time      // when memory was last returned; under mu
 	timers      sync.WaitGroup // a running release; Close waits
+	stopping    sync.WaitGroup // consumers being stopped; Close waits
 	growers     sync.WaitGroup // consumers being added or cancelled (spill.go); Close waits
 
 	refusals logLimiter // refused messages logged (refusals.go)
@@ -400,7 +401,7 @@ func (b *CloudBus) Stats() Stats {
 // Shutdown stops consuming, lets running handlers finish (until ctx
 // ends), then closes the bus.
 func (b *CloudBus) Shutdown(ctx context.Context) error {
-	b.stopConsumers(false, false) // replies keep flowing: draining handlers may call others
+	b.stopConsumers(ctx, false, false) // replies keep flowing: draining handlers may call others
 	if err := b.drainHandlers(ctx); err != nil {
 		b.log.Warn("shutdown: handlers still running, closing anyway", "err", err)
 	}
@@ -413,8 +414,18 @@ func (b *CloudBus) Shutdown(ctx context.Context) error {
 // message runs again elsewhere), and deletes its reply and event queues.
 // Its services' queues stay; a transport that declares its queues again
 // after reconnecting ([driver.QueueForgetter]) stops doing so for them.
-// It does not close the transport. It is idempotent.
+// It does not close the transport. It is idempotent. Its consumers stop
+// together, each waiting for the broker at most as long as the transport
+// allows (2 s on RabbitMQ), and deleting its queues waits at most
+// Config.ReplyTimeout.
 func (b *CloudBus) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
+	defer cancel()
+	return b.closeWithin(ctx)
+}
+
+// closeWithin is Close, its queue deletions ending with ctx.
+func (b *CloudBus) closeWithin(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
 		b.closed = true
@@ -431,8 +442,9 @@ func (b *CloudBus) Close() error {
 		}
 
 		b.releaseHeld() // while their consumers can still settle them
-		b.stopConsumers(true, true)
-		b.growers.Wait() // consumers added or removed meanwhile stop themselves
+		b.stopConsumers(context.Background(), true, true)
+		b.stopping.Wait() // a drain's or a shutdown's that outlived their context
+		b.growers.Wait()  // consumers added or removed meanwhile stop themselves
 		if f, ok := b.tr.(driver.QueueForgetter); ok {
 			for _, q := range served {
 				f.ForgetQueue(q)
@@ -450,8 +462,6 @@ func (b *CloudBus) Close() error {
 		b.stopRelease()
 		b.timers.Wait()
 
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReplyTimeout)
-		defer cancel()
 		var errs []error
 		queues := []string{b.reply, b.event}
 		if b.cfg.ClientOnly {
@@ -485,8 +495,10 @@ func (b *CloudBus) drainHandlers(ctx context.Context) error {
 }
 
 // stopConsumers stops the service consumers, with all the reply and event
-// ones too, each once; with abort they give back what they hold at once.
-func (b *CloudBus) stopConsumers(all, abort bool) {
+// ones too, each once and all at the same time; with abort they give back
+// what they hold at once. It returns once they stopped or ctx ended; the
+// stops go on without it (Close waits for them).
+func (b *CloudBus) stopConsumers(ctx context.Context, all, abort bool) {
 	b.mu.Lock()
 	var cs []driver.Consumer
 	for _, s := range b.services {
@@ -496,14 +508,32 @@ func (b *CloudBus) stopConsumers(all, abort bool) {
 		cs = append(cs, b.consumers...)
 		b.consumers = nil
 	}
+	b.stopping.Add(len(cs)) // under mu: Close waits once it set closed
 	b.mu.Unlock()
+	// Together: each may wait for a broker that does not answer (a frozen
+	// node, 2 s on RabbitMQ), and a node's exit must fit its supervisor's
+	// grace.
+	stopped := make(chan struct{}, len(cs))
 	for _, c := range cs {
 		stop := c.Cancel
 		if abort {
 			stop = c.Abort
 		}
-		if err := stop(); err != nil && !isGone(err) {
-			b.log.Warn("stop consumer", "err", err)
+		go func() {
+			defer func() {
+				b.stopping.Done()
+				stopped <- struct{}{}
+			}()
+			if err := stop(); err != nil && !isGone(err) {
+				b.log.Warn("stop consumer", "err", err)
+			}
+		}()
+	}
+	for range cs {
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (b *CloudBus) drain(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	b.stopConsumers(false, false)
+	b.stopConsumers(ctx, false, false)
 	if err := b.drainHandlers(ctx); err != nil {
 		return fmt.Errorf("bus: drain: handlers still running: %w", ctxError(ctx))
 	}

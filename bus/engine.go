@@ -46,6 +46,8 @@ func (e engine) DeleteQueueIfIdle(ctx context.Context, queue string) error {
 
 func (e engine) Drain(ctx context.Context) error { return e.b.drain(ctx) }
 
+func (e engine) CloseWithin(ctx context.Context) error { return e.b.closeWithin(ctx) }
+
 func (e engine) AbandonCalls(node string, before time.Time, cause error) int {
 	return e.b.abandonCalls(node, before, cause)
 }

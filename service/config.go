@@ -79,8 +79,10 @@ type Config struct {
 	// instead of joining again with a new epoch. Default: rejoin.
 	NoRejoin bool
 
-	// LeaveTimeout bounds an orderly leave: telling peers, draining the
-	// queues and waiting for handlers. Default 10 s.
+	// LeaveTimeout bounds a node's whole exit once Run's context ends:
+	// the orderly leave (telling peers, draining the queues, waiting for
+	// handlers), closing the bus and the services' Stop (see Node.Run).
+	// Default 10 s.
 	LeaveTimeout time.Duration
 
 	// RouteRetries is how many times a routed call or send is retried

@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"time"
 )
 
 // hooks runs the services' listeners off the message path.
@@ -70,11 +69,13 @@ func (h *hooks) close() {
 		h.start1.Do(func() { started = false })
 		close(h.stop)
 		if started {
+			ctx, cancel := h.n.exitContext(h.n.closeReserve() / 4)
 			select {
 			case <-h.done:
-			case <-time.After(h.n.cfg.LeaveTimeout):
+			case <-ctx.Done():
 				h.n.log.Warn("listeners still running at stop; canceling them")
 			}
+			cancel()
 		}
 		h.cancel()
 		if started {

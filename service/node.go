@@ -82,7 +82,9 @@ type Node struct {
 	runOnce sync.Once
 	runErr  error
 	cancel  context.CancelFunc // cancels Run; set by Run
-	mu      sync.Mutex         // guards cancel, members, tombstones
+	mu      sync.Mutex         // guards cancel, runCtx, exitBy, members, tombstones
+	runCtx  context.Context    // Run's; its end starts the exit
+	exitBy  time.Time          // when the exit must be over: LeaveTimeout after Run's context ended
 	members map[string]int64   // node -> epoch of the members in the ring
 	gone    map[string]int64   // node -> highest epoch seen leaving
 	goodbye map[string]bool    // nodes whose tombstone came from the node itself (a leave)

@@ -43,6 +43,14 @@ import (
 // set, joins again with a new epoch (same UUID) one beat interval later;
 // with NoRejoin, Run returns [ErrEvicted].
 //
+// The whole exit, from the moment ctx ends, takes at most
+// Config.LeaveTimeout: the leave, closing the bus, the
+// RingListeners' last delivery and the services' Stop share it (each
+// of the last three gets at least a tenth of it). Closing a transport
+// the node owns adds at most 2.2 s on RabbitMQ (the AMQP close
+// handshake). With the default 10 s a node exits well within the 30 s
+// grace a supervisor such as Kubernetes gives before it kills.
+//
 // Run may be called once. When it returns, it has closed the transport
 // if the node owns it (Config.OwnTransport).
 func (n *Node) Run(ctx context.Context) (err error) {
@@ -54,7 +62,14 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	n.mu.Lock()
 	n.cancel = cancel
+	n.runCtx = ctx
 	n.mu.Unlock()
+	stopExit := context.AfterFunc(ctx, func() {
+		n.mu.Lock()
+		n.exitStartedLocked()
+		n.mu.Unlock()
+	})
+	defer stopExit()
 	defer func() {
 		cancel()
 		if n.cfg.OwnTransport {
@@ -164,9 +179,40 @@ func (n *Node) live(ctx context.Context, life int) error {
 	return nil
 }
 
+// exitContext returns the context of one step of the node's exit. Once
+// Run's context ended, it ends reserve before the exit's deadline
+// (leaving that much to the steps after it), but gives the step at least
+// a tenth of LeaveTimeout; before that (a failed start, say) it ends
+// after LeaveTimeout.
+func (n *Node) exitContext(reserve time.Duration) (context.Context, context.CancelFunc) {
+	budget := n.cfg.LeaveTimeout
+	n.mu.Lock()
+	if n.runCtx != nil && n.runCtx.Err() != nil {
+		n.exitStartedLocked() // AfterFunc's goroutine may not have run yet
+	}
+	by := n.exitBy
+	n.mu.Unlock()
+	if !by.IsZero() {
+		budget = min(budget, max(time.Until(by)-reserve, n.cfg.LeaveTimeout/10))
+	}
+	return context.WithTimeout(context.Background(), budget)
+}
+
+// exitStartedLocked starts the exit's clock, once; under mu.
+func (n *Node) exitStartedLocked() {
+	if n.exitBy.IsZero() {
+		n.exitBy = time.Now().Add(n.cfg.LeaveTimeout)
+	}
+}
+
+// closeReserve is what the leave leaves of the exit's time to the steps
+// after it: closing the bus (its consumers wait for the broker up to 2 s
+// on RabbitMQ), the listeners' last delivery, the services' Stop.
+func (n *Node) closeReserve() time.Duration { return 3 * n.cfg.LeaveTimeout / 10 }
+
 // stopServices runs the services' Stoppers once, when Run ends.
 func (n *Node) stopServices() {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
+	ctx, cancel := n.exitContext(0)
 	defer cancel()
 	for _, s := range n.cfg.Services {
 		if st, ok := s.(Stopper); ok {
@@ -308,7 +354,7 @@ func (n *Node) retryStore(ctx context.Context, what string, step func() error) e
 // messages, from an earlier life, stays for the next life or the
 // survivors).
 func (n *Node) abort() {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
+	ctx, cancel := n.exitContext(n.closeReserve())
 	defer cancel()
 	if n.Epoch() != 0 {
 		_ = n.monitor.Load().Leave(ctx)
@@ -325,7 +371,7 @@ func (n *Node) abort() {
 // it could not empty in time stays, recorded in the store, for the
 // survivors to drain.
 func (n *Node) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
+	ctx, cancel := n.exitContext(n.closeReserve())
 	defer cancel()
 	start := time.Now()
 	epoch := n.Epoch()
@@ -396,14 +442,14 @@ func (n *Node) stopServing(deleteIdle bool) {
 	if b == nil {
 		return
 	}
-	if err := b.Close(); err != nil {
+	ctx, cancel := n.exitContext(n.closeReserve() / 2)
+	defer cancel()
+	if err := busx.Of(b).CloseWithin(ctx); err != nil {
 		n.log.Warn("close bus", "err", err)
 	}
 	if !deleteIdle {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaveTimeout)
-	defer cancel()
 	var gone []string
 	for _, q := range n.ownQueues(b) {
 		if err := n.cfg.Transport.DeleteQueueIfIdle(ctx, q); err != nil {

@@ -78,6 +78,9 @@ type Engine interface {
 	// Drain stops the bus's own per-node service queues cleanly, handing
 	// back what the handlers did not take.
 	Drain(ctx context.Context) error
+	// CloseWithin is bus.CloudBus.Close with its queue deletions ending
+	// with ctx (not after the bus's ReplyTimeout).
+	CloseWithin(ctx context.Context) error
 	// AbandonCalls fails every call pending towards node (with a
 	// non-zero before, sent before it) with message.ErrNodeLeft and
 	// returns how many it failed.
