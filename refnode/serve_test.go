@@ -94,6 +94,7 @@ func TestServeEnvironment(t *testing.T) {
 	assert.Equal(t, "table", o.Ring, "the default partition table by default")
 	assert.Nil(t, o.Heartbeat.Now, "the heartbeat reads time.Now by default")
 	assert.True(t, o.Heartbeat.SessionLocks, "session locks on by default")
+	assert.Equal(t, 30*time.Second, o.StartWait, "a start waits 30 s for the database and the broker by default")
 
 	e := &env{vars: map[string]string{
 		"REFNODE_BUS": "amqps://broker/", "REFNODE_DB": "postgres://db/x", "REFNODE_LISTEN": "127.0.0.1:9999",
@@ -101,13 +102,14 @@ func TestServeEnvironment(t *testing.T) {
 		"REFNODE_EVICT_AFTER": "1s", "REFNODE_PING_INTERVAL": "50ms", "REFNODE_OP_LOG": "/tmp/ops.jsonl",
 		"REFNODE_CLOCK_SKEW": "-1s", "REFNODE_VM_SWEEP": "2s", "REFNODE_TEST_STALL_VM_FINAL_WRITE": "3s",
 		"REFNODE_RING": "consistent", "REFNODE_QUEUE_TYPE": "quorum", "REFNODE_SESSION_LOCKS": "false",
+		"REFNODE_START_WAIT": "5s",
 	}}
 	o, err = parseServe([]string{"-prefix", "green", "-clock-skew", "1500ms"}, e.get)
 	require.NoError(t, err)
 	assert.Equal(t, serveOptions{
 		Settings: nodekit.Settings{Bus: "amqps://broker/", QueueType: "quorum", DB: "postgres://db/x", Listen: "127.0.0.1:9999", Prefix: "green", LogLevel: "debug",
 			Heartbeat: heartbeat.Config{Interval: 200 * time.Millisecond, EvictAfter: time.Second, OpTimeout: 200 * time.Millisecond},
-			Ring:      "consistent", Trace: "none"},
+			Ring:      "consistent", Trace: "none", StartWait: 5 * time.Second},
 		pingInterval: 50 * time.Millisecond, opLog: "/tmp/ops.jsonl", clockSkew: 1500 * time.Millisecond,
 		vmSweep: 2 * time.Second, stallVMFinal: 3 * time.Second,
 	}, o, "variables fill the flags not given; a flag wins")
@@ -117,12 +119,13 @@ func TestServeEnvironment(t *testing.T) {
 	noCloudbusVars(t, e)
 }
 
-// TestServeWithoutBroker: a broker that refuses the connection fails the
-// start with exit 1 and a message that says what to check, after the
-// facts were printed, with the password masked everywhere.
+// TestServeWithoutBroker: a broker that refuses the connection for
+// longer than -start-wait fails the start with exit 1 and a message that
+// says what to check, after the facts were printed, with the password
+// masked everywhere, the retries' logs included.
 func TestServeWithoutBroker(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "refnode.db")
-	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://refnode:"+password+"@127.0.0.1:1/", "-db", db, "-prefix", "serve-test")
+	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://refnode:"+password+"@127.0.0.1:1/", "-db", db, "-prefix", "serve-test", "-start-wait", "1s")
 	assert.Equal(t, 1, code, "stderr: %s", errOut)
 	assert.Regexp(t, `(?m)^node: +[0-9a-f]{32}$`, out)
 	assert.Regexp(t, `(?m)^admin: +http://127\.0\.0\.1:\d+ `, out)
@@ -130,6 +133,8 @@ func TestServeWithoutBroker(t *testing.T) {
 	assert.Contains(t, out, "db:      "+db+" (tables serve_test_heartbeat, serve_test_refnode_*)")
 	assert.Contains(t, errOut, "connect to the broker")
 	assert.Contains(t, errOut, "check -bus and that RabbitMQ runs")
+	assert.Contains(t, errOut, "the broker does not answer yet; trying again", "each refusal is logged")
+	assert.Contains(t, errOut, "-start-wait)", "the error says how long it tried")
 	assert.NotContains(t, out+errOut, password, "a password is never printed")
 }
 

@@ -157,6 +157,10 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 		return nil, fmt.Errorf("amqpbus: connect to %s: %w", masked, ctx.Err())
 	}
 	if r.err != nil {
+		var ae *amqp.Error
+		if errors.As(r.err, &ae) && ae.Code == amqp.AccessRefused {
+			return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w: %w", masked, t.scrub(r.err), ErrAccessRefused, message.ErrUnavailable)
+		}
 		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", masked, t.scrub(r.err), message.ErrUnavailable)
 	}
 	s := &session{t: t, url: i, masked: masked, conn: r.c, raw: raw, lim: lim, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}

@@ -72,9 +72,17 @@ var (
 	_ driver.FastPublisher  = (*Transport)(nil)
 )
 
+// ErrAccessRefused is matched by the error of a connection the broker
+// refused for its login: the user name or password, the SASL mechanism,
+// or the user's access to the virtual host. Waiting does not cure it (it
+// still matches message.ErrUnavailable, as every failed connection does).
+var ErrAccessRefused = errors.New("the broker refused the login or the virtual host (403 ACCESS_REFUSED): check the URL's user, password and vhost")
+
 // Dial connects to the broker and returns a connected transport. On
 // failure it leaves nothing open; its error names the broker by masked
-// URL only. Later connection losses are repaired in the background.
+// URL only, and matches message.ErrUnavailable (and [ErrAccessRefused]
+// when the broker refused the login). Later connection losses are
+// repaired in the background.
 func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -86,7 +86,8 @@ type Node struct {
 }
 
 // Open opens what a node needs, in this order, and closes it all again
-// if a step fails: the admin listener; the database with its session
+// if a step fails (a database or broker that does not answer yet is
+// tried again until Settings.StartWait has passed since Open began): the admin listener; the database with its session
 // settings (see [OpenDatabase]); the program's tables (cfg.Schema);
 // the fence of the services' writes, whose expired message records a
 // loop deletes every minute; the broker connection; the services; the
@@ -142,8 +143,12 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		fmt.Fprintln(out, line)
 	}
 
-	if n.db, err = OpenDatabase(ctx, DatabaseConfig{URL: s.DB, HeartbeatTable: hbTable, EvictAfter: hb.EvictAfter,
-		AllowNoIdleTimeout: s.AllowNoIdleTimeout, Logger: ioLog}); err != nil {
+	wait := startWait{until: n.start.Add(s.StartWait), limit: s.StartWait, log: ioLog}
+	if err = wait.do(ctx, "the database", dbTransient, func() (err error) {
+		n.db, err = OpenDatabase(ctx, DatabaseConfig{URL: s.DB, HeartbeatTable: hbTable, EvictAfter: hb.EvictAfter,
+			AllowNoIdleTimeout: s.AllowNoIdleTimeout, Logger: ioLog})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("%w; check -db", err)
 	}
 	if n.db.Shown != "" {
@@ -167,7 +172,10 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 		sweepRecords(sweepCtx, n.fence, time.Minute, cfg.Logger)
 	}()
 
-	if n.tr, err = amqpbus.Dial(ctx, s.Transport(cfg.Name+" "+id, ioLog)); err != nil {
+	if err = wait.do(ctx, "the broker", brokerTransient, func() (err error) {
+		n.tr, err = amqpbus.Dial(ctx, s.Transport(cfg.Name+" "+id, ioLog))
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("connect to the broker: %w; check -bus and that RabbitMQ runs", err)
 	}
 	n.admin = newAdmin(n.tr, s.Prefix, n.start, n.db, &beatStats{})

@@ -57,6 +57,13 @@ type Settings struct {
 	// AllowNoIdleTimeout lets the node run on MySQL, which cannot end an
 	// idle transaction: see DatabaseConfig.AllowNoIdleTimeout.
 	AllowNoIdleTimeout bool
+	// StartWait is how long Open waits for the database and the broker
+	// to answer at start (a node started alongside them, or while one
+	// restarts), trying again with backoff; 0 fails at the first refusal.
+	// A refusal that waiting cannot cure (a wrong password, a database
+	// that does not exist, a bad URL) fails at once. The flag's default
+	// is 30 s.
+	StartWait time.Duration
 	// Pprof serves the runtime's profiles (goroutine, heap, CPU, trace,
 	// …) under /debug/pprof/ on the admin listener, as net/http/pprof
 	// does. Off by default: the admin address should not be public.
@@ -85,6 +92,8 @@ const FlagsHelp = `  -bus url[,url…]    RabbitMQ broker, amqp:// or amqps:// (
                      node of a cluster must use the same
   -db-allow-no-idle-timeout  run on MySQL, which cannot end a transaction  %[1]s_DB_ALLOW_NO_IDLE_TIMEOUT
                      left idle (false): see docs/operations.md
+  -start-wait d      wait this long for the database and the broker to    %[1]s_START_WAIT
+                     answer at start, trying again (30s; 0: fail at once)
   -pprof             serve the runtime's profiles on the admin listener,   %[1]s_PPROF
                      GET /debug/pprof/ (off): go tool pprof reads them
   -trace exporter    where the node's spans go: none, stdout (JSON on      %[1]s_TRACE
@@ -108,6 +117,7 @@ func (s *Settings) Register(fs *flag.FlagSet, program string) {
 	fs.StringVar(&s.Ring, "ring", "table", "ring of resource owners: table or consistent")
 	fs.StringVar(&s.Trace, "trace", "none", "where spans go: none, stdout or otlp")
 	fs.BoolVar(&s.AllowNoIdleTimeout, "db-allow-no-idle-timeout", false, "run on MySQL, which cannot end a transaction left idle")
+	fs.DurationVar(&s.StartWait, "start-wait", 30*time.Second, "wait this long for the database and the broker to answer at start")
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve the runtime's profiles under /debug/pprof/ on the admin listener")
 }
 
@@ -188,6 +198,9 @@ func (s *Settings) Validate(envPrefix string) error {
 	}
 	if _, err := NewRing(s.Ring); err != nil {
 		errs = append(errs, err)
+	}
+	if s.StartWait < 0 {
+		errs = append(errs, fmt.Errorf("-start-wait %s is negative", s.StartWait))
 	}
 	switch s.Trace {
 	case "", tracing.ExporterNone, tracing.ExporterStdout, tracing.ExporterOTLP:
