@@ -33,15 +33,26 @@ type Count struct {
 // Counts is where the counts live, shared by every node (a database in production).
 type Counts struct {
 	sync.Mutex
-	m map[string]int64
+	m    map[string]int64
+	done map[string]Count // by message ID: what each Increment answered (a table in production)
 }
 
 // Increment is the handler of every node's counter service; the bus runs it on the key's owner.
+// Delivery is at least once: a message whose node died before it settled runs again with the
+// same ID (api.portal forwards it again), so an Increment already counted answers as it did.
 func (c *Counts) Increment(_ context.Context, r *bus.Request, _ Increment) (Count, error) {
 	c.Lock()
 	defer c.Unlock()
+	if got, ok := c.done[r.ID()]; ok {
+		return got, nil
+	}
 	c.m[r.Resource()]++
-	return Count{Value: c.m[r.Resource()], Node: r.Node()}, nil
+	got := Count{Value: c.m[r.Resource()], Node: r.Node()}
+	if c.done == nil {
+		c.done = map[string]Count{}
+	}
+	c.done[r.ID()] = got
+	return got, nil
 }
 
 // Service returns a node's counter service; api.portal forwards Increment to the key's owner.

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/nodekit"
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) {
 // cluster of the test kit, in virtual time: each key is counted by its
 // ring owner, concurrent increments of one key are all counted, and after
 // a node dies without a goodbye the counts are intact and the dead node's
-// keys are counted by survivors.
+// keys are counted by survivors; a message delivered again (same ID) is
+// counted once.
 func TestCountsSurviveNodeDeath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := message.NewRegistry()
@@ -70,6 +72,14 @@ func TestCountsSurviveNodeDeath(t *testing.T) {
 		}
 		_, err := service.Call[Count](t.Context(), cl, Increment{})
 		assert.ErrorIs(t, err, message.ErrBadRequest, "an Increment without a key is refused")
+
+		id := message.NewUUID() // the same message delivered twice
+		first, err := service.Call[Count](t.Context(), cl, Increment{Key: keys[1]}, bus.WithID(id))
+		require.NoError(t, err)
+		again, err := service.Call[Count](t.Context(), cl, Increment{Key: keys[1]}, bus.WithID(id))
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), first.Value)
+		assert.Equal(t, first, again, "a message delivered again is counted once, and answered as before")
 	})
 }
 
