@@ -198,6 +198,13 @@ func (n *Node) exitContext(reserve time.Duration) (context.Context, context.Canc
 	return context.WithTimeout(context.Background(), budget)
 }
 
+// exiting reports whether Run's context ended: the node is on its way out.
+func (n *Node) exiting() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runCtx != nil && n.runCtx.Err() != nil
+}
+
 // exitStartedLocked starts the exit's clock, once; under mu.
 func (n *Node) exitStartedLocked() {
 	if n.exitBy.IsZero() {
@@ -444,7 +451,11 @@ func (n *Node) stopServing(deleteIdle bool) {
 	}
 	ctx, cancel := n.exitContext(n.closeReserve() / 2)
 	defer cancel()
-	if err := busx.Of(b).CloseWithin(ctx); err != nil {
+	closeBus := b.Close // its queue deletions bounded by the bus's ReplyTimeout
+	if n.exiting() {
+		closeBus = func() error { return busx.Of(b).CloseWithin(ctx) } // by the exit's deadline
+	}
+	if err := closeBus(); err != nil {
 		n.log.Warn("close bus", "err", err)
 	}
 	if !deleteIdle {
