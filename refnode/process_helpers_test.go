@@ -209,14 +209,25 @@ func (c *child) signal(sig syscall.Signal, timeout time.Duration) error {
 	return c.wait(sig.String(), timeout)
 }
 
-// wait waits for the child's exit, up to timeout after what.
+// wait waits for the child's exit, up to timeout after what. A child
+// still running then gets SIGQUIT, which has the Go runtime write every
+// goroutine's stack to its stderr (the node's log) and exit, so the
+// failure says where it hung.
 func (c *child) wait(what string, timeout time.Duration) error {
 	select {
 	case <-c.exited:
 		return nil
 	case <-time.After(timeout):
-		return fmt.Errorf("node %s did not exit within %s of %s", c.label, timeout, what)
 	}
+	err := fmt.Errorf("node %s did not exit within %s of %s", c.label, timeout, what)
+	if c.cmd.Process.Signal(syscall.SIGQUIT) == nil {
+		select {
+		case <-c.exited:
+			err = fmt.Errorf("%w (its goroutines' stacks, from SIGQUIT, end its stderr)", err)
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return err
 }
 
 // poll calls cond every 50 ms until it returns nil or ctx ends; it
