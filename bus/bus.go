@@ -39,6 +39,7 @@ type CloudBus struct {
 	pending   map[string]*pendingCall
 	subs      map[string][]*subscription // by event type name
 	consumers []driver.Consumer          // reply and event consumers
+	cancelled []driver.Consumer          // cancelled by a drain or shutdown; Close aborts them
 	drains    drainWaiters               // markers of Drain in flight
 
 	events    chan *eventJob
@@ -441,9 +442,10 @@ func (b *CloudBus) closeWithin(ctx context.Context) error {
 			b.unwatch()
 		}
 
-		b.releaseHeld() // while their consumers can still settle them
+		b.releaseHeld(ctx) // while their consumers can still settle them
 		b.stopConsumers(context.Background(), true, true)
 		b.stopping.Wait() // a drain's or a shutdown's that outlived their context
+		b.holding.Wait()  // a give-back the abort ended, or one the timer started
 		b.growers.Wait()  // consumers added or removed meanwhile stop themselves
 		if f, ok := b.tr.(driver.QueueForgetter); ok {
 			for _, q := range served {
@@ -507,6 +509,15 @@ func (b *CloudBus) stopConsumers(ctx context.Context, all, abort bool) {
 	if all {
 		cs = append(cs, b.consumers...)
 		b.consumers = nil
+	}
+	if abort {
+		// Consumers a drain or shutdown cancelled keep what they handed
+		// over settleable; Close gives it back (a handler's release
+		// still waiting for a broker that does not answer ends).
+		cs = append(cs, b.cancelled...)
+		b.cancelled = nil
+	} else {
+		b.cancelled = append(b.cancelled, cs...)
 	}
 	b.stopping.Add(len(cs)) // under mu: Close waits once it set closed
 	b.mu.Unlock()

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -130,19 +131,32 @@ func (b *CloudBus) unhold(h *held) {
 	}
 }
 
-// releaseHeld gives back every held delivery and waits; Close calls it
-// while the consumers can still settle them.
-func (b *CloudBus) releaseHeld() {
+// releaseHeld gives back every held delivery, all at once, and waits
+// until they are given back or ctx ends; Close calls it while the
+// consumers can still settle them, and waits for the rest (b.holding)
+// once it aborted the consumers, which ends a give-back still waiting
+// for a broker that does not answer.
+func (b *CloudBus) releaseHeld(ctx context.Context) {
 	b.mu.Lock()
 	hs := make([]*held, 0, len(b.held))
 	for h := range b.held {
 		hs = append(hs, h)
 	}
 	b.mu.Unlock()
+	given := make(chan struct{}, len(hs))
 	for _, h := range hs {
-		if h.t.Stop() {
-			b.unhold(h)
+		go func() {
+			defer func() { given <- struct{}{} }()
+			if h.t.Stop() {
+				b.unhold(h)
+			}
+		}()
+	}
+	for range hs {
+		select {
+		case <-given:
+		case <-ctx.Done():
+			return
 		}
 	}
-	b.holding.Wait()
 }

@@ -47,6 +47,11 @@ type consumer struct {
 	resumed  chan feed
 	stopped  chan struct{}
 	stopOnce sync.Once
+	// aborted is closed by Abort: the channel goes, the broker takes
+	// back what it handed over, and a republish still waiting for the
+	// broker (Release, Retry, DeadLetter) gives up.
+	aborted   chan struct{}
+	abortOnce sync.Once
 
 	// resumeMu serializes resumes, so that a feed of an older session
 	// never replaces a newer one's; on is the session the consumer is
@@ -81,6 +86,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 		done:        make(chan struct{}),
 		resumed:     make(chan feed, 1),
 		stopped:     make(chan struct{}),
+		aborted:     make(chan struct{}),
 		outstanding: make(map[*amqp.Channel]int),
 	}
 	t.mu.Lock()
@@ -370,9 +376,11 @@ func (c *consumer) stop() {
 }
 
 // stopThen marks the consumer stopped, once, and then runs f with its
-// channel, if it has one, on a goroutine of the transport's.
-func (c *consumer) stopThen(f func(ch *amqp.Channel)) {
+// channel, if it has one, on a goroutine of the transport's. It reports
+// whether this call stopped it.
+func (c *consumer) stopThen(f func(ch *amqp.Channel)) (first bool) {
 	c.stopOnce.Do(func() {
+		first = true
 		// Counted before the consumer leaves the transport's set: a Close
 		// that no longer finds it there must still wait for f.
 		c.t.wg.Add(1)
@@ -386,6 +394,7 @@ func (c *consumer) stopThen(f func(ch *amqp.Channel)) {
 			f(ch)
 		}()
 	})
+	return first
 }
 
 // halt stops the consumer without a word to the broker, for Close: the
@@ -414,7 +423,34 @@ func (c *consumer) markStopped() *amqp.Channel {
 // unsettled in the same step as it removes the consumer. Like stop, it
 // does not wait for the broker.
 func (c *consumer) abort() {
-	c.stopThen(func(ch *amqp.Channel) { _ = ch.Close() })
+	c.abortOnce.Do(func() {
+		close(c.aborted)
+		if c.stopThen(func(ch *amqp.Channel) { _ = ch.Close() }) {
+			return
+		}
+		// Cancelled before: its channel stayed open for the settlements
+		// of what it handed over; it goes now, and the broker takes back
+		// what is still unsettled.
+		c.mu.Lock()
+		ch := c.ch
+		c.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		closed := make(chan struct{})
+		c.t.wg.Add(1)
+		go func() { // the broker may not answer: wait for it at most stopWait
+			defer c.t.wg.Done()
+			defer close(closed)
+			_ = ch.Close()
+		}()
+		timer := time.NewTimer(stopWait)
+		defer timer.Stop()
+		select {
+		case <-closed:
+		case <-timer.C:
+		}
+	})
 }
 
 // settled records that a delivery of ch was acknowledged or rejected.
@@ -447,8 +483,10 @@ func (c *consumer) Cancel() error {
 }
 
 // Abort implements [driver.Consumer] by closing the consumer's channel; a
-// later settlement of one of its deliveries fails harmlessly. It waits
-// for the broker at most stopWait, like Cancel.
+// later settlement of one of its deliveries fails harmlessly, and a
+// Release, Retry or DeadLetter still waiting for the broker to confirm
+// its copy gives up (the broker requeues the original as the channel
+// closes). It waits for the broker at most stopWait, like Cancel.
 func (c *consumer) Abort() error {
 	c.abort()
 	c.awaitStop("abort")
@@ -467,6 +505,18 @@ func (c *consumer) awaitStop(what string) {
 	case <-timer.C:
 		c.t.log.Warn("the broker did not answer a consumer's "+what+" in time; what it delivers from now on goes back to the queue, and what it handed over is taken back once it answers or the connection closes",
 			"queue", c.queue, "waited", stopWait)
+	}
+}
+
+// aborted returns an error once the delivery's consumer was aborted:
+// the broker takes the delivery back as the channel closes, so settling
+// it does nothing (an acknowledgement racing the close would lose it).
+func (d *delivery) aborted(what string) error {
+	select {
+	case <-d.c.aborted:
+		return fmt.Errorf("amqpbus: %s a delivery of %s: its consumer was aborted, so the broker takes it back: %w", what, d.c.queue, message.ErrUnavailable)
+	default:
+		return nil
 	}
 }
 
@@ -508,6 +558,10 @@ func (d *delivery) Header(key string) string {
 func (d *delivery) Ack() error {
 	var err error
 	d.once.Do(func() {
+		if err = d.aborted("acknowledge"); err != nil {
+			d.c.settled(d.d.Acknowledger.(*amqp.Channel))
+			return
+		}
 		err = d.d.Ack(false)
 		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})
@@ -544,6 +598,9 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 	d.once.Do(func() {
 		ch := d.d.Acknowledger.(*amqp.Channel)
 		defer d.c.settled(ch)
+		if err = d.aborted(what); err != nil {
+			return
+		}
 		if ch.IsClosed() {
 			// The broker took it back when the channel closed (an
 			// aborted consumer, a lost connection): a copy would run it
@@ -553,6 +610,13 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 		}
 		ctx, cancel := context.WithTimeout(d.c.t.life, d.c.t.cfg.PublishTimeout)
 		defer cancel()
+		go func() { // an aborted consumer's channel goes: the broker requeues the original
+			select {
+			case <-d.c.aborted:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		headers := amqp.Table{}
 		for _, k := range []string{headerDeliveries, driver.HeaderAttempts} {
 			if v, ok := d.d.Headers[k]; ok {
@@ -572,6 +636,10 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 func (d *delivery) Reject(requeue bool) error {
 	var err error
 	d.once.Do(func() {
+		if err = d.aborted("reject"); err != nil {
+			d.c.settled(d.d.Acknowledger.(*amqp.Channel))
+			return
+		}
 		err = d.d.Reject(requeue)
 		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})

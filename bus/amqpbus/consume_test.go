@@ -1,6 +1,7 @@
 package amqpbus_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/proxy"
 )
 
 // TestCancelGivesBackWhatArrivesAfterIt: deliveries that reach a
@@ -64,4 +66,77 @@ func TestCancelGivesBackWhatArrivesAfterIt(t *testing.T) {
 	assert.Equal(t, int32(1), handed.Load(), "nothing is handed over after Cancel")
 	require.NoError(t, d1.Ack())
 	assert.Equal(t, 4, ready())
+}
+
+// TestAbortEndsAStuckRelease: a Release whose copy the broker never
+// confirms (a frozen broker node whose connection stays up) returns as
+// soon as its consumer is aborted, not after PublishTimeout: a node's
+// exit closes its bus by aborting its consumers, and waited 30 s per
+// such release before. The broker requeues the original with the
+// aborted channel, so the message is still there after the heal.
+func TestAbortEndsAStuckRelease(t *testing.T) {
+	p, u := proxy.NewURL(t, testenv.AMQPURL(t))
+	tr, err := amqpbus.Dial(t.Context(), amqpbus.Config{URL: u, ConnectionName: "amqpbus test stuck release",
+		Heartbeat: time.Minute, ProbeInterval: time.Hour, PublishTimeout: 20 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueDurable}))
+	t.Cleanup(func() { _ = tr.DeleteQueue(context.Background(), q) })
+	got := make(chan driver.Delivery, 1)
+	c, err := tr.Consume(t.Context(), q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { got <- d })
+	require.NoError(t, err)
+	require.NoError(t, tr.Publish(t.Context(), q, []byte("held")))
+	var d driver.Delivery
+	select {
+	case d = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery")
+	}
+
+	p.Stall()
+	released := make(chan error, 1)
+	go func() { released <- d.Release() }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned before the abort, on a stalled broker: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	begin := time.Now()
+	go func() { _ = c.Abort() }()
+	select {
+	case err := <-released:
+		took := time.Since(begin)
+		t.Logf("Release returned %s after the abort: %v", took.Round(time.Millisecond), err)
+		assert.Error(t, err, "the release did not happen: the broker requeues the original")
+		assert.Less(t, took, 3*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release still waits for the stalled broker 10 s after its consumer was aborted")
+	}
+	p.Heal()
+	roundTripHas(t, tr, q, "held")
+}
+
+// roundTripHas consumes queue on tr and requires body among its first
+// deliveries within 10 s.
+func roundTripHas(t *testing.T, tr *amqpbus.Transport, queue, body string) {
+	t.Helper()
+	got := make(chan string, 16)
+	c, err := tr.Consume(t.Context(), queue, driver.ConsumeOptions{Prefetch: 4}, func(d driver.Delivery) {
+		got <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	defer func() { _ = c.Cancel() }()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case b := <-got:
+			if b == body {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%q not delivered again after the heal", body)
+		}
+	}
 }

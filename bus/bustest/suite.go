@@ -147,6 +147,7 @@ var scenarios = []scenario{
 	{name: "a delivery checks as held until its consumer aborts", run: testDeliveryCheck},
 	{name: "a released delivery comes back, not counted towards MaxDeliveries", run: testRelease},
 	{name: "an aborted consumer's deliveries are back in the queue when Abort returns", run: testAbort},
+	{name: "Abort after Cancel gives back what the consumer still holds", run: testAbortAfterCancel},
 	{name: "a transport cut off from the broker reports it and recovers", needCut: true, run: testCutReported},
 	{name: "a transport's retry keeps an attempt count and its dead-letter keeps a reason", run: testRetryAndDeadLetter},
 	{name: "a one-way message whose handler fails for a passing reason runs again until it succeeds", fast: true, run: testOneWayRetried},

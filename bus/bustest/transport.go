@@ -129,3 +129,30 @@ func testAbort(t *testing.T, c *cluster) {
 	}
 	assert.Equal(t, map[string]bool{"1": true, "2": true}, seen, "both held deliveries came back, the one acknowledged after the abort too")
 }
+
+// testAbortAfterCancel: Abort after Cancel gives back what the cancelled
+// consumer still holds: a bus's Close does so for the consumers its drain
+// cancelled, ending a handler's settlement that waits for a broker that
+// does not answer.
+func testAbortAfterCancel(t *testing.T, c *cluster) {
+	tr := c.env.Transport(t, message.NewUUID())
+	q := declareQueue(t, c, tr, "abortcancel.q", driver.QueueOptions{})
+	ctx := t.Context()
+	require.NoError(t, tr.Publish(ctx, q, []byte("held")))
+	held := make(chan driver.Delivery, 1)
+	cons, err := tr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) { held <- d })
+	require.NoError(t, err)
+	d := recv(t, held, 10*time.Second, "the message")
+	require.NoError(t, cons.Cancel())
+	require.NoError(t, cons.Abort())
+	_ = d.Ack() // no effect: the delivery went back
+
+	again := make(chan string, 1)
+	other, err := c.env.Transport(t, message.NewUUID()).Consume(ctx, q, driver.ConsumeOptions{Prefetch: 1}, func(d driver.Delivery) {
+		again <- string(d.Body())
+		_ = d.Ack()
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Cancel() })
+	assert.Equal(t, "held", recv(t, again, 10*time.Second, "the message the cancelled consumer held, after its Abort"))
+}

@@ -189,7 +189,8 @@ type Consumer interface {
 	// Cancel stops delivery; delivered messages stay settleable.
 	Cancel() error
 	// Abort stops delivery, requeueing unsettled deliveries as it
-	// leaves the queue; later settlements do nothing.
+	// leaves the queue; later settlements do nothing. After Cancel it
+	// requeues what is still unsettled.
 	Abort() error
 }
 

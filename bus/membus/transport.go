@@ -377,6 +377,7 @@ type consumer struct {
 	unacked int
 	inbox   []*delivery // dispatched to this consumer, not yet handed over
 	stopped bool
+	aborted bool // Abort gave back what it held
 
 	wake chan struct{}
 	stop chan struct{}
@@ -449,12 +450,13 @@ func (c *consumer) Cancel() error {
 
 // Abort implements [driver.Consumer]: under the network's lock, c leaves
 // its queue and every delivery it holds unsettled goes back to the queue,
-// marked redelivered if it was handed over.
+// marked redelivered if it was handed over; after Cancel too, once.
 func (c *consumer) Abort() error {
 	n := c.t.net
 	n.mu.Lock()
-	if !c.stopped {
-		c.stopLocked()
+	c.stopLocked()
+	if !c.aborted {
+		c.aborted = true
 		for d := range c.t.outstanding {
 			if d.c == c {
 				d.settleLocked(true, true)
