@@ -87,7 +87,9 @@ type Config struct {
 
 	// RouteRetries is how many times a routed call or send is retried
 	// when the receiver says it is not the owner or its queue is gone
-	// (both mean the rings are converging; neither ran the message).
+	// (both mean the rings are converging; neither ran the message),
+	// after pauses of 10, 20, 40 ms…, the last after not_owner at least
+	// a beat interval (the receiver's ring may be the one behind).
 	// Default 4; a negative value disables retries.
 	RouteRetries int
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -95,7 +96,14 @@ func (l *idem) set(f func(l *idem)) {
 // through api.portal).
 func startIdem(t *testing.T, n int, l *idem) *servicetest.Cluster {
 	t.Helper()
-	return servicetest.Start(t, servicetest.Options{Nodes: n, Registry: registry(), NoRejoin: true,
+	return startIdemBeating(t, n, l, heartbeat.Config{})
+}
+
+// startIdemBeating is startIdem with the heartbeat timing hb (zero: the
+// test kit's).
+func startIdemBeating(t *testing.T, n int, l *idem, hb heartbeat.Config) *servicetest.Cluster {
+	t.Helper()
+	return servicetest.Start(t, servicetest.Options{Nodes: n, Registry: registry(), NoRejoin: true, Heartbeat: hb,
 		Services: func(int, nodekit.Env) []service.Service {
 			mux := bus.NewMux()
 			bus.Handle(mux, func(ctx context.Context, r *bus.Request, m Touch) (Touched, error) {
@@ -292,11 +300,27 @@ func TestWithRetryRefusedAfterNodeLeftIsUnknown(t *testing.T) {
 
 // TestWithRetryOnNotOwnerWaitsForTheRing: once the re-routes after
 // not_owner are spent, a call with WithRetry waits, without spinning,
-// until this node's ring changes, then resends with the same id.
+// until this node's ring changes or a beat interval passed (the
+// receiver's ring may be the one behind), then resends with the same
+// id; with its retries spent it fails with not_owner.
 func TestWithRetryOnNotOwnerWaitsForTheRing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newIdem()
-		c := startIdem(t, 2, l)
+		hb := heartbeat.DefaultConfig() // a beat interval (500 ms) longer than the quick re-routes
+		c := startIdemBeating(t, 2, l, hb)
+		l.set(func(l *idem) { l.refusing = true })
+		res := message.NewUUID()
+		began := time.Now()
+		_, err := service.Call[any](context.Background(), c.Node(0), Touch{Resource: res}, bus.WithRetry(1), bus.WithTimeout(30*time.Second))
+		took := time.Since(began)
+		assert.ErrorIs(t, err, message.ErrNotOwner, "the receiver kept refusing past the retry")
+		assert.Len(t, l.sightings(), 2*(1+4), "two rounds of the first attempt and 4 re-routes, no more")
+		assert.GreaterOrEqual(t, took, hb.Interval, "the retry waited a beat interval for the rings")
+		assert.Less(t, took, 4*hb.Interval, "and not until the deadline: two rounds of re-routes (570 ms each) and one beat")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		l := newIdem()
+		c := startIdemBeating(t, 2, l, heartbeat.DefaultConfig())
 		l.set(func(l *idem) { l.refusing = true })
 		res := message.NewUUID()
 		done := make(chan error, 1)
@@ -306,8 +330,7 @@ func TestWithRetryOnNotOwnerWaitsForTheRing(t *testing.T) {
 		}()
 		const attempts = 1 + 4 // the first, then Config.RouteRetries re-routes (default 4)
 		c.WaitFor(t, 5*time.Second, "the re-routes are spent", func() bool { return len(l.sightings()) == attempts })
-		time.Sleep(5 * time.Second) // virtual: long enough to see any spinning
-		assert.Len(t, l.sightings(), attempts, "no retry while the ring stays the same")
+		assert.Len(t, l.sightings(), attempts, "no retry at once while the ring stays the same")
 
 		l.set(func(l *idem) { l.refusing = false })
 		c.AddNode(t)
@@ -400,4 +423,36 @@ func rawRepeated(t *testing.T, c *servicetest.Cluster, env wire.Envelope, times 
 		}
 	}
 	return out
+}
+
+// TestLastRerouteWaitsABeat: a receiver whose ring is behind the
+// sender's answers not_owner until it catches up, within a beat interval
+// of the store; the sender's last re-route waits that long, so a call
+// without WithRetry succeeds instead of failing (or, with WithRetry,
+// waiting for a change of the sender's ring that never comes: a volume
+// detach after a kill waited out its 20 s deadline so in CI).
+func TestLastRerouteWaitsABeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newIdem()
+		hb := heartbeat.DefaultConfig() // a beat interval (500 ms) longer than the quick re-routes (70 ms)
+		c := startIdemBeating(t, 2, l, hb)
+		l.set(func(l *idem) { l.refusing = true })
+		res := message.NewUUID()
+		done := make(chan error, 1)
+		began := time.Now()
+		go func() {
+			_, err := service.Call[any](context.Background(), c.Node(0), Touch{Resource: res}, bus.WithTimeout(30*time.Second))
+			done <- err
+		}()
+		const beforeLast = 1 + 3 // the first attempt, then three quick re-routes
+		c.WaitFor(t, 5*time.Second, "the quick re-routes are spent", func() bool { return len(l.sightings()) == beforeLast })
+		quick := time.Since(began)
+		l.set(func(l *idem) { l.refusing = false }) // the receiver's ring caught up
+		require.NoError(t, <-done, "the last re-route, a beat later, succeeds")
+		took := time.Since(began)
+		t.Logf("quick re-routes over %s; answered after %s", quick, took)
+		assert.Less(t, quick, 100*time.Millisecond, "the first re-routes stay quick (10, 20 and 40 ms)")
+		assert.GreaterOrEqual(t, took, 70*time.Millisecond+hb.Interval, "the last re-route waited a beat interval after the quick ones")
+		assert.Len(t, l.sightings(), beforeLast+1)
+	})
 }

@@ -70,12 +70,16 @@ func (n *Node) dispatch(ctx context.Context, service, typ string, msg any, opts 
 // node-left and not-owner once the ring changed. res is canonical.
 //
 // Re-routes (Config.RouteRetries of them) follow not_owner and no_route
-// after a pause that doubles from 10 ms: neither ran the message. Once
+// after a pause that doubles from 10 ms, the last after not_owner at
+// least a beat interval (the receiver's ring may be the one behind):
+// neither ran the message. Once
 // they are spent, and after every node_left, a retry (retries of them)
 // waits until this node's ring changed: for node_left until it no longer
 // names the owner that failed, for not_owner until its fingerprint
-// differs from the one the failed attempt was routed by; it then routes
-// afresh, with its own re-routes. A wait that ctx or the node's stop
+// differs from the one the failed attempt was routed by or a beat
+// interval passed (the receiver's ring may be the one behind, and this
+// one may never change again); it then routes afresh, with its own
+// re-routes. A wait that ctx or the node's stop
 // ends returns the last attempt's error. After a node_left, an error
 // that says nothing ran is returned as node_left (see settle). Each
 // re-route and retry, once its wait is over, is reported to
@@ -99,6 +103,12 @@ func (n *Node) routed(ctx context.Context, service, typ, res string, retries int
 		case (notOwner || noRoute) && reroutes > 0:
 			reroutes--
 			n.log.Debug("re-routing", "service", service, "resource", res, "owner", owner, "attempt", attempt, "err", err)
+			if reroutes == 0 && notOwner {
+				// The last re-route waits a beat interval: the receiver's
+				// ring may be the one behind (this node saw the change
+				// first), and catches up within a beat of the store.
+				pause = max(pause, n.cfg.Heartbeat.WithDefaults().Interval)
+			}
 			select {
 			case <-time.After(pause):
 			case <-ctx.Done():
@@ -112,14 +122,20 @@ func (n *Node) routed(ctx context.Context, service, typ, res string, retries int
 				orphan = err
 			}
 			n.log.Debug("retrying an idempotent call once the ring changed", "service", service, "resource", res, "owner", owner, "attempt", attempt, "err", err)
-			changed := func() bool { return n.ring.Fingerprint() != fp }
+			// Or a beat interval passed: the receiver's ring may be the
+			// one behind (this node saw the change first), and then this
+			// ring does not change again.
+			until := time.Now().Add(n.cfg.Heartbeat.WithDefaults().Interval)
+			changed := func() bool { return n.ring.Fingerprint() != fp || !time.Now().Before(until) }
+			poll := time.Until(until)
 			if left {
+				poll = 0
 				changed = func() bool {
 					now, err := n.ring.Locate(res)
 					return err != nil || now != owner
 				}
 			}
-			if werr := n.awaitRing(ctx, changed); werr != nil {
+			if werr := n.awaitRing(ctx, changed, poll); werr != nil {
 				return err
 			}
 			// Routing starts afresh on the changed ring: a node that
@@ -161,15 +177,16 @@ func settle(orphan, err error) error {
 }
 
 // awaitRing waits until cond holds, checking it at every change of this
-// node's ring or state; it returns ctx's error if ctx ends first, or an
-// error matching [ErrNotRunning] if the node stops.
-func (n *Node) awaitRing(ctx context.Context, cond func() bool) error {
+// node's ring or state, and every poll if poll > 0; it returns ctx's
+// error if ctx ends first, or an error matching [ErrNotRunning] if the
+// node stops.
+func (n *Node) awaitRing(ctx context.Context, cond func() bool, poll time.Duration) error {
 	for {
 		changed := n.watch()
 		if cond() {
 			return nil
 		}
-		if err := n.waitChange(ctx, changed, 0); err != nil {
+		if err := n.waitChange(ctx, changed, poll); err != nil {
 			return err
 		}
 	}
