@@ -114,11 +114,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 		r.err = fmt.Errorf("connection lost (%v): %w", s.err, message.ErrUnavailable)
 	}
 	if r.err != nil {
-		t.wg.Add(1)
-		go func() { // channel.close waits for the broker: never on the caller's goroutine
-			defer t.wg.Done()
-			c.abort()
-		}()
+		t.spawn(c.abort) // channel.close waits for the broker: never on the caller's goroutine
 		return nil, t.opError(s, op, r.err)
 	}
 	if f := testHookConsumeOpened; f != nil {
@@ -135,11 +131,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 		// one counted among them: its channel died with s, and nothing
 		// else would open it on the new connection. (A reconnect still
 		// under way, cur nil, resumes it with the others.)
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.resumeConsumer(c, cur)
-		}()
+		t.spawn(func() { t.resumeConsumer(c, cur) })
 	}
 	return c, nil
 }
@@ -258,8 +250,8 @@ func (c *consumer) run(f feed) {
 					c.on = nil // no longer open on f.s: reconsume opens it again
 				}
 				c.resumeMu.Unlock()
-				c.t.wg.Add(1)
-				go c.reconsume(f.s)
+				on := f.s
+				c.t.spawn(func() { c.reconsume(on) })
 			}
 		}
 		select { // the channel closed: stopped, or the connection dropped
@@ -278,7 +270,6 @@ func (c *consumer) run(f feed) {
 // backoff from 100 ms to ReconnectMax, until it succeeds, the consumer
 // stops or the session ends (a new session resumes every consumer).
 func (c *consumer) reconsume(s *session) {
-	defer c.t.wg.Done()
 	delay := 100 * time.Millisecond
 	for {
 		select {
@@ -438,12 +429,12 @@ func (c *consumer) abort() {
 			return
 		}
 		closed := make(chan struct{})
-		c.t.wg.Add(1)
-		go func() { // the broker may not answer: wait for it at most stopWait
-			defer c.t.wg.Done()
+		if !c.t.spawn(func() { // the broker may not answer: wait for it at most stopWait
 			defer close(closed)
 			_ = ch.Close()
-		}()
+		}) {
+			return // the transport is closing: its connection's close ends ch
+		}
 		timer := time.NewTimer(stopWait)
 		defer timer.Stop()
 		select {
@@ -464,11 +455,7 @@ func (c *consumer) settled(ch *amqp.Channel) {
 	idle := c.cancelDone && n <= 0 && ch == c.ch
 	c.mu.Unlock()
 	if idle {
-		c.t.wg.Add(1)
-		go func() { // not on the caller's goroutine: Close waits for the broker
-			defer c.t.wg.Done()
-			_ = ch.Close()
-		}()
+		c.t.spawn(func() { _ = ch.Close() }) // not on the caller's goroutine: Close waits for the broker
 	}
 }
 

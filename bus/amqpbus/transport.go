@@ -53,6 +53,8 @@ type Transport struct {
 	endLife   context.CancelFunc
 	closeOnce sync.Once
 	wg        sync.WaitGroup // supervisor, watchdog and session goroutines
+	spawnMu   sync.Mutex     // orders spawn's count before Close's wait
+	waiting   bool           // Close waits for wg: spawn starts nothing more
 
 	// Pauses of the process and proofs that the broker answered since
 	// (see liveness.go); times are t.mono() readings.
@@ -365,8 +367,7 @@ func (t *Transport) resumeConsumer(c *consumer, s *session) {
 		t.log.Warn("consumer not restored; the connection is failing again", "queue", c.queue, "err", err)
 	default:
 		t.log.Warn("consumer not restored; consuming again until it is", "queue", c.queue, "err", err)
-		t.wg.Add(1)
-		go c.reconsume(s)
+		t.spawn(func() { c.reconsume(s) })
 	}
 }
 
@@ -703,12 +704,33 @@ func (t *Transport) Close() error {
 		if s != nil {
 			s.close()
 		}
+		t.spawnMu.Lock()
+		t.waiting = true
+		t.spawnMu.Unlock()
 		t.wg.Wait()
 		for _, c := range cs {
 			<-c.done
 		}
 	})
 	return nil
+}
+
+// spawn runs f on a goroutine that Close waits for, called from a
+// goroutine the transport does not own (a caller's, a handler's). Once
+// Close waits it starts nothing and reports false: the connection's close
+// has already ended what f would have closed.
+func (t *Transport) spawn(f func()) bool {
+	t.spawnMu.Lock()
+	defer t.spawnMu.Unlock()
+	if t.waiting {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // opError turns a broker error into the bus's coded errors.
