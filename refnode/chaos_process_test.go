@@ -82,7 +82,7 @@ const (
 // SetImageName with a unique name, or SetImageName with if_name (a
 // compare-and-set from the name it last saw); a VM client GetVm, or
 // mostly the StartVm or StopVm its last seen state allows, sometimes the
-// other, which the owner refuses (bad_request). Clients 1 and 2 let the
+// other, which the owner refuses (conflict). Clients 1 and 2 let the
 // portal resend after node_left (bus.WithRetry(2)); client 0 does not.
 // Client 2 sends its image and VM calls in the fast delivery mode
 // (bus.Fast: transient, unconfirmed; docs/delivery.md), the others

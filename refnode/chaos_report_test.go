@@ -152,7 +152,7 @@ func chaosReport(s chaosSummary) string {
 	p("| success outside the fault windows | %d of %d (%.1f%%; at least %.0f%%) |", f.outsideOK, f.outside, 100*f.outsideShare(), 100*chaosMinOKShare)
 	v := s.vm
 	p("| VM calls: silent | %d |", len(v.silent))
-	p("| VM calls: starts and stops refused from the VM's state (bad_request; expected) | %d |", v.refused)
+	p("| VM calls: starts and stops refused from the VM's state (conflict; expected) | %d |", v.refused)
 	p("| VM calls failed as bad request otherwise, not found or bad reply | %d |", len(v.never))
 	p("| VM calls outside the fault windows answered (a reply or a refusal) | %d of %d (%.1f%%; at least %.0f%%) |", v.outsideAnswered, v.outside,
 		100*v.outsideShare(), 100*chaosMinOKShare)

@@ -47,7 +47,7 @@ type chaosVMOp struct {
 	Outcome  string `json:"outcome"` // ok, the error's code (outcomeOf)
 	Class    string `json:"class"`
 	// Refused is set for a start or stop refused as not allowed from the
-	// VM's state (bad_request, "cannot start a VM that is running"): it
+	// VM's state (conflict, "cannot start a VM that is running"): it
 	// did not happen, and says what the state was not.
 	Refused bool   `json:"refused,omitempty"`
 	State   string `json:"state,omitempty"`   // the reply's VM state
@@ -93,10 +93,10 @@ func (o chaosVMOp) String() string {
 }
 
 // refusedTransition reports whether err refuses a start or stop (kind)
-// as not allowed from the VM's state: bad_request, naming the states
+// as not allowed from the VM's state: conflict, naming the states
 // the operation is allowed from (cloud.Transition).
 func refusedTransition(kind string, err error) bool {
-	return kind != vmGet && message.CodeOf(err) == message.ErrBadRequest.Code &&
+	return kind != vmGet && message.CodeOf(err) == message.ErrConflict.Code &&
 		strings.Contains(err.Error(), "cannot "+kind+" a VM that is")
 }
 
@@ -402,7 +402,7 @@ func TestChaosHistoryVM(t *testing.T) {
 		o := chaosVMOp{Client: client, Seq: seq, Kind: kind, Invoke: at(from).UnixNano(), Done: at(to).UnixNano(),
 			Deadline: at(from + 5000).UnixNano(), Outcome: class, Class: class, State: state, Version: version, OpID: fmt.Sprint("op-", seq)}
 		if class == "refused" {
-			o.Outcome, o.Class, o.Refused = string(message.ErrBadRequest.Code), classNever, true
+			o.Outcome, o.Class, o.Refused = string(message.ErrConflict.Code), classNever, true
 		}
 		return o
 	}
@@ -473,8 +473,8 @@ func TestChaosHistoryVM(t *testing.T) {
 	assert.Equal(t, 9, fig.outside)
 	assert.Equal(t, 6, fig.outsideAnswered, "4 replies, 2 refusals")
 
-	assert.True(t, refusedTransition(vmStart, message.ErrBadRequest.WithDetails("cannot start a VM that is running; start is allowed from created, stopped")))
-	assert.False(t, refusedTransition(vmGet, message.ErrBadRequest.WithDetails("cannot start a VM that is running")))
+	assert.True(t, refusedTransition(vmStart, message.ErrConflict.WithDetails("cannot start a VM that is running; start is allowed from created, stopped")))
+	assert.False(t, refusedTransition(vmGet, message.ErrConflict.WithDetails("cannot start a VM that is running")))
 	assert.False(t, refusedTransition(vmStop, message.ErrBadRequest.WithDetails("invalid uuid")))
 	assert.False(t, refusedTransition(vmStop, message.ErrNotFound))
 }

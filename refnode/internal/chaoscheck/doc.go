@@ -41,7 +41,7 @@
 // porcupine's usual infinite return time: an operation that takes effect
 // after its caller's deadline (a late execution) makes the history
 // illegal as soon as another operation completes in between and a read
-// shows it. A call refused before it ran (not_owner, busy, bad_request:
+// shows it. A call refused before it ran (not_owner, busy, bad_request, conflict:
 // message.RetrySafe and RetryNever) is recorded with [Recorder.Fail] and
 // left out: had it run after all, a read of its value would come from
 // nowhere.

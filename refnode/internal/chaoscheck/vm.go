@@ -21,7 +21,7 @@ type VMOutput struct {
 	// read.
 	State cloud.VMState
 	// Refused is set when the operation was refused as not allowed from
-	// the VM's state (bad_request, naming the states it is allowed
+	// the VM's state (conflict, naming the states it is allowed
 	// from): it did not take effect, and the VM was in such a state.
 	Refused bool
 	// Unknown is set when the outcome is unknown: the operation may or

@@ -15,10 +15,10 @@ func ExampleTransition() {
 	fmt.Println(during, "→", after)
 
 	_, _, err := cloud.Transition(cloud.VMStopped, cloud.VMOpReboot)
-	fmt.Println(errors.Is(err, message.ErrBadRequest))
+	fmt.Println(errors.Is(err, message.ErrConflict))
 	fmt.Println(err)
 	// Output:
 	// starting → running
 	// true
-	// bad_request: bad request: cannot reboot a VM that is stopped; reboot is allowed from running
+	// conflict: the resource's state conflicts with the request: cannot reboot a VM that is stopped; reboot is allowed from running
 }

@@ -40,7 +40,7 @@ import (
 // Package cloudtest holds the behavioural tests every Store passes.
 type Store interface {
 	// AddHost inserts h. A host with h.UUID already present fails with
-	// an error matching message.ErrBadRequest.
+	// an error matching message.ErrAlreadyExists.
 	AddHost(ctx context.Context, h Host) error
 	// Host returns the host, or an error matching message.ErrNotFound.
 	Host(ctx context.Context, uuid string) (Host, error)
@@ -125,9 +125,9 @@ func NotFound(kind, uuid string) error {
 }
 
 // Exists returns the error a [Store] answers when adding a record whose
-// UUID is taken: it matches message.ErrBadRequest.
+// UUID is taken: it matches message.ErrAlreadyExists.
 func Exists(kind, uuid string) error {
-	return message.ErrBadRequest.WithDetails(fmt.Sprintf("%s %s already exists; pick another UUID", kind, uuid))
+	return message.ErrAlreadyExists.WithDetails(fmt.Sprintf("%s %s already exists; pick another UUID", kind, uuid))
 }
 
 // CheckUUID returns nil if uuid is canonical (message.IsCanonicalUUID),

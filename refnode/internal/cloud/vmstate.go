@@ -86,9 +86,9 @@ var transitions = map[VMOp]struct {
 
 // Transition returns the state a VM in state from is in while op runs
 // (during; "" if op has no transitional state) and the state it ends in
-// when op succeeds (after). If op is not allowed in from, or unknown, it
-// fails with an error matching message.ErrBadRequest that says which
-// states op is allowed from.
+// when op succeeds (after). If op is not allowed in from it fails with an
+// error matching message.ErrConflict that says which states op is allowed
+// from; an unknown op fails with message.ErrBadRequest.
 func Transition(from VMState, op VMOp) (during, after VMState, err error) {
 	t, ok := transitions[op]
 	if !ok {
@@ -99,7 +99,7 @@ func Transition(from VMState, op VMOp) (during, after VMState, err error) {
 		for i, s := range t.from {
 			names[i] = string(s)
 		}
-		return "", "", message.ErrBadRequest.WithDetails(fmt.Sprintf(
+		return "", "", message.ErrConflict.WithDetails(fmt.Sprintf(
 			"cannot %s a VM that is %s; %s is allowed from %s", op, from, op, strings.Join(names, ", ")))
 	}
 	return t.during, t.after, nil

@@ -39,7 +39,7 @@ func TestTransition(t *testing.T) {
 				during, after, err := cloud.Transition(from, op)
 				want, ok := table[from]
 				if !ok {
-					assert.ErrorIs(t, err, message.ErrBadRequest, "invalid transitions are bad requests")
+					assert.ErrorIs(t, err, message.ErrConflict, "invalid transitions conflict with the state")
 					assert.Contains(t, err.Error(), fmt.Sprintf("cannot %s a VM that is %s", op, from))
 					return
 				}
@@ -67,7 +67,7 @@ func TestStrings(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	assert.ErrorIs(t, cloud.NotFound("vm", "x"), message.ErrNotFound)
-	assert.ErrorIs(t, cloud.Exists("vm", "x"), message.ErrBadRequest)
+	assert.ErrorIs(t, cloud.Exists("vm", "x"), message.ErrAlreadyExists)
 }
 
 func TestRepair(t *testing.T) {

@@ -162,7 +162,7 @@ func TestVMLifecycle(t *testing.T) {
 		assert.Empty(t, rep.Portal)
 
 		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
-		assert.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM is not a valid transition")
+		assert.ErrorIs(t, err, message.ErrConflict, "starting a running VM is not a valid transition")
 		assert.Contains(t, err.Error(), "cannot start a VM that is running")
 
 		rep, err = service.Call[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
@@ -172,7 +172,7 @@ func TestVMLifecycle(t *testing.T) {
 		assert.False(t, ok, "destroyed on the hypervisor")
 		for _, msg := range []any{api.StartVm{UUID: vm}, api.StopVm{UUID: vm}, api.RebootVm{UUID: vm}, api.DestroyVm{UUID: vm}} {
 			_, err = service.Call[api.VmReply](ctx, f.cl, msg)
-			assert.ErrorIs(t, err, message.ErrBadRequest, "%T on a destroyed VM", msg)
+			assert.ErrorIs(t, err, message.ErrConflict, "%T on a destroyed VM", msg)
 		}
 
 		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: message.NewUUID()})
@@ -198,11 +198,11 @@ func TestVMRefusalRecorded(t *testing.T) {
 
 		id := message.NewUUID()
 		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
-		require.ErrorIs(t, err, message.ErrBadRequest, "starting a running VM")
+		require.ErrorIs(t, err, message.ErrConflict, "starting a running VM")
 		stopped, err := service.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
 		require.NoError(t, err)
 		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
-		require.ErrorIs(t, err, message.ErrBadRequest, "the same message again: its recorded refusal, though the VM is stopped now")
+		require.ErrorIs(t, err, message.ErrConflict, "the same message again: its recorded refusal, though the VM is stopped now")
 		assert.Contains(t, err.Error(), "cannot start a VM that is running")
 		got, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestBadRequests(t *testing.T) {
 
 		hosts := f.addHosts(t, 1)
 		_, err = service.Call[api.HostReply](ctx, f.cl, api.AddHost{UUID: hosts[0]})
-		assert.ErrorIs(t, err, message.ErrBadRequest, "adding a host twice")
+		assert.ErrorIs(t, err, message.ErrAlreadyExists, "adding a host twice")
 		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: message.NewUUID()})
 		assert.ErrorIs(t, err, message.ErrNotFound, "unknown image")
 		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: "nope"})
@@ -241,7 +241,7 @@ func TestBadRequests(t *testing.T) {
 		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
 		require.NoError(t, err)
 		_, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: created.VM.UUID, ImageUUID: img})
-		assert.ErrorIs(t, err, message.ErrBadRequest, "a VM UUID cannot be created twice")
+		assert.ErrorIs(t, err, message.ErrAlreadyExists, "a VM UUID cannot be created twice")
 
 		// A routed message naming no resource, or sent with another
 		// resource, never runs on a node that may not own it.

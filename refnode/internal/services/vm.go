@@ -151,7 +151,7 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
 		}
 		if err := tx.AddVM(ctx, vm); err != nil {
-			if !errors.Is(err, message.ErrBadRequest) { // not a concurrent create of the same UUID: undo ours
+			if !errors.Is(err, message.ErrAlreadyExists) { // not a concurrent create of the same UUID: undo ours
 				if derr := s.hv.DestroyVM(context.WithoutCancel(ctx), vm.HostUUID, id); derr != nil {
 					s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
 				}
@@ -188,7 +188,7 @@ type vmOutcome struct {
 // No lock beyond the fence: the bus runs the messages about one VM one at
 // a time on its owner.
 //
-// An operation the VM's state does not allow is refused (bad_request),
+// An operation the VM's state does not allow is refused (conflict),
 // and the refusal is recorded like a reply: a later copy of the message
 // (redelivered after a lost acknowledgement, resent by a portal after
 // node_left, moved from a dead node's queue) gets the same refusal, and

@@ -145,9 +145,9 @@ func testAddTwice(t *testing.T, h Harness) {
 	require.NoError(t, s.AddHost(ctx, sampleHost(uuidA)))
 	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
 	require.NoError(t, s.AddVM(ctx, sampleVM(uuidA)))
-	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: uuidA, Name: "other"}), message.ErrBadRequest, "a host UUID is added once")
-	assert.ErrorIs(t, s.AddImage(ctx, cloud.Image{UUID: uuidA}), message.ErrBadRequest, "an image UUID is added once")
-	assert.ErrorIs(t, s.AddVM(ctx, cloud.VM{UUID: uuidA}), message.ErrBadRequest, "a VM UUID is added once")
+	assert.ErrorIs(t, s.AddHost(ctx, cloud.Host{UUID: uuidA, Name: "other"}), message.ErrAlreadyExists, "a host UUID is added once")
+	assert.ErrorIs(t, s.AddImage(ctx, cloud.Image{UUID: uuidA}), message.ErrAlreadyExists, "an image UUID is added once")
+	assert.ErrorIs(t, s.AddVM(ctx, cloud.VM{UUID: uuidA}), message.ErrAlreadyExists, "a VM UUID is added once")
 	got, err := s.Host(ctx, uuidA)
 	require.NoError(t, err)
 	assert.Equal(t, sampleHost(uuidA).Name, got.Name, "a refused add changes nothing")
@@ -375,7 +375,7 @@ func testPeers(t *testing.T, h Harness) {
 	sameHost(t, sampleHost(uuidA), got, "the peer reads the same record")
 	_, err = s.Image(ctx, uuidA)
 	require.NoError(t, err, "an image added through one handle is seen through another")
-	assert.ErrorIs(t, p.AddHost(ctx, sampleHost(uuidA)), message.ErrBadRequest, "a UUID is added once across handles")
+	assert.ErrorIs(t, p.AddHost(ctx, sampleHost(uuidA)), message.ErrAlreadyExists, "a UUID is added once across handles")
 	_, err = p.UpdateHost(ctx, uuidA, func(h *cloud.Host) error { h.ManagedBy = uuidC; return nil })
 	require.NoError(t, err)
 	got, err = s.Host(ctx, uuidA)
@@ -466,7 +466,7 @@ func testConcurrentAdds(t *testing.T, h Harness) {
 			won++
 			continue
 		}
-		assert.ErrorIs(t, err, message.ErrBadRequest, "a losing concurrent add fails as a duplicate")
+		assert.ErrorIs(t, err, message.ErrAlreadyExists, "a losing concurrent add fails as a duplicate")
 	}
 	assert.Equal(t, 1, won, "exactly one of %d concurrent adds of one UUID succeeds", n)
 }

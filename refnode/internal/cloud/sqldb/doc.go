@@ -67,7 +67,7 @@
 // several, never lose each other's writes, and a compare-and-set made in
 // it is atomic; it must therefore be quick and must not call the store.
 // Adds are one INSERT each: of concurrent adds of one UUID exactly one
-// succeeds, the others fail with an error matching message.ErrBadRequest.
+// succeeds, the others fail with an error matching message.ErrAlreadyExists.
 //
 // # Connections
 //

@@ -259,6 +259,6 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 	assert.Equal(t, wantImg, img, "an update of a golden row keeps its other columns")
 
 	err = s.AddVM(ctx, cloud.VM{UUID: goldenVMCreated, ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, State: cloud.VMCreated})
-	assert.ErrorIs(t, err, message.ErrBadRequest, "a golden VM's UUID is taken")
+	assert.ErrorIs(t, err, message.ErrAlreadyExists, "a golden VM's UUID is taken")
 	assert.True(t, strings.Contains(err.Error(), "already exists"), "got %v", err)
 }

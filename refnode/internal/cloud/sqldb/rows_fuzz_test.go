@@ -161,7 +161,7 @@ var recordKinds = []kindOps{
 				t.Fatalf("VM state %q reads as %q", string(st), st.String())
 			}
 			for _, op := range []cloud.VMOp{cloud.VMOpStart, cloud.VMOpStop, cloud.VMOpReboot, cloud.VMOpDestroy} {
-				if _, _, err := cloud.Transition(st, op); !errors.Is(err, message.ErrBadRequest) {
+				if _, _, err := cloud.Transition(st, op); !errors.Is(err, message.ErrConflict) {
 					t.Fatalf("Transition(%q, %s) = %v, want bad_request", string(st), op, err)
 				}
 			}
