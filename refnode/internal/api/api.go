@@ -273,3 +273,7 @@ func Register(reg *message.Registry) error {
 	}
 	return nil
 }
+
+// Route returns h: every reply that embeds Handling says where its
+// message ran through this method.
+func (h Handling) Route() Handling { return h }

@@ -23,21 +23,49 @@ const (
 	MaxImageSizeMB = 64 << 20
 )
 
+// FieldError is one field of a message outside its limits.
+type FieldError struct {
+	// Field is the field's JSON name ("name", "cpus").
+	Field string
+	// Problem says what is wrong with it, after its name ("is 300 bytes,
+	// more than 255").
+	Problem string
+}
+
+// Error returns the field's name and the problem.
+func (e FieldError) Error() string { return e.Field + " " + e.Problem }
+
+// InvalidError is what Validate returns for a message with fields outside
+// their limits: it matches message.ErrBadRequest (whose details name every
+// field) and lists the fields, for a caller that answers per field (an
+// HTTP API naming the field).
+type InvalidError struct {
+	// Fields are the fields outside their limits, in the message's order.
+	Fields []FieldError
+	err    error
+}
+
+// Error returns the message's name and every field's problem.
+func (e *InvalidError) Error() string { return e.err.Error() }
+
+// Unwrap returns the message.ErrBadRequest error that names the fields.
+func (e *InvalidError) Unwrap() error { return e.err }
+
 // problems collects the bad fields of one message.
-type problems []error
+type problems []FieldError
 
 func (p *problems) text(field, v string, max int) {
 	switch {
 	case len(v) > max:
-		*p = append(*p, fmt.Errorf("%s is %d bytes, more than %d", field, len(v), max))
+		*p = append(*p, FieldError{field, fmt.Sprintf("is %d bytes, more than %d", len(v), max)})
 	case !utf8.ValidString(v):
-		*p = append(*p, fmt.Errorf("%s is not valid UTF-8", field))
+		*p = append(*p, FieldError{field, "is not valid UTF-8"})
 	}
 }
 
 func (p *problems) between(field string, v, lo, hi int64) {
 	if v < lo || v > hi {
-		*p = append(*p, fmt.Errorf("%s %d is out of range: %d to %d (0: the default)", field, v, lo, hi))
+		*p = append(*p, FieldError{field, fmt.Sprintf("%d is out of range: %d to %d (0: the default)", v, lo, hi)})
 	}
 }
 
@@ -45,7 +73,11 @@ func (p problems) err(msg string) error {
 	if len(p) == 0 {
 		return nil
 	}
-	return message.ErrBadRequest.WithDetails(msg + ": " + errors.Join(p...).Error())
+	errs := make([]error, len(p))
+	for i, f := range p {
+		errs[i] = f
+	}
+	return &InvalidError{Fields: p, err: message.ErrBadRequest.WithDetails(msg + ": " + errors.Join(errs...).Error())}
 }
 
 // Validate checks the fields against the domain limits.
