@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"runtime/pprof"
@@ -18,8 +19,10 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/sqldb"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/rest"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/nodekit"
@@ -32,7 +35,12 @@ node that uses the same broker, database and prefix. SIGTERM or Ctrl-C
 leaves the cluster in order and exits 0.
 
 Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
-%s  -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
+%s  -api-listen addr   serve the REST API (JSON over HTTP: hosts, images,   REFNODE_API_LISTEN
+                     VMs; see docs/rest.md) on addr, e.g. 127.0.0.1:8080
+                     (none); 127.0.0.1:0 picks a free port
+  -api-token t       require "Authorization: Bearer t" on every REST     REFNODE_API_TOKEN
+                     request (none); never logged: prefer the variable
+  -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
   -vm-sweep d        how often a node checks the VMs it owns against the   REFNODE_VM_SWEEP
                      hypervisor and repairs their records (30s)
 
@@ -77,6 +85,8 @@ type serveOptions struct {
 	testPprof    bool          // -test-pprof
 	testHooks    bool          // -test-hooks
 	vmSweep      time.Duration
+	apiListen    string // -api-listen: "" serves no REST API
+	apiToken     string // -api-token
 }
 
 // envPrefix starts the names of refnode's variables: REFNODE_BUS, …
@@ -95,6 +105,8 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.BoolVar(&o.testPprof, "test-pprof", false, "")
 	fs.BoolVar(&o.testHooks, "test-hooks", false, "")
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
+	fs.StringVar(&o.apiListen, "api-listen", "", "")
+	fs.StringVar(&o.apiToken, "api-token", "", "")
 	if err := nodekit.Parse(fs, args, envPrefix, getenv); err != nil {
 		return o, err
 	}
@@ -182,11 +194,27 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if arm != nil {
 		notes = append(notes, "test:    hooks on the admin server (POST /test/stall-vm-final-write?for=d; -test-hooks, for fault tests)")
 	}
-	var set *services.Set
+	var apiLn net.Listener // -api-listen
+	if o.apiListen != "" {
+		if apiLn, err = net.Listen("tcp", o.apiListen); err != nil {
+			return fmt.Errorf("REST API: %w; pick another -api-listen address (127.0.0.1:0 picks a free port)", err)
+		}
+		defer apiLn.Close() // once served, the server closes it; this covers a failed start
+		note := fmt.Sprintf("api:     http://%s/v1/ (REST: hosts, images, VMs)", apiLn.Addr())
+		if o.apiToken != "" {
+			note += "; a bearer token is required"
+		}
+		notes = append(notes, note)
+	}
+	var (
+		set     *services.Set
+		records cloud.Store
+	)
 	n, err := nodekit.Open(ctx, nodekit.Config{
 		Name: "refnode", Command: "refnode serve", Node: id, Registry: reg, Observer: obs, Notes: notes, Stdout: stdout, Logger: log,
 		Services: func(ctx context.Context, env nodekit.Env) ([]service.Service, error) {
-			records, err := sqldb.Open(ctx, &sqlconn.Pool{DB: env.DB, URL: dbURL}, sqldb.Config{
+			var err error
+			records, err = sqldb.Open(ctx, &sqlconn.Pool{DB: env.DB, URL: dbURL}, sqldb.Config{
 				Prefix: env.Tables, Fence: env.Fence, Logger: env.Logger.With("node", id)})
 			if err != nil {
 				return nil, fmt.Errorf("open the record store: %w; check -db", err)
@@ -220,7 +248,45 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if arm != nil {
 		admin.Handle("/test/", withTestHooks(http.NotFoundHandler(), arm))
 	}
+	if apiLn != nil {
+		stop, err := serveREST(ctx, n, reg, records, apiLn, o, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return n.Run(ctx)
+}
+
+// serveREST serves the REST API on ln until stop: its messages go
+// through api.portal from a client on the node's broker connection, its
+// lists read records. stop ends the requests under way within 5 s.
+func serveREST(ctx context.Context, n *nodekit.Node, reg *message.Registry, records cloud.Store, ln net.Listener, o serveOptions, log *slog.Logger) (stop func(), err error) {
+	cl, err := service.NewClient(ctx, service.ClientConfig{Transport: n.Transport(), Prefix: o.Prefix, Registry: reg, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("REST API: open its client of the cluster: %w", err)
+	}
+	a, err := rest.New(rest.Config{Caller: cl, Store: records, Token: o.apiToken, Logger: log})
+	if err != nil {
+		_ = cl.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("close the REST API", "err", err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("REST API", "err", err)
+		}
+		if err := cl.Close(); err != nil {
+			log.Warn("close the REST API's client", "err", err)
+		}
+	}, nil
 }
 
 // goroutineProfile serves GET /debug/pprof/goroutine: the goroutine

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var apiLine = regexp.MustCompile(`(?m)^api: +http://(\S+)/v1/ `)
+
+// TestServeREST: refnode serve -api-listen serves the REST API of its
+// node on RabbitMQ and SQLite, behind -api-token: a VM created, started
+// and listed over HTTP, each answer naming the node that handled it.
+func TestServeREST(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	prefix := "rest-" + message.NewUUID()[:8]
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- serveCmd(ctx, []string{"-bus", url, "-db", "sqlite:" + filepath.Join(t.TempDir(), "refnode.db"), "-prefix", prefix,
+			"-listen", "127.0.0.1:0", "-api-listen", "127.0.0.1:0", "-heartbeat", "200ms"}, &out, &errOut,
+			func(k string) string {
+				if k == "REFNODE_API_TOKEN" {
+					return "t0ken"
+				}
+				return ""
+			})
+	}()
+	var addr string
+	require.Eventually(t, func() bool {
+		s := out.String()
+		if m := apiLine.FindStringSubmatch(s); m != nil && strings.Contains(s, "serving:") {
+			addr = m[1]
+			return true
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s\n%s", code, s, errOut.String())
+		default:
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "serve prints its API address and serves")
+	assert.Contains(t, out.String(), "a bearer token is required")
+	node := nodeLine.FindStringSubmatch(out.String())[1]
+
+	do := func(method, path, body, token string) (int, http.Header, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(data, &m), "%s %s: %s", method, path, data)
+		return resp.StatusCode, resp.Header, m
+	}
+	code, _, _ := do("GET", "/v1/vms", "", "")
+	assert.Equal(t, http.StatusUnauthorized, code, "no token")
+	code, _, _ = do("POST", "/v1/hosts", `{"name":"h"}`, "t0ken")
+	require.Equal(t, http.StatusCreated, code)
+	code, _, img := do("POST", "/v1/images", `{"name":"i"}`, "t0ken")
+	require.Equal(t, http.StatusCreated, code)
+	code, h, vm := do("POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img["uuid"]), "t0ken")
+	require.Equal(t, http.StatusCreated, code, "%v", vm)
+	assert.Equal(t, node, h.Get("Refnode-Node"), "the one node handled it")
+	assert.Equal(t, node, h.Get("Refnode-Portal"), "through its portal")
+	code, _, started := do("POST", fmt.Sprintf("/v1/vms/%s/start", vm["uuid"]), "", "t0ken")
+	require.Equal(t, http.StatusOK, code, "%v", started)
+	assert.Equal(t, "running", started["state"])
+	code, h, list := do("GET", "/v1/vms?state=running", "", "t0ken")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "database", h.Get("Refnode-Source"))
+	assert.Len(t, list["items"], 1)
+
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, "stderr: %s", errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not leave within 30 s")
+	}
+	assert.NotContains(t, errOut.String()+out.String(), "t0ken", "the token is never logged")
+}
