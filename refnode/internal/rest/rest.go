@@ -33,6 +33,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -129,9 +130,15 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
+// OpenAPI is the API's OpenAPI 3.1 document, served at
+// GET /v1/openapi.json (without the token: it holds no data).
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
 // ServeHTTP serves a request: the token is checked first.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.cfg.Token != "" && !a.authorized(r) {
+	if a.cfg.Token != "" && !(r.Method == http.MethodGet && r.URL.Path == "/v1/openapi.json") && !a.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="refnode"`)
 		writeError(w, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: "give the API token as the header Authorization: Bearer <token>", Retry: "never"})
 		return

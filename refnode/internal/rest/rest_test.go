@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -57,9 +58,13 @@ func (s *flakyStore) VM(ctx context.Context, id string) (cloud.VM, error) {
 // fixture is a cluster of refnode's services on the in-memory bus with
 // the REST API served through a client of it.
 type fixture struct {
-	c     *servicetest.Cluster
-	store *flakyStore
-	api   http.Handler
+	c      *servicetest.Cluster
+	store  *flakyStore
+	api    http.Handler
+	router routers.Router // of the OpenAPI document: every request's answer is checked against it
+	// badRequests is set while requests are meant to be invalid: only
+	// their answers are checked against the document.
+	badRequests bool
 }
 
 func start(t *testing.T, nodes int, token string) *fixture {
@@ -70,6 +75,7 @@ func start(t *testing.T, nodes int, token string) *fixture {
 	require.NoError(t, err)
 	db := memdb.New()
 	f := &fixture{store: &flakyStore{Store: db}}
+	_, f.router = loadOpenAPI(t)
 	f.c = servicetest.Start(t, servicetest.Options{
 		Nodes:    nodes,
 		Registry: reg,
@@ -125,6 +131,7 @@ func (f *fixture) do(t *testing.T, method, path, body string, header ...string) 
 	rec := httptest.NewRecorder()
 	f.api.ServeHTTP(rec, req)
 	out := response{status: rec.Code, header: rec.Header(), raw: rec.Body.String()}
+	validate(t, f.router, req, body, !f.badRequests, rec.Code, rec.Header(), rec.Body.Bytes())
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"), "%s %s: %s", method, path, out.raw)
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out.body), "%s %s: %s", method, path, out.raw)
 	return out
@@ -174,7 +181,11 @@ func TestVMLifecycle(t *testing.T) {
 	last, cursor := "", ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 20, "paging ends")
-		p := f.do(t, "GET", "/v1/vms?limit=7&cursor="+cursor, "")
+		path := "/v1/vms?limit=7"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		p := f.do(t, "GET", path, "")
 		require.Equal(t, http.StatusOK, p.status, p.raw)
 		assert.Equal(t, "database", p.header.Get(rest.HeaderSource))
 		assert.Equal(t, "database", p.str("source"))
@@ -263,6 +274,7 @@ func TestBadRequests(t *testing.T) {
 	running := vm.str("uuid")
 	require.Equal(t, http.StatusOK, f.do(t, "POST", "/v1/vms/"+running+"/start", "", auth...).status)
 
+	f.badRequests = true
 	for _, c := range []struct {
 		name, method, path, body string
 		header                   []string // replaces the token's header if set

@@ -30,6 +30,7 @@ var Routes = []string{
 	"GET /v1/vms",
 	"GET /v1/vms/{uuid}",
 	"POST /v1/vms/{uuid}/{action}",
+	"GET /v1/openapi.json",
 }
 
 func (a *API) routes() {
@@ -46,6 +47,10 @@ func (a *API) routes() {
 		"GET /v1/vms":                     a.listVMs,
 		"GET /v1/vms/{uuid}":              a.getVM,
 		"POST /v1/vms/{uuid}/{action}":    a.vmAction,
+		"GET /v1/openapi.json": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(OpenAPI)
+		},
 	}
 	for _, p := range Routes {
 		a.mux.HandleFunc(p, handlers[p])
