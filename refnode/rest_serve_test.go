@@ -124,3 +124,93 @@ func TestServeREST(t *testing.T) {
 	}
 	assert.NotContains(t, errOut.String()+out.String(), "t0ken", "the token is never logged")
 }
+
+var embeddedLine = regexp.MustCompile(`(?m)^node ([A-Z]): +([0-9a-f]{32}) +api: http://(\S+)/v1/$`)
+
+// TestServeEmbedded: refnode serve -embedded 3 runs three nodes in one
+// process, each serving the REST API: VMs created through one node's API
+// and started through another's, each start handled by one node, the
+// same that handles a later read (the VM's owner); the list through a
+// third; an orderly stop.
+func TestServeEmbedded(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- serveCmd(ctx, []string{"-embedded", "3", "-api-listen", "127.0.0.1:0", "-heartbeat", "100ms", "-evict-after", "1s"}, &out, &errOut, func(string) string { return "" })
+	}()
+	var nodes [][]string
+	require.Eventually(t, func() bool {
+		s := out.String()
+		if strings.Contains(s, "serving:") {
+			nodes = embeddedLine.FindAllStringSubmatch(s, -1)
+			return true
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s\n%s", code, s, errOut.String())
+		default:
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "serve -embedded serves")
+	require.Len(t, nodes, 3, out.String())
+	ids := map[string]bool{}
+	for _, n := range nodes {
+		ids[n[2]] = true
+	}
+	do := func(node int, method, path, body string) (int, http.Header, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+nodes[node][3]+path, strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req) // no Content-Type: read as JSON
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return resp.StatusCode, resp.Header, m
+	}
+	code, _, _ := do(0, "POST", "/v1/hosts", `{"name":"h"}`)
+	require.Equal(t, http.StatusCreated, code)
+	code, _, img := do(0, "POST", "/v1/images", `{"name":"i"}`)
+	require.Equal(t, http.StatusCreated, code)
+	handled := map[string]bool{}
+	for range 10 {
+		code, _, vm := do(1, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img["uuid"]))
+		require.Equal(t, http.StatusCreated, code, "%v", vm)
+		code, h, started := do(2, "POST", fmt.Sprintf("/v1/vms/%s/start", vm["uuid"]), "")
+		require.Equal(t, http.StatusOK, code, "%v", started)
+		owner := h.Get("Refnode-Node")
+		assert.True(t, ids[owner], "handled by one of the nodes: %s", owner)
+		_, h, _ = do(0, "GET", fmt.Sprintf("/v1/vms/%s", vm["uuid"]), "")
+		assert.Equal(t, owner, h.Get("Refnode-Node"), "the owner handles every message about the VM")
+		handled[owner] = true
+	}
+	t.Logf("starts of 10 VMs handled by %d of the 3 nodes", len(handled))
+	code, _, list := do(2, "GET", "/v1/vms?state=running", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Len(t, list["items"], 10)
+
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, "stderr: %s", errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve -embedded did not stop within 30 s")
+	}
+	assert.Contains(t, out.String(), "left:    in ")
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-embedded", "3", "-bus", "amqp://127.0.0.1/"}, "drop -bus and -db"},
+		{[]string{"-embedded", "30"}, "-embedded 30: run 1 to 9 nodes"},
+		{[]string{"-embedded", "2", "-api-listen", "nope"}, "-api-listen"},
+	} {
+		var o, e bytes.Buffer
+		code := serveCmd(t.Context(), c.args, &o, &e, func(string) string { return "" })
+		assert.NotZero(t, code, "%v", c.args)
+		assert.Contains(t, e.String(), c.want, "%v", c.args)
+	}
+}

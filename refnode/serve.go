@@ -38,6 +38,10 @@ Flags (each may also be set by the REFNODE_* variable shown; a flag wins):
 %s  -api-listen addr   serve the REST API (JSON over HTTP: hosts, images,   REFNODE_API_LISTEN
                      VMs; see docs/rest.md) on addr, e.g. 127.0.0.1:8080
                      (none); 127.0.0.1:0 picks a free port
+  -embedded n        run n nodes (1-9) in this process on an in-memory   REFNODE_EMBEDDED
+                     bus and database instead of joining a cluster: no
+                     -bus or -db; the REST API of each on -api-listen's
+                     port and the next ones (127.0.0.1:8080 by default)
   -api-token t       require "Authorization: Bearer t" on every REST     REFNODE_API_TOKEN
                      request (none); never logged: prefer the variable
   -ping-interval d   how often a node pings the hosts it owns (10s)        REFNODE_PING_INTERVAL
@@ -87,6 +91,7 @@ type serveOptions struct {
 	vmSweep      time.Duration
 	apiListen    string // -api-listen: "" serves no REST API
 	apiToken     string // -api-token
+	embedded     int    // -embedded: nodes in this process, 0: one node of a real cluster
 }
 
 // envPrefix starts the names of refnode's variables: REFNODE_BUS, …
@@ -107,7 +112,17 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
 	fs.StringVar(&o.apiListen, "api-listen", "", "")
 	fs.StringVar(&o.apiToken, "api-token", "", "")
+	fs.IntVar(&o.embedded, "embedded", 0, "")
 	if err := nodekit.Parse(fs, args, envPrefix, getenv); err != nil {
+		return o, err
+	}
+	if o.embedded != 0 {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		err := validateEmbedded(&o, func(name string) bool { return set[name] })
+		if fs.NArg() > 0 {
+			err = errors.Join(err, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		}
 		return o, err
 	}
 	var errs []error
@@ -118,7 +133,7 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 		errs = append(errs, err)
 	}
 	if o.Bus == "" {
-		errs = append(errs, errors.New("run `refnode demo` to see a cluster in one process"))
+		errs = append(errs, errors.New("run `refnode serve -embedded 3` to run a cluster in one process, or `refnode demo` to see one at work"))
 	}
 	if o.pingInterval <= 0 || o.vmSweep <= 0 {
 		errs = append(errs, errors.New("-ping-interval and -vm-sweep must be positive"))
@@ -138,7 +153,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	level, _ := o.Level()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := serve(ctx, o, stdout, log); err != nil {
+	run := serve
+	if o.embedded > 0 {
+		run = serveEmbedded
+	}
+	if err := run(ctx, o, stdout, log); err != nil {
 		fmt.Fprintf(stderr, "refnode serve: %v\n", err)
 		return 1
 	}

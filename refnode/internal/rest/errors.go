@@ -127,11 +127,13 @@ func pathUUID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // decode reads r's body as JSON into v, strictly: one object, no
 // unknown fields, at most MaxBody bytes. An empty body is allowed only
-// if empty is. It writes the error and returns false on failure.
+// if empty is. It writes the error and returns false on failure. The
+// Content-Type may be absent, JSON, or application/x-www-form-urlencoded,
+// which curl -d sends unless told otherwise: the body is read as JSON.
 func (a *API) decode(w http.ResponseWriter, r *http.Request, v any, empty bool) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
 			writeError(w, http.StatusUnsupportedMediaType, apiError{Code: "not_json", Message: fmt.Sprintf("the body's Content-Type is %q; send application/json", ct), Retry: "never"})
 			return false
 		}

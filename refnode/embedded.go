@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/rest"
+)
+
+// maxEmbedded bounds -embedded.
+const maxEmbedded = 9
+
+// validateEmbedded checks the flags of refnode serve -embedded N, and
+// gives -api-listen its default (127.0.0.1:8080: the nodes on 8080,
+// 8081, ...). given reports whether a flag was set (or its variable).
+func validateEmbedded(o *serveOptions, given func(flag string) bool) error {
+	var errs []error
+	if o.embedded < 1 || o.embedded > maxEmbedded {
+		errs = append(errs, fmt.Errorf("-embedded %d: run 1 to %d nodes in this process", o.embedded, maxEmbedded))
+	}
+	if given("bus") || given("db") {
+		errs = append(errs, errors.New("-embedded runs its nodes on an in-memory bus and database of its own: drop -bus and -db (or run refnode serve without -embedded to join a real cluster)"))
+	}
+	if o.apiListen == "" {
+		o.apiListen = "127.0.0.1:8080"
+	}
+	if o.Heartbeat.OpTimeout == 0 {
+		o.Heartbeat.OpTimeout = o.Heartbeat.Interval
+	}
+	if err := o.Heartbeat.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-heartbeat %s, -evict-after %s: %w", o.Heartbeat.Interval, o.Heartbeat.EvictAfter, err))
+	}
+	if o.pingInterval <= 0 {
+		errs = append(errs, errors.New("-ping-interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// embeddedAddrs returns the REST address of each of n nodes: addr's
+// port, then the next ones; port 0 picks a free port for each.
+func embeddedAddrs(addr string, n int) ([]string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("-api-listen %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p+n-1 > 65535 {
+		return nil, fmt.Errorf("-api-listen %q: the port must be a number from 0 to %d", addr, 65535-n+1)
+	}
+	out := make([]string, n)
+	for i := range out {
+		q := p
+		if p != 0 {
+			q = p + i
+		}
+		out[i] = net.JoinHostPort(host, strconv.Itoa(q))
+	}
+	return out, nil
+}
+
+// serveEmbedded runs o.embedded nodes in this process, on an in-memory
+// bus, heartbeat store and record store, each serving the REST API,
+// until ctx ends; then every node leaves in order. Nothing is kept after
+// it returns.
+func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logger) error {
+	addrs, err := embeddedAddrs(o.apiListen, o.embedded)
+	if err != nil {
+		return err
+	}
+	lns := make([]net.Listener, 0, len(addrs))
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close() // served ones are closed already
+		}
+	}()
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("REST API: %w; pick another -api-listen address (127.0.0.1:0 picks free ports)", err)
+		}
+		lns = append(lns, ln)
+	}
+	start := time.Now()
+	c, err := startCluster(ctx, clusterConfig{nodes: o.embedded, prefix: o.Prefix, heartbeat: o.Heartbeat,
+		hypervisor: simhv.Config{}, pingInterval: o.pingInterval, logger: log})
+	if err != nil {
+		return fmt.Errorf("start the embedded cluster: %w", err)
+	}
+	var left time.Time // when ctx ended
+	defer func() {     // last: once the servers stopped and every node left
+		if !left.IsZero() {
+			fmt.Fprintf(stdout, "left:    in %s\n", time.Since(left).Round(time.Millisecond))
+		}
+	}()
+	defer func() {
+		if err := c.close(); err != nil {
+			log.Warn("close the embedded cluster", "err", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "embedded: %d nodes in this process on an in-memory bus and database (nothing is kept after exit), ready in %s\n",
+		o.embedded, time.Since(start).Round(time.Millisecond))
+	var (
+		wg      sync.WaitGroup
+		servers []*http.Server
+	)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, srv := range servers {
+			if err := srv.Shutdown(sctx); err != nil {
+				log.Warn("close the REST API", "err", err)
+			}
+		}
+		wg.Wait()
+	}()
+	for i, m := range c.all() {
+		cl, err := c.client(ctx, o.Prefix)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log})
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		servers = append(servers, srv)
+		ln := lns[i]
+		wg.Go(func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("REST API", "node", m.node.UUID(), "err", err)
+			}
+		})
+		fmt.Fprintf(stdout, "node %s:  %s  api: http://%s/v1/\n", m.label, m.node.UUID(), ln.Addr())
+	}
+	if o.apiToken != "" {
+		fmt.Fprintln(stdout, "api:     a bearer token is required (-api-token)")
+	}
+	fmt.Fprintln(stdout, "serving: SIGTERM or Ctrl-C stops every node in order; docs/rest.md has the routes")
+	<-ctx.Done()
+	fmt.Fprintf(stdout, "leaving: %v\n", context.Cause(ctx))
+	left = time.Now()
+	return nil
+}
