@@ -18,10 +18,16 @@ import (
 )
 
 const ctlUsage = `Usage: refnode ctl [-bus url] [-prefix p] [-timeout d] COMMAND [flags] [args]
+       refnode ctl [-api url] [-o table|json|yaml] RESOURCE VERB [flags] [args]
 
-Drives a running cluster through api.portal, as a client that is not a
-node, and prints the reply as one line of JSON: the record, and which
-node handled the message ("node") and whose portal forwarded it ("portal").
+RESOURCE VERB (vm list, vm start, host add, ...) drives the cluster
+through a node's REST API and prints tables: "refnode ctl vm -h" lists
+them.
+
+COMMAND drives a running cluster through api.portal on its broker, as a
+client that is not a node, and prints the reply as one line of JSON: the
+record, and which node handled the message ("node") and whose portal
+forwarded it ("portal").
 
 Commands:
   add-host [-name n] [-address a] [UUID]      add a host (a new UUID if none)
@@ -148,10 +154,16 @@ func ctlCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		return 2
 	}
 	o := ctlOptions{prefix: bus.DefaultPrefix, timeout: 30 * time.Second}
+	ro := restOptions{output: "table"}
 	fs := flag.NewFlagSet("refnode ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.bind(fs)
-	err := parseFlags(fs, args, getenv, map[string]string{"bus": "REFNODE_BUS", "prefix": "REFNODE_PREFIX", "timeout": "REFNODE_TIMEOUT"})
+	ro.bind(fs, false)
+	env := map[string]string{"bus": "REFNODE_BUS", "prefix": "REFNODE_PREFIX", "timeout": "REFNODE_TIMEOUT"}
+	for k, v := range restEnv {
+		env[k] = v
+	}
+	err := parseFlags(fs, args, getenv, env)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, ctlUsage)
@@ -162,6 +174,10 @@ func ctlCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		return usageErr(errors.New("give a command"))
 	}
 	name := fs.Arg(0)
+	if ctlResources[name] {
+		ro.timeout = o.timeout
+		return ctlREST(ctx, ro, fs.Args(), stdout, stderr, getenv)
+	}
 	cmd, ok := ctlCommands[name]
 	if !ok {
 		return usageErr(fmt.Errorf("unknown command %q", name))

@@ -132,29 +132,42 @@ var embeddedLine = regexp.MustCompile(`(?m)^node ([A-Z]): +([0-9a-f]{32}) +api: 
 // and started through another's, each start handled by one node, the
 // same that handles a later read (the VM's owner); the list through a
 // third; an orderly stop.
-func TestServeEmbedded(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var out, errOut lockedBuffer
-	done := make(chan int, 1)
+// embedded is a refnode serve -embedded running in this process.
+type embedded struct {
+	nodes       [][]string // embeddedLine's matches: label, UUID, REST address
+	out, errOut *lockedBuffer
+	done        chan int // serveCmd's exit code
+}
+
+// startEmbedded runs refnode serve -embedded 3 until ctx ends.
+func startEmbedded(t *testing.T, ctx context.Context) *embedded {
+	t.Helper()
+	e := &embedded{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan int, 1)}
 	go func() {
-		done <- serveCmd(ctx, []string{"-embedded", "3", "-api-listen", "127.0.0.1:0", "-heartbeat", "100ms", "-evict-after", "1s"}, &out, &errOut, func(string) string { return "" })
+		e.done <- serveCmd(ctx, []string{"-embedded", "3", "-api-listen", "127.0.0.1:0", "-heartbeat", "100ms", "-evict-after", "1s"}, e.out, e.errOut, func(string) string { return "" })
 	}()
-	var nodes [][]string
 	require.Eventually(t, func() bool {
-		s := out.String()
+		s := e.out.String()
 		if strings.Contains(s, "serving:") {
-			nodes = embeddedLine.FindAllStringSubmatch(s, -1)
+			e.nodes = embeddedLine.FindAllStringSubmatch(s, -1)
 			return true
 		}
 		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d: %s\n%s", code, s, errOut.String())
+		case code := <-e.done:
+			t.Fatalf("serve exited %d: %s\n%s", code, s, e.errOut.String())
 		default:
 		}
 		return false
 	}, 30*time.Second, 20*time.Millisecond, "serve -embedded serves")
-	require.Len(t, nodes, 3, out.String())
+	require.Len(t, e.nodes, 3, e.out.String())
+	return e
+}
+
+func TestServeEmbedded(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	e := startEmbedded(t, ctx)
+	nodes, out, errOut, done := e.nodes, e.out, e.errOut, e.done
 	ids := map[string]bool{}
 	for _, n := range nodes {
 		ids[n[2]] = true
@@ -213,4 +226,75 @@ func TestServeEmbedded(t *testing.T) {
 		assert.NotZero(t, code, "%v", c.args)
 		assert.Contains(t, e.String(), c.want, "%v", c.args)
 	}
+}
+
+// TestCtlREST drives an embedded cluster with refnode ctl RESOURCE VERB:
+// tables, JSON and YAML, and the exit codes.
+func TestCtlREST(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	e := startEmbedded(t, ctx)
+	api := "http://" + e.nodes[0][3]
+	ctl := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runCmd(t, &env{vars: map[string]string{"REFNODE_API": api}}, append([]string{"ctl"}, args...)...)
+	}
+	code, out, errOut := ctl("host", "add", "-name", "h1", "-address", "10.0.0.1")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^UUID +NAME +ADDRESS +STATUS +MANAGED_BY\n[0-9a-f]{32} +h1 +10\.0\.0\.1 +connected +[0-9a-f]{32}\nhandled by node [0-9a-f]{32} through the portal of [0-9a-f]{32}\n$`, out)
+	code, out, errOut = ctl("-o", "json", "image", "add", "-name", "debian", "-size-mb", "4194304")
+	require.Equal(t, 0, code, errOut)
+	var img map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &img), out)
+	code, out, errOut = ctl("image", "list")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "4194304", "numbers in full")
+
+	var vms []string
+	for range 3 {
+		code, out, errOut = ctl("vm", "create", "-o", "json", "-cpus", "2", img["uuid"].(string))
+		require.Equal(t, 0, code, errOut)
+		var vm map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &vm), out)
+		vms = append(vms, vm["uuid"].(string))
+	}
+	code, out, errOut = ctl("vm", "start", "-o", "yaml", strings.ToUpper(vms[0]))
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "state: running\n")
+	code, out, errOut = ctl("vm", "list", "-state", "created", "-limit", "1")
+	require.Equal(t, 0, code, errOut)
+	assert.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, "the header and one VM: %s", out)
+	code, out, _ = ctl("vm", "list")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^UUID +NAME +STATE +HOST +CPUS +MEMORY_MB +VERSION$`, out)
+	assert.Equal(t, 3, strings.Count(out, " 2 "), "3 VMs of 2 CPUs: %s", out)
+
+	code, _, errOut = ctl("vm", "start", vms[0])
+	assert.Equal(t, 1, code, "refused")
+	assert.Contains(t, errOut, "refnode ctl vm start: conflict: ")
+	assert.Contains(t, errOut, "(HTTP 409)")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %s", errOut)
+	code, _, errOut = ctl("vm", "get", message.NewUUID())
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "not_found: ")
+	code, _, errOut = ctl("vm", "get", "nope")
+	assert.Equal(t, 2, code, "usage: %s", errOut)
+	code, _, errOut = ctl("vm", "fly", vms[0])
+	assert.Equal(t, 2, code, errOut)
+	code, _, errOut = ctl("-o", "xml", "vm", "list")
+	assert.Equal(t, 2, code, errOut)
+	code, out, _ = ctl("vm", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "vm list [-state s]")
+	code, _, errOut = runCmd(t, &env{vars: map[string]string{"REFNODE_API": "http://127.0.0.1:1"}}, "ctl", "-timeout", "600ms", "vm", "list")
+	assert.Equal(t, 3, code, "nobody answers a read: %s", errOut)
+	assert.Contains(t, errOut, "no answer from 127.0.0.1:1")
+	code, _, errOut = runCmd(t, &env{vars: map[string]string{"REFNODE_API": "http://127.0.0.1:1"}}, "ctl", "-timeout", "600ms", "vm", "stop", vms[1])
+	assert.Equal(t, 4, code, "a change with no answer: outcome unknown: %s", errOut)
+	assert.Contains(t, errOut, "attempts")
+
+	// The broker-driven flat commands still parse as before.
+	code, _, errOut = ctl("get-vm", vms[0])
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "-bus (or REFNODE_BUS) is required")
 }

@@ -86,7 +86,11 @@ func statusOf(code message.Code) int {
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error, keyed bool) {
 	e := message.AsError(err)
 	status := statusOf(e.Code)
-	out := apiError{Code: string(e.Code), Message: err.Error(), Retry: retryName(e.Retry())}
+	text := e.Details // what the handler said, without the bus's context
+	if text == "" {
+		text = err.Error()
+	}
+	out := apiError{Code: string(e.Code), Message: text, Retry: retryName(e.Retry())}
 	var inv *api.InvalidError
 	if errors.As(err, &inv) && len(inv.Fields) > 0 {
 		out.Field = inv.Fields[0].Field
@@ -95,7 +99,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error, keyed bool
 	case keyed && e.Code == message.ErrBadRequest.Code && strings.Contains(err.Error(), "message id") && strings.Contains(err.Error(), "was first used for"):
 		status = http.StatusUnprocessableEntity
 		out.Code = "idempotency_key_reused"
-		out.Message = "this Idempotency-Key was used for another request; give every request its own key: " + err.Error()
+		out.Message = "this Idempotency-Key was used for another request; give every request its own key (" + text + ")"
 	case status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 		out.Message += "; nothing ran: retry"
