@@ -36,6 +36,12 @@ scripts.
   image add [-name n] [-url u] [-size-mb n] [UUID]
   image get UUID | image list [-limit n]
   image rename [-if n] UUID NAME        -if n: only if it is named n now
+  nodes                                 the members as the API's node sees
+                                        them: state (UNHEALTHY when its beats
+                                        are stale), epoch, heartbeat age,
+                                        share of the key space, resources owned
+  owner UUID                            who owns a resource, and whether
+                                        every node agrees
 
 A command that changes something sends an Idempotency-Key (-key k, or a
 new one) and repeats the request with it while the answer is "retry"
@@ -63,8 +69,9 @@ const (
 	exitFailed      = 5
 )
 
-// ctlResources are the resources of the REST commands.
-var ctlResources = map[string]bool{"vm": true, "host": true, "image": true}
+// ctlResources are the resources of the REST commands, and the commands
+// that take no verb.
+var ctlResources = map[string]bool{"vm": true, "host": true, "image": true, "nodes": true, "owner": true}
 
 // restOptions are the flags of the REST commands.
 type restOptions struct {
@@ -104,23 +111,27 @@ func ctlREST(ctx context.Context, o restOptions, args []string, stdout, stderr i
 		fmt.Fprintf(stderr, "refnode ctl: %v\nRun \"refnode ctl -h\" for the commands and flags.\n", err)
 		return exitUsage
 	}
+	verb, rest := "", args[1:] // nodes and owner take no verb
+	if args[0] != "nodes" && args[0] != "owner" && len(args) >= 2 {
+		verb, rest = args[1], args[2:]
+	}
 	switch {
-	case len(args) >= 2 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help" || args[1] == "help"):
+	case verb == "-h" || verb == "-help" || verb == "--help" || verb == "help":
 		fmt.Fprint(stdout, ctlRESTUsage)
 		return 0
-	case len(args) < 2:
+	case verb == "" && args[0] != "nodes" && args[0] != "owner":
 		return usageErr(fmt.Errorf("%s: give a verb", args[0]))
 	}
-	name := args[0] + " " + args[1]
+	name := strings.TrimSpace(args[0] + " " + verb)
 	fs := flag.NewFlagSet("refnode ctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.bind(fs, true)
 	key := fs.String("key", "", "")
-	build, ok := restCommand(args[0], args[1], fs)
+	build, ok := restCommand(args[0], verb, fs)
 	if !ok {
 		return usageErr(fmt.Errorf("unknown command %q", name))
 	}
-	if err := parseFlags(fs, args[2:], getenv, restEnv); err != nil {
+	if err := parseFlags(fs, rest, getenv, restEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, ctlRESTUsage)
 			return 0
@@ -168,6 +179,15 @@ func restCommand(resource, verb string, fs *flag.FlagSet) (func(args []string) (
 	}
 	limit := func() *int { return fs.Int("limit", 0, "") }
 	switch resource + " " + verb {
+	case "nodes ":
+		return func(args []string) (restRequest, error) {
+			return restRequest{method: "GET", path: "/v1/nodes", kind: "nodes"}, noArgs(args)
+		}, true
+	case "owner ":
+		return func(args []string) (restRequest, error) {
+			id, err := oneUUID(args)
+			return restRequest{method: "GET", path: "/v1/owner/" + id, kind: "owner"}, err
+		}, true
 	case "vm create":
 		name, id := fs.String("name", "", ""), fs.String("uuid", "", "")
 		cpus, mem := fs.Int("cpus", 0, ""), fs.Int("memory-mb", 0, "")
@@ -401,7 +421,9 @@ func (c *restClient) once(ctx context.Context, method, u string, data []byte, ke
 		again := resp.StatusCode == http.StatusServiceUnavailable || (keyed && resp.StatusCode == http.StatusGatewayTimeout)
 		return resp.Header, exitCode(resp.StatusCode), f, again
 	}
-	if err := json.Unmarshal(raw, into); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // epochs and versions in full
+	if err := dec.Decode(into); err != nil {
 		return resp.Header, exitFailed, fmt.Errorf("the answer is not the API's JSON: %w", err), false
 	}
 	return resp.Header, 0, nil, false
@@ -412,6 +434,93 @@ var columns = map[string][][2]string{
 	"vm":    {{"uuid", "UUID"}, {"name", "NAME"}, {"state", "STATE"}, {"host_uuid", "HOST"}, {"cpus", "CPUS"}, {"memory_mb", "MEMORY_MB"}, {"version", "VERSION"}},
 	"host":  {{"uuid", "UUID"}, {"name", "NAME"}, {"address", "ADDRESS"}, {"status", "STATUS"}, {"managed_by", "MANAGED_BY"}},
 	"image": {{"uuid", "UUID"}, {"name", "NAME"}, {"size_mb", "SIZE_MB"}, {"url", "URL"}},
+	"nodes": {{"uuid", "NODE"}, {"state", "STATE"}, {"epoch", "EPOCH"}, {"age", "HEARTBEAT_AGE"}, {"share", "SHARE"}, {"hosts", "HOSTS"}, {"images", "IMAGES"}, {"vms", "VMS"}},
+	"owner": {{"node", "NODE"}, {"owner", "OWNER"}, {"fingerprint", "FINGERPRINT"}, {"error", "ERROR"}},
+}
+
+// nodeRows flattens GET /v1/nodes for its table.
+func nodeRows(v map[string]any) ([]map[string]any, string) {
+	members, _ := v["members"].([]any)
+	rows := make([]map[string]any, 0, len(members))
+	for _, x := range members {
+		m, _ := x.(map[string]any)
+		row := map[string]any{"uuid": m["uuid"], "state": m["state"], "epoch": m["epoch"]}
+		if age, err := num(m["heartbeat_age_ms"]); err == nil {
+			row["age"] = (time.Duration(age) * time.Millisecond).String()
+		}
+		if s, err := num(m["share"]); err == nil {
+			row["share"] = strconv.FormatFloat(100*s, 'f', 1, 64) + "%"
+		}
+		if o, ok := m["owned"].(map[string]any); ok {
+			row["hosts"], row["images"], row["vms"] = o["hosts"], o["images"], o["vms"]
+		}
+		if m["uuid"] == v["node"] {
+			row["uuid"] = fmt.Sprint(m["uuid"]) + " *"
+		}
+		rows = append(rows, row)
+	}
+	footer := fmt.Sprintf("* the node that answered; ring fingerprint %v; heartbeat every %vms, evicted after %vms of silence",
+		v["fingerprint"], v["heartbeat_interval_ms"], v["evict_after_ms"])
+	if v["owned_from_database"] == false {
+		footer += fmt.Sprintf("; resources owned not counted: %v", v["owned_unavailable"])
+	}
+	return rows, footer
+}
+
+// num reads a JSON number decoded with UseNumber.
+func num(v any) (float64, error) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("%v is not a number", v)
+	}
+	return n.Float64()
+}
+
+// numbers replaces the json.Numbers in v by int64 or float64, for YAML,
+// which would quote them as strings.
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = numbers(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = numbers(e)
+		}
+		return out
+	case []map[string]any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = numbers(e)
+		}
+		return out
+	}
+	return v
+}
+
+// ownerRows flattens GET /v1/owner/{uuid} for its table.
+func ownerRows(v map[string]any) ([]map[string]any, string) {
+	views, _ := v["views"].([]any)
+	rows := make([]map[string]any, 0, len(views))
+	for _, x := range views {
+		m, _ := x.(map[string]any)
+		rows = append(rows, m)
+	}
+	agree := "every node agrees"
+	if v["agree"] != true {
+		agree = "THE NODES DISAGREE (their rings are converging, or a node did not answer)"
+	}
+	return rows, fmt.Sprintf("%v is owned by %v on the ring of node %v; %s", v["uuid"], v["owner"], v["node"], agree)
 }
 
 // render prints r as format.
@@ -432,7 +541,7 @@ func render(w io.Writer, format, kind string, r restResult) error {
 		_, err = fmt.Fprintf(w, "%s\n", data)
 		return err
 	case "yaml":
-		data, err := yaml.Marshal(v)
+		data, err := yaml.Marshal(numbers(v))
 		if err != nil {
 			return err
 		}
@@ -442,6 +551,13 @@ func render(w io.Writer, format, kind string, r restResult) error {
 	rows := r.items
 	if r.record != nil {
 		rows = []map[string]any{r.record}
+	}
+	footer := ""
+	switch kind {
+	case "nodes":
+		rows, footer = nodeRows(r.record)
+	case "owner":
+		rows, footer = ownerRows(r.record)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	cols := columns[kind]
@@ -457,8 +573,8 @@ func render(w io.Writer, format, kind string, r restResult) error {
 			s := "-"
 			switch x := row[c[0]].(type) {
 			case nil:
-			case float64: // JSON numbers: 4194304, not 4.194304e+06
-				s = strconv.FormatFloat(x, 'f', -1, 64)
+			case json.Number:
+				s = x.String()
 			case string:
 				if x != "" {
 					s = x
@@ -474,6 +590,10 @@ func render(w io.Writer, format, kind string, r restResult) error {
 		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if footer != "" {
+		_, err := fmt.Fprintln(w, footer)
 		return err
 	}
 	if r.node != "" {

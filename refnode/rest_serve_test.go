@@ -293,6 +293,37 @@ func TestCtlREST(t *testing.T) {
 	assert.Equal(t, 4, code, "a change with no answer: outcome unknown: %s", errOut)
 	assert.Contains(t, errOut, "attempts")
 
+	code, out, errOut = ctl("nodes")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `^NODE +STATE +EPOCH +HEARTBEAT_AGE +SHARE +HOSTS +IMAGES +VMS\n`, out)
+	assert.Equal(t, 3, strings.Count(out, " serving "), out)
+	assert.Contains(t, out, e.nodes[0][2]+" *", "the node that answered is marked")
+	assert.Regexp(t, `(?m)^\* the node that answered; ring fingerprint [0-9a-f]+; heartbeat every 100ms`, out)
+	code, out, errOut = ctl("-o", "json", "nodes")
+	require.Equal(t, 0, code, errOut)
+	var nodes struct {
+		Members []struct {
+			Epoch int64             `json:"epoch"`
+			Owned struct{ VMs int } `json:"owned"`
+		} `json:"members"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &nodes), out)
+	require.Len(t, nodes.Members, 3)
+	vmsOwned := 0
+	for _, m := range nodes.Members {
+		assert.Positive(t, m.Epoch)
+		vmsOwned += m.Owned.VMs
+	}
+	assert.Equal(t, 3, vmsOwned, "every VM has one owner")
+	code, out, errOut = ctl("owner", vms[0])
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, vms[0]+" is owned by ")
+	assert.Contains(t, out, "; every node agrees")
+	code, out, errOut = ctl("-o", "yaml", "owner", vms[0])
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "agree: true\n")
+	assert.Regexp(t, `members: 3\n`, out, "numbers, not strings")
+
 	// The broker-driven flat commands still parse as before.
 	code, _, errOut = ctl("get-vm", vms[0])
 	assert.Equal(t, 2, code)

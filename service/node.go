@@ -267,6 +267,10 @@ type StoreView struct {
 	// LastBeat is when its last successful beat was sent, by the node's
 	// clock; zero before it joined.
 	LastBeat time.Time
+	// Records are the heartbeat records of that read, the live peers'
+	// (this node's is not among them): each one's epoch, beat sequence,
+	// age at the read and how long it reports its bus down.
+	Records []heartbeat.Record
 }
 
 // Heartbeat returns the node's heartbeat timing, defaults filled in.
@@ -288,8 +292,13 @@ func (n *Node) StoreView() StoreView {
 		}
 	}
 	slices.Sort(live)
-	return StoreView{Live: live, Reads: reads, LastBeat: m.LastBeat()}
+	peers := slices.DeleteFunc(records, func(r heartbeat.Record) bool { return r.Node == n.id })
+	return StoreView{Live: live, Reads: reads, LastBeat: m.LastBeat(), Records: peers}
 }
+
+// Shares returns each member's share of the key space on this node's
+// ring ([ring.Shares]): exact on the default ring, estimated on others.
+func (n *Node) Shares() map[string]float64 { return ring.Shares(n.ring) }
 
 // Fenced is the old name of [Node.LeaseExpired].
 //

@@ -94,6 +94,12 @@ type Config struct {
 	// Logger receives a line per request that failed on the server's
 	// side. Default slog.Default().
 	Logger *slog.Logger
+	// Node, optional, is the node whose view GET /v1/nodes and
+	// GET /v1/owner/{uuid} report; without it they answer 404.
+	Node Node
+	// Bus, optional, asks each node for its owner of a resource
+	// (GET /v1/owner/{uuid}): the Caller's bus (service.Client.Bus).
+	Bus *bus.CloudBus
 }
 
 // API serves the REST API. Create it with [New].

@@ -30,6 +30,8 @@ var Routes = []string{
 	"GET /v1/vms",
 	"GET /v1/vms/{uuid}",
 	"POST /v1/vms/{uuid}/{action}",
+	"GET /v1/nodes",
+	"GET /v1/owner/{uuid}",
 	"GET /v1/openapi.json",
 }
 
@@ -47,6 +49,8 @@ func (a *API) routes() {
 		"GET /v1/vms":                     a.listVMs,
 		"GET /v1/vms/{uuid}":              a.getVM,
 		"POST /v1/vms/{uuid}/{action}":    a.vmAction,
+		"GET /v1/nodes":                   a.nodes,
+		"GET /v1/owner/{uuid}":            a.owner,
 		"GET /v1/openapi.json": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(OpenAPI)
