@@ -132,7 +132,7 @@ func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *s
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		srv := a.Server()
 		servers = append(servers, srv)
 		ln := lns[i]
 		wg.Go(func() {

@@ -290,7 +290,7 @@ func serveREST(ctx context.Context, n *nodekit.Node, reg *message.Registry, reco
 		_ = cl.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	srv := a.Server()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	return func() {

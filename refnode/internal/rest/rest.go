@@ -142,6 +142,15 @@ func New(cfg Config) (*API, error) {
 //go:embed openapi.json
 var OpenAPI []byte
 
+// Server returns an HTTP server of the API whose timeouts bound a slow
+// or idle client: 5 s for the headers, 15 s for the whole request, the
+// answer within the message's timeout and 10 s more; headers of at most
+// 64 KiB.
+func (a *API) Server() *http.Server {
+	return &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: a.cfg.Timeout + 10*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+}
+
 // ServeHTTP serves a request: the token is checked first.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Token != "" && !(r.Method == http.MethodGet && r.URL.Path == "/v1/openapi.json") && !a.authorized(r) {
