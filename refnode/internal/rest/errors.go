@@ -59,33 +59,10 @@ func writeError(w http.ResponseWriter, status int, e apiError) {
 	}{e})
 }
 
-// statusOf maps an error code of a message to an HTTP status.
-func statusOf(code message.Code) int {
-	switch code {
-	case message.ErrBadRequest.Code, message.ErrInvalidUUID.Code:
-		return http.StatusBadRequest
-	case message.ErrNotFound.Code:
-		return http.StatusNotFound
-	case message.ErrConflict.Code, message.ErrAlreadyExists.Code, message.ErrFailedPrecondition.Code:
-		return http.StatusConflict
-	case message.ErrTooLarge.Code:
-		return http.StatusRequestEntityTooLarge
-	case message.ErrNotOwner.Code, message.ErrBusy.Code, message.ErrNoRoute.Code, message.ErrNotSent.Code,
-		message.ErrUnavailable.Code, message.ErrClosed.Code:
-		return http.StatusServiceUnavailable
-	case message.ErrTimeout.Code, message.ErrCanceled.Code, message.ErrNodeLeft.Code:
-		return http.StatusGatewayTimeout
-	case message.ErrUnknownMessage.Code, message.ErrBadReply.Code:
-		return http.StatusBadGateway // the nodes disagree on the API: a version skew
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
 // fail writes the error of a message sent for r.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error, keyed bool) {
 	e := message.AsError(err)
-	status := statusOf(e.Code)
+	status := e.Code.HTTPStatus()
 	text := e.Details // what the handler said, without the bus's context
 	if text == "" {
 		text = err.Error()

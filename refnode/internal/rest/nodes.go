@@ -19,13 +19,21 @@ import (
 // Node is the management node whose view GET /v1/nodes and
 // GET /v1/owner/{uuid} report: a *service.Node.
 type Node interface {
+	// UUID is the node's UUID.
 	UUID() string
+	// Epoch is its life's epoch.
 	Epoch() int64
+	// Members are its ring's members, sorted.
 	Members() []string
+	// Fingerprint is its ring's fingerprint.
 	Fingerprint() ring.Fingerprint
+	// Owner is the owner of a resource on its ring.
 	Owner(resourceUUID string) (string, error)
+	// Shares are the members' shares of the key space on its ring.
 	Shares() map[string]float64
+	// StoreView is what it last read of the heartbeat store.
 	StoreView() service.StoreView
+	// Heartbeat is its heartbeat timing.
 	Heartbeat() heartbeat.Config
 }
 

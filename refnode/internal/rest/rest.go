@@ -34,7 +34,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -42,6 +41,7 @@ import (
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
+	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -172,9 +172,9 @@ func (a *API) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1
 }
 
-// messageID returns the message id for the request's Idempotency-Key,
-// "" without one, or an error for a malformed key.
-func messageID(r *http.Request) (string, error) {
+// idempotencyKey returns the request's Idempotency-Key, "" without one,
+// or an error for a malformed key.
+func idempotencyKey(r *http.Request) (string, error) {
 	keys := r.Header.Values(HeaderIdempotencyKey)
 	switch {
 	case len(keys) == 0:
@@ -191,8 +191,17 @@ func messageID(r *http.Request) (string, error) {
 			return "", errors.New("the Idempotency-Key must be printable ASCII without spaces")
 		}
 	}
-	sum := sha256.Sum256([]byte("refnode.rest.idempotency-key\x00" + k))
-	return hex.EncodeToString(sum[:16]), nil
+	return k, nil
+}
+
+// messageID returns the message id the request's Idempotency-Key names
+// (message.KeyUUID), "" without one, or an error for a malformed key.
+func messageID(r *http.Request) (string, error) {
+	k, err := idempotencyKey(r)
+	if k == "" || err != nil {
+		return "", err
+	}
+	return message.KeyUUID("refnode.rest.message", k), nil
 }
 
 // routed is a reply that says where its message ran.

@@ -3,8 +3,6 @@ package rest
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
@@ -70,9 +68,8 @@ func (a *API) routes() {
 // malformed one.
 func newUUID(w http.ResponseWriter, r *http.Request, id string) (string, bool) {
 	if id == "" {
-		if key, err := messageID(r); err == nil && key != "" {
-			sum := sha256.Sum256([]byte("refnode.rest.new-uuid\x00" + key))
-			return hex.EncodeToString(sum[:16]), true
+		if key, err := idempotencyKey(r); err == nil && key != "" {
+			return message.KeyUUID("refnode.rest.resource", key), true
 		}
 		return message.NewUUID(), true
 	}
