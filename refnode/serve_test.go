@@ -148,10 +148,10 @@ func TestServeRing(t *testing.T) {
 		assert.Empty(t, r.Members(), kind)
 	}
 	db := "sqlite:" + filepath.Join(t.TempDir(), "refnode.db")
-	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test", "-ring", "consistent")
+	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test", "-ring", "consistent", "-start-wait", "0")
 	assert.Equal(t, 1, code, "stderr: %s", errOut)
 	assert.Contains(t, out, "ring:    consistent (")
-	_, out, _ = runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test")
+	_, out, _ = runCmd(t, nil, "serve", "-bus", "amqp://127.0.0.1:1/", "-db", db, "-prefix", "serve-test", "-start-wait", "0")
 	assert.NotContains(t, out, "ring:", "the default ring goes without saying")
 }
 
@@ -163,7 +163,7 @@ func TestServeOpLog(t *testing.T) {
 	path := filepath.Join(dir, "ops.jsonl")
 	require.NoError(t, os.WriteFile(path, []byte(`{"op":"earlier"}`+"\n"), 0o644))
 	code, out, errOut := runCmd(t, nil, "serve", "-bus", "amqp://refnode:"+password+"@127.0.0.1:1/", "-db", "sqlite:"+filepath.Join(dir, "refnode.db"),
-		"-prefix", "serve-test", "-op-log", path, "-clock-skew", "-1s")
+		"-prefix", "serve-test", "-op-log", path, "-clock-skew", "-1s", "-start-wait", "0")
 	assert.Equal(t, 1, code, "stderr: %s", errOut)
 	assert.Contains(t, out, "op log:  "+path+" (")
 	assert.Contains(t, out, "clock:   skewed by -1s (")
