@@ -65,7 +65,9 @@ const usage = `refnode: the reference management node of cloudbus.
 Usage:
   refnode [demo] [flags]   run a scripted 3-node demo in one process (the default)
   refnode serve            run one management node per process, on RabbitMQ and a database
-  refnode ctl              drive a running cluster through api.portal
+                           (serve -embedded 3: three nodes in this process, each with a REST API)
+  refnode ctl              drive a running cluster: its REST API (ctl vm list, ctl nodes, ...)
+                           or api.portal on its broker (ctl start-vm UUID, ...)
   refnode bench            measure routing throughput and failover (not in this build)
   refnode help             show this help
 
