@@ -24,7 +24,28 @@ type pubReq struct {
 	via      bool // exchange is an entry (a direct exchange): mandatory, not declared here
 	msg      amqp.Publishing
 	done     chan error // buffered; receives the outcome once
+	at       time.Time  // when it was written to its channel: see confirmStall
 }
+
+// A publish the broker has not confirmed for confirmStall stalls every
+// later one of its channel: amqp091-go hands confirmations over in
+// delivery-tag order, holding each behind any earlier one still missing.
+// That happens when a quorum queue's leader froze after the publish
+// reached it: the channel then confirms nothing more, to any queue, while
+// the connection stays healthy. So the channel is closed: its pending
+// publishes end with an outcome unknown (the broker may still deliver
+// them) and the next publish opens a new channel. Not while the broker
+// blocks the connection (a resource alarm: no confirm is expected). Vars
+// for tests.
+var (
+	confirmStall      = 10 * time.Second
+	confirmStallCheck = time.Second
+)
+
+// testHookConfirm, when set by a test, sees each confirmation before the
+// publisher does: false withholds it, as amqp091-go withholds the
+// confirmations that follow a missing one.
+var testHookConfirm func(amqp.Confirmation) bool
 
 // publisher owns one channel in confirm mode. Its run goroutine
 // publishes; its notify goroutine receives both the returns and the
@@ -46,6 +67,7 @@ type publisher struct {
 	returned map[string]bool    // message ids returned as unroutable
 	broken   bool               // the channel closed: reopen it before the next publish
 	reason   string             // why the broker closed the channel, if it said
+	stalled  bool               // its oldest publish waited confirmStall: the channel is closing
 	declared map[string]bool    // fan-outs declared on this channel
 
 	notified chan struct{} // closed when the notify goroutine of the current channel returns
@@ -108,7 +130,7 @@ func (p *publisher) reopen() error {
 	p.pending = make(map[uint64]*pubReq)
 	p.returned = make(map[string]bool)
 	p.declared = make(map[string]bool)
-	p.broken, p.reason = false, ""
+	p.broken, p.reason, p.stalled = false, "", false
 	p.notified = make(chan struct{})
 	p.mu.Unlock()
 	p.t.wg.Add(1)
@@ -152,6 +174,7 @@ func (p *publisher) run() {
 		p.mu.Lock()
 		p.tag++
 		tag := p.tag
+		r.at = time.Now()
 		p.pending[tag] = r
 		p.mu.Unlock()
 		err := p.ch.Publish(r.exchange, r.key, r.exchange == "" || r.via, false, r.msg)
@@ -174,11 +197,15 @@ func (p *publisher) run() {
 func (p *publisher) notify() {
 	defer p.t.wg.Done()
 	p.mu.Lock()
-	notified := p.notified
+	notified, ch := p.notified, p.ch
 	p.mu.Unlock()
 	defer close(notified)
+	tick := time.NewTicker(confirmStallCheck)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+			p.checkStall(ch)
 		case ret, ok := <-p.returns:
 			if !ok {
 				p.returns = nil
@@ -191,6 +218,9 @@ func (p *publisher) notify() {
 			if !ok {
 				p.fail()
 				return
+			}
+			if f := testHookConfirm; f != nil && !f(c) {
+				continue
 			}
 			p.mu.Lock()
 			r := p.pending[c.DeliveryTag]
@@ -222,6 +252,39 @@ func (p *publisher) notify() {
 			}
 		}
 	}
+}
+
+// checkStall closes ch, the publisher's channel, if its oldest pending
+// publish has waited confirmStall for its confirmation (see there).
+func (p *publisher) checkStall(ch *amqp.Channel) {
+	p.t.mu.Lock()
+	blocked := p.t.blocked != nil
+	p.t.mu.Unlock()
+	p.mu.Lock()
+	var (
+		head *pubReq
+		tag  uint64
+	)
+	for k, r := range p.pending {
+		if head == nil || k < tag {
+			head, tag = r, k
+		}
+	}
+	if head == nil || blocked || p.stalled || p.ch != ch || time.Since(head.at) < confirmStall {
+		p.mu.Unlock()
+		return
+	}
+	p.stalled = true
+	waited, n := time.Since(head.at).Round(time.Millisecond), len(p.pending)
+	p.reason = fmt.Sprintf("the broker had not confirmed its oldest publish, to %s, for %s, and every later confirmation of a channel waits behind it: closed by cloudbus", target(head), waited)
+	p.mu.Unlock()
+	p.t.log.Warn("a publish has waited for the broker's confirmation too long; closing its channel, whose later confirmations wait behind it (a quorum queue's leader stalled?); its publishes end with an unknown outcome",
+		"channel", p.id, "target", target(head), "waited", waited, "pending", n)
+	p.t.wg.Add(1) // on a goroutine the transport counts: this one
+	go func() {   // channel.close waits for the broker: not on the notify goroutine
+		defer p.t.wg.Done()
+		_ = ch.Close()
+	}()
 }
 
 // fail ends every pending publish of a closed channel: the broker may or

@@ -1,0 +1,61 @@
+package amqpbus_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/message"
+)
+
+// TestStalledConfirmClosesItsChannel: a publish whose confirmation does
+// not come (a quorum queue's leader froze after taking it), while the
+// connection stays healthy, holds every later confirmation of its
+// channel, since amqp091-go hands them over in order. Once it waited
+// confirmStall its channel is closed: its publishes end with an unknown
+// outcome before their deadline, the broker still delivers what it took,
+// and the next publish goes through a new channel. Before, every publish
+// of the channel timed out for as long as the broker kept the
+// confirmation (over a minute in CI, after a broker node's freeze).
+func TestStalledConfirmClosesItsChannel(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	defer amqpbus.SetConfirmStall(stall, 20*time.Millisecond)()
+	var hold atomic.Bool
+	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
+	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
+
+	e := newEnv(t)
+	logs := &logLines{}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1, Logger: slog.New(logs)})
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"before"`)))
+
+	hold.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := tr.Publish(ctx, q, []byte(`"held"`))
+	took := time.Since(start)
+	require.ErrorIs(t, err, message.ErrUnavailable)
+	assert.Contains(t, err.Error(), "outcome unknown")
+	assert.Contains(t, err.Error(), "closed by cloudbus")
+	assert.Less(t, took, 3*time.Second, "ended once the confirmation waited %s, not at the caller's deadline", stall)
+	assert.True(t, logs.has("closing its channel"), "the transport says why")
+	t.Logf("a publish whose confirmation was withheld ended after %s: %v", took.Round(time.Millisecond), err)
+
+	hold.Store(false)
+	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"after"`)), "the next publish opens a new channel")
+	got := consumeBodies(t, tr, q)
+	for _, want := range []string{`"before"`, `"held"`, `"after"`} {
+		awaitBody(t, got, want, "the broker delivers every message it took, the one of unknown outcome included")
+	}
+}
