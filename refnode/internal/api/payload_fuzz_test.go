@@ -33,6 +33,8 @@ var decodeAs = map[string]func(*message.Registry, string, []byte) (any, error){
 	"refnode.v1.DestroyVm":     as[api.DestroyVm],
 	"refnode.v1.GetVm":         as[api.GetVm],
 	"refnode.v1.VmReply":       as[api.VmReply],
+	"refnode.v1.GetOwner":      as[api.GetOwner],
+	"refnode.v1.OwnerView":     as[api.OwnerView],
 	wire.TypeNodeJoined:        as[wire.NodeJoined],
 	wire.TypeNodeLeft:          as[wire.NodeLeft],
 	message.TypeEmpty:          as[message.Empty],
