@@ -240,7 +240,7 @@ func runChaos(t *testing.T, onCluster bool) {
 	})
 	require.NoError(t, audit.install(ctx))
 
-	admin := fc.Client(t, ctx)
+	admin, adminLog := loggedClient(t, ctx, broker, fc.Prefix(), "admin")
 	ids := idsOf(fc.Running())
 	images := idsOwnedBy(t, ringOver(t, ids), ids, chaosPerNode)
 	imageIndex := map[string]int{}
@@ -339,22 +339,16 @@ func runChaos(t *testing.T, onCluster bool) {
 	// A last read of each image, after everything settled.
 	for k, img := range images {
 		o := chaosOp{Image: k, Client: chaosClients, Kind: chaosRead, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
-		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
-		dl, _ := rctx.Deadline()
-		rep, err := service.Call[api.ImageReply](rctx, admin, api.GetImage{UUID: img}, bus.WithHeader(HeaderOp, o.OpID))
-		cancel()
-		require.NoError(t, err, "the last read of image %d", k)
+		rep, dl, err := finalRead[api.ImageReply](t, ctx, admin, api.GetImage{UUID: img}, o.OpID, fmt.Sprintf("image %d", k))
+		require.NoError(t, err, "the last read of image %d; the admin client's log:\n%s", k, tail(readLog(adminLog), 8000))
 		o.Done, o.Deadline, o.Outcome, o.Class, o.Got, o.Node = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK, rep.Image.Name, rep.Node
 		ops = append(ops, o)
 	}
 	sortOps(ops)
 	for k, vm := range vms { // and of each VM
 		o := chaosVMOp{VM: k, Client: chaosClients, Kind: vmGet, OpID: "final-" + randomHex(4), Invoke: time.Now().UnixNano()}
-		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
-		dl, _ := rctx.Deadline()
-		rep, err := service.Call[api.VmReply](rctx, admin, api.GetVm{UUID: vm}, bus.WithHeader(HeaderOp, o.OpID))
-		cancel()
-		require.NoError(t, err, "the last read of vm %d", k)
+		rep, dl, err := finalRead[api.VmReply](t, ctx, admin, api.GetVm{UUID: vm}, o.OpID, fmt.Sprintf("vm %d", k))
+		require.NoError(t, err, "the last read of vm %d; the admin client's log:\n%s", k, tail(readLog(adminLog), 8000))
 		o.Done, o.Deadline, o.Outcome, o.Class = time.Now().UnixNano(), dl.UnixNano(), "ok", classOK
 		o.State, o.Version, o.Node = string(rep.VM.State), rep.VM.Version, rep.Node
 		vmOps = append(vmOps, o)
@@ -756,4 +750,25 @@ func TestHandlerOverlaps(t *testing.T) {
 	assert.Equal(t, 4, o.pairs, "a-b, b-c, b-d, c-d: %v", o.first)
 	assert.Equal(t, 1, o.both, "only c-d both passed the guard")
 	assert.Len(t, o.first, 3)
+}
+
+// finalRead makes one of the reads after the load, each attempt with
+// chaosTimeout: a read changes nothing, so a failed attempt is logged,
+// with its error, and made again, up to three times. It returns the
+// reply and the last attempt's deadline.
+func finalRead[Resp any](t *testing.T, ctx context.Context, admin *service.Client, msg any, opID, what string) (Resp, time.Time, error) {
+	t.Helper()
+	var err error
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, chaosTimeout)
+		dl, _ := rctx.Deadline()
+		var rep Resp
+		rep, err = service.Call[Resp](rctx, admin, msg, bus.WithHeader(HeaderOp, opID))
+		cancel()
+		if err == nil || attempt == 3 || ctx.Err() != nil {
+			return rep, dl, err
+		}
+		t.Logf("the last read of %s: attempt %d failed after %s: %v", what, attempt, time.Since(start).Round(time.Millisecond), err)
+	}
 }
