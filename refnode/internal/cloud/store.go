@@ -10,8 +10,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
-// Store holds the records of hosts, images and VMs, shared by every
-// management node of a cluster: an in-memory map for one process
+// Store holds the records of hosts, images, VMs and jobs, shared by
+// every management node of a cluster: an in-memory map for one process
 // (package memdb), a SQL database for a real cluster. The nodes share it;
 // they do not share which node manages what.
 //
@@ -32,10 +32,11 @@ import (
 // update holds the record until the transaction ends, so a
 // compare-and-set made in the update function is atomic too.
 //
-// Times (Host.ConnectedAt) keep microsecond precision: a store may return
-// them truncated to the microsecond, in UTC and without a monotonic
-// clock reading, so compare them with time.Time.Equal. The zero time
-// stays zero.
+// Times (Host.ConnectedAt, and a Job's CreatedAt, UpdatedAt and
+// Deadline) keep microsecond precision: a store may return them
+// truncated to the microsecond, in UTC and without a monotonic clock
+// reading, so compare them with time.Time.Equal. The zero time stays
+// zero.
 //
 // Package cloudtest holds the behavioural tests every Store passes.
 type Store interface {
@@ -78,6 +79,22 @@ type Store interface {
 	// updated (an error matching message.ErrInternal).
 	UpdateVM(ctx context.Context, uuid string, update func(*VM) error) (VM, error)
 
+	// AddJob inserts j at Version 1, whatever j.Version says; an
+	// existing UUID fails like AddHost. j.Resource must be a canonical
+	// UUID too (message.ErrInvalidUUID otherwise).
+	AddJob(ctx context.Context, j Job) error
+	// Job returns the job, or an error matching message.ErrNotFound.
+	Job(ctx context.Context, uuid string) (Job, error)
+	// Jobs returns every job, terminal ones included.
+	Jobs(ctx context.Context) ([]Job, error)
+	// UpdateJob applies update to the job atomically, like UpdateHost,
+	// and sets its Version as UpdateVM sets a VM's (inside [Store.Do]
+	// too): one more than the stored one, which update sees, whatever
+	// update set it to. An update that leaves Resource not a canonical
+	// UUID fails with an error matching message.ErrInvalidUUID and
+	// changes nothing.
+	UpdateJob(ctx context.Context, uuid string, update func(*Job) error) (Job, error)
+
 	// Do runs fn in one transaction guarded by w (package fence): it
 	// commits only while w.Claim holds, and runs once per w.Key: a later
 	// Do with the same key returns the first reply without running fn.
@@ -119,7 +136,8 @@ func Run[T any](ctx context.Context, s Store, w fence.Guard, fn func(ctx context
 }
 
 // NotFound returns the error a [Store] answers for an unknown UUID: it
-// matches message.ErrNotFound and names the kind ("host", "image", "vm").
+// matches message.ErrNotFound and names the kind ("host", "image", "vm",
+// "job").
 func NotFound(kind, uuid string) error {
 	return message.ErrNotFound.WithDetails(fmt.Sprintf("%s %s does not exist", kind, uuid))
 }
@@ -132,7 +150,8 @@ func Exists(kind, uuid string) error {
 
 // CheckUUID returns nil if uuid is canonical (message.IsCanonicalUUID),
 // and otherwise the error a [Store] answers for it: it matches
-// message.ErrInvalidUUID and names the kind ("host", "image", "vm").
+// message.ErrInvalidUUID and names the kind ("host", "image", "vm",
+// "job").
 func CheckUUID(kind, uuid string) error {
 	if message.IsCanonicalUUID(uuid) {
 		return nil
@@ -143,13 +162,13 @@ func CheckUUID(kind, uuid string) error {
 	return message.ErrInvalidUUID.WithDetails(fmt.Sprintf("%s UUID %s is not canonical; normalize it with message.NormalizeUUID", kind, uuid))
 }
 
-// NextVersion returns the Version a [Store] gives VM uuid at an update
-// that finds it at stored: stored+1, or an error matching
-// message.ErrInternal if stored is the largest int64 (a Version never
-// goes back, so it cannot wrap).
-func NextVersion(uuid string, stored int64) (int64, error) {
+// NextVersion returns the Version a [Store] gives the record uuid of
+// kind ("vm", "job") at an update that finds it at stored: stored+1, or
+// an error matching message.ErrInternal if stored is the largest int64
+// (a Version never goes back, so it cannot wrap).
+func NextVersion(kind, uuid string, stored int64) (int64, error) {
 	if stored == math.MaxInt64 {
-		return 0, message.ErrInternal.WithDetails(fmt.Sprintf("vm %s is at version %d, the largest there is; it cannot be updated", uuid, stored))
+		return 0, message.ErrInternal.WithDetails(fmt.Sprintf("%s %s is at version %d, the largest there is; it cannot be updated", kind, uuid, stored))
 	}
 	return stored + 1, nil
 }

@@ -72,6 +72,9 @@ func Run(t *testing.T, h Harness) {
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
+	for _, c := range jobCases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
 }
 
 // Fixed UUIDs, so that sorting can be checked: a < b < c.

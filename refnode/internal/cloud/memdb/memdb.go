@@ -19,8 +19,13 @@
 // unique index do, until the transaction ends: another transaction's or
 // a plain update of that record waits (bounded by its ctx), so a
 // compare-and-set made in an update function holds at commit. Reads never
-// wait. A VM's Version moves with its staged updates and is applied with
-// them, so a transaction that does not commit leaves it as it was.
+// wait. A VM's or a job's Version moves with its staged updates and is
+// applied with them, so a transaction that does not commit leaves it as
+// it was.
+//
+// A job's times are kept as sqldb keeps them: in UTC, truncated to the
+// microsecond, without a monotonic clock reading (the zero time stays
+// zero), so that a job reads back the same from either store.
 package memdb
 
 import (
@@ -30,6 +35,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cloudbus-go/cloudbus/fence"
 	"github.com/cloudbus-go/cloudbus/fence/memfence"
@@ -51,6 +57,7 @@ type Store struct {
 	hosts       map[string]cloud.Host
 	images      map[string]cloud.Image
 	vms         map[string]cloud.VM
+	jobs        map[string]cloud.Job
 	locks       map[rowKey]*rowLock // records locked by a transaction of Do
 	unreachable map[string]bool     // by node, for views
 	fence       *memfence.Fence     // nil until UseFence
@@ -64,6 +71,7 @@ func New() *Store {
 		hosts:       make(map[string]cloud.Host),
 		images:      make(map[string]cloud.Image),
 		vms:         make(map[string]cloud.VM),
+		jobs:        make(map[string]cloud.Job),
 		locks:       make(map[rowKey]*rowLock),
 		unreachable: make(map[string]bool),
 	}
@@ -129,11 +137,34 @@ func (s *Store) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM
 	return modify(ctx, s, s.vms, "vm", uuid, update, func(vm cloud.VM) string { return vm.UUID })
 }
 
+// AddJob implements [cloud.Store.AddJob].
+func (s *Store) AddJob(ctx context.Context, j cloud.Job) error {
+	return add(ctx, s, s.jobs, "job", j.UUID, j)
+}
+
+// Job implements [cloud.Store.Job].
+func (s *Store) Job(ctx context.Context, uuid string) (cloud.Job, error) {
+	return get(ctx, s, s.jobs, "job", uuid)
+}
+
+// Jobs implements [cloud.Store.Jobs].
+func (s *Store) Jobs(ctx context.Context) ([]cloud.Job, error) {
+	return list(ctx, s, s.jobs)
+}
+
+// UpdateJob implements [cloud.Store.UpdateJob].
+func (s *Store) UpdateJob(ctx context.Context, uuid string, update func(*cloud.Job) error) (cloud.Job, error) {
+	return modify(ctx, s, s.jobs, "job", uuid, update, func(j cloud.Job) string { return j.UUID })
+}
+
 func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string, rec T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := cloud.CheckUUID(kind, uuid); err != nil {
+		return err
+	}
+	if err := prepare(&rec); err != nil {
 		return err
 	}
 	if err := s.lockFree(ctx, rowKey{kind, uuid}); err != nil {
@@ -150,12 +181,40 @@ func add[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid str
 	return nil
 }
 
-// versionOf returns rec's Version, if its kind has one (a VM).
+// versionOf returns rec's Version, if its kind has one (a VM, a job).
 func versionOf[T any](rec *T) *int64 {
-	if vm, ok := any(rec).(*cloud.VM); ok {
-		return &vm.Version
+	switch r := any(rec).(type) {
+	case *cloud.VM:
+		return &r.Version
+	case *cloud.Job:
+		return &r.Version
 	}
 	return nil
+}
+
+// prepare checks rec's fields other than its UUID, as the store checks
+// them at an add and after an update, and puts them in the form the
+// store keeps: a job's Resource must be canonical, and its times are
+// kept as SQL keeps them (see the package documentation).
+func prepare[T any](rec *T) error {
+	j, ok := any(rec).(*cloud.Job)
+	if !ok {
+		return nil
+	}
+	if err := cloud.CheckUUID("job resource", j.Resource); err != nil {
+		return err
+	}
+	j.CreatedAt, j.UpdatedAt, j.Deadline = micro(j.CreatedAt), micro(j.UpdatedAt), micro(j.Deadline)
+	return nil
+}
+
+// micro returns t as a SQL store returns it: in UTC, truncated to the
+// microsecond, without a monotonic clock reading; the zero time as is.
+func micro(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.UnixMicro(t.UnixMicro()).UTC()
 }
 
 // storedVersion returns a copy of rec's Version, if its kind has one,
@@ -171,11 +230,11 @@ func storedVersion[T any](rec *T) *int64 {
 
 // bump sets the Version of rec (of a kind that has one), updated from a
 // record at version stored, to the next; see cloud.Store.UpdateVM.
-func bump[T any](rec *T, uuid string, stored *int64) error {
+func bump[T any](rec *T, kind, uuid string, stored *int64) error {
 	if stored == nil {
 		return nil
 	}
-	next, err := cloud.NextVersion(uuid, *stored)
+	next, err := cloud.NextVersion(kind, uuid, *stored)
 	if err != nil {
 		return err
 	}
@@ -237,7 +296,10 @@ func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid 
 	if id(rec) != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("memdb: update of %s %s changed its UUID to %q; UUIDs never change", kind, uuid, id(rec)))
 	}
-	if err := bump(&rec, uuid, stored); err != nil {
+	if err := prepare(&rec); err != nil {
+		return zero, err
+	}
+	if err := bump(&rec, kind, uuid, stored); err != nil {
 		return zero, err
 	}
 	rows[uuid] = rec

@@ -66,6 +66,10 @@ func TestViews(t *testing.T) {
 		"VM":          second(v.VM(ctx, id)),
 		"VMs":         second(v.VMs(ctx)),
 		"UpdateVM":    second(v.UpdateVM(ctx, id, func(*cloud.VM) error { return nil })),
+		"AddJob":      v.AddJob(ctx, cloud.Job{UUID: id, Resource: id}),
+		"Job":         second(v.Job(ctx, id)),
+		"Jobs":        second(v.Jobs(ctx)),
+		"UpdateJob":   second(v.UpdateJob(ctx, id, func(*cloud.Job) error { return nil })),
 	}
 	for name, err := range calls {
 		assert.ErrorIs(t, err, memdb.ErrUnreachable, "%s through a cut-off view", name)
@@ -84,9 +88,45 @@ func TestViews(t *testing.T) {
 	assert.NoError(t, err)
 	_, err = w.UpdateHost(ctx, id, func(*cloud.Host) error { return nil })
 	assert.NoError(t, err)
-	for _, err := range []error{second(w.Image(ctx, id)), second(w.Images(ctx)), second(w.VM(ctx, id)), second(w.VMs(ctx))} {
+	require.NoError(t, w.AddJob(ctx, cloud.Job{UUID: id, Resource: id}))
+	_, err = w.UpdateJob(ctx, id, func(*cloud.Job) error { return nil })
+	assert.NoError(t, err)
+	for _, err := range []error{second(w.Image(ctx, id)), second(w.Images(ctx)), second(w.VM(ctx, id)), second(w.VMs(ctx)), second(w.Job(ctx, id)), second(w.Jobs(ctx))} {
 		assert.NoError(t, err)
 	}
+}
+
+// TestJobTimesAsSQL: a job's times are kept as sqldb keeps them, in UTC
+// to the microsecond without a monotonic clock reading, at an add and an
+// update, in a transaction too, so that a job compares equal (==,
+// reflect.DeepEqual) whichever store it was read from.
+func TestJobTimesAsSQL(t *testing.T) {
+	ctx := t.Context()
+	s := memdb.New()
+	const id, vm = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	now := time.Now() // with a monotonic clock reading
+	created := time.Date(2025, 6, 1, 12, 34, 56, 789012345, time.FixedZone("EST", -5*60*60))
+	asSQL := func(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
+	require.NoError(t, s.AddJob(ctx, cloud.Job{UUID: id, Resource: vm, CreatedAt: created, UpdatedAt: now}))
+	want := cloud.Job{UUID: id, Resource: vm, CreatedAt: asSQL(created), UpdatedAt: asSQL(now), Version: 1}
+	got, err := s.Job(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.True(t, got.UpdatedAt == asSQL(now), "no monotonic clock reading, no zone: ==")
+
+	_, err = s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		got, err := tx.UpdateJob(ctx, id, func(j *cloud.Job) error { j.Deadline = now.Add(time.Minute); return nil })
+		want.Deadline, want.Version = asSQL(now.Add(time.Minute)), 2
+		assert.Equal(t, want, got, "in a transaction too")
+		return nil, err
+	})
+	require.NoError(t, err)
+	got, err = s.Job(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	got, err = s.UpdateJob(ctx, id, func(j *cloud.Job) error { j.Deadline = time.Time{}.In(time.Local); return nil })
+	require.NoError(t, err)
+	assert.True(t, got.Deadline == time.Time{}, "the zero time stays the zero time: %#v", got.Deadline)
 }
 
 // TestStaleWriteNotApplied: a node that stalls inside a fenced

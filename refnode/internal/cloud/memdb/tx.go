@@ -13,7 +13,8 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
 
-// rowKey names one record: its kind ("host", "image", "vm") and UUID.
+// rowKey names one record: its kind ("host", "image", "vm", "job") and
+// UUID.
 type rowKey struct{ kind, uuid string }
 
 // rowLock is a record locked by a transaction until it ends.
@@ -61,7 +62,7 @@ type txn struct {
 	claim fence.Claim
 
 	// Guarded by s.mu:
-	staged map[rowKey]any // a cloud.Host, cloud.Image or cloud.VM
+	staged map[rowKey]any // a cloud.Host, cloud.Image, cloud.VM or cloud.Job
 	held   []*rowLock
 	ended  bool
 }
@@ -97,6 +98,8 @@ func (t *txn) commit() {
 			t.s.images[k.uuid] = rec
 		case cloud.VM:
 			t.s.vms[k.uuid] = rec
+		case cloud.Job:
+			t.s.jobs[k.uuid] = rec
 		}
 	}
 	clear(t.staged)
@@ -178,6 +181,7 @@ var (
 	hostOps = kindOps[cloud.Host]{"host", (*Store).Host, (*Store).Hosts, func(h cloud.Host) string { return h.UUID }}
 	imgOps  = kindOps[cloud.Image]{"image", (*Store).Image, (*Store).Images, func(i cloud.Image) string { return i.UUID }}
 	vmOps   = kindOps[cloud.VM]{"vm", (*Store).VM, (*Store).VMs, func(v cloud.VM) string { return v.UUID }}
+	jobOps  = kindOps[cloud.Job]{"job", (*Store).Job, (*Store).Jobs, func(j cloud.Job) string { return j.UUID }}
 )
 
 func txGet[T any](ctx context.Context, t *txn, o kindOps[T], uuid string) (T, error) {
@@ -226,6 +230,9 @@ func txAdd[T any](ctx context.Context, t *txn, o kindOps[T], rec T) error {
 	if err := cloud.CheckUUID(o.kind, uuid); err != nil {
 		return err
 	}
+	if err := prepare(&rec); err != nil {
+		return err
+	}
 	k := rowKey{o.kind, uuid}
 	if err := t.lock(ctx, k); err != nil {
 		return err
@@ -266,7 +273,10 @@ func txModify[T any](ctx context.Context, t *txn, o kindOps[T], uuid string, upd
 	if got := o.id(rec); got != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("memdb: update of %s %s changed its UUID to %q; UUIDs never change", o.kind, uuid, got))
 	}
-	if err := bump(&rec, uuid, stored); err != nil {
+	if err := prepare(&rec); err != nil {
+		return zero, err
+	}
+	if err := bump(&rec, o.kind, uuid, stored); err != nil {
 		return zero, err
 	}
 	t.stage(k, rec)
@@ -321,6 +331,22 @@ func (t *txn) VMs(ctx context.Context) ([]cloud.VM, error) { return txList(ctx, 
 // UpdateVM implements [cloud.Store.UpdateVM] in the transaction.
 func (t *txn) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM) error) (cloud.VM, error) {
 	return txModify(ctx, t, vmOps, uuid, update)
+}
+
+// AddJob implements [cloud.Store.AddJob] in the transaction.
+func (t *txn) AddJob(ctx context.Context, j cloud.Job) error { return txAdd(ctx, t, jobOps, j) }
+
+// Job implements [cloud.Store.Job] in the transaction.
+func (t *txn) Job(ctx context.Context, uuid string) (cloud.Job, error) {
+	return txGet(ctx, t, jobOps, uuid)
+}
+
+// Jobs implements [cloud.Store.Jobs] in the transaction.
+func (t *txn) Jobs(ctx context.Context) ([]cloud.Job, error) { return txList(ctx, t, jobOps) }
+
+// UpdateJob implements [cloud.Store.UpdateJob] in the transaction.
+func (t *txn) UpdateJob(ctx context.Context, uuid string, update func(*cloud.Job) error) (cloud.Job, error) {
+	return txModify(ctx, t, jobOps, uuid, update)
 }
 
 // Do fails: a transaction does not nest. Use tx itself.

@@ -149,6 +149,38 @@ func (v *View) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM)
 	return v.s.UpdateVM(ctx, uuid, update)
 }
 
+// AddJob implements [cloud.Store.AddJob] for the view's node.
+func (v *View) AddJob(ctx context.Context, j cloud.Job) error {
+	if err := v.reach("add job"); err != nil {
+		return err
+	}
+	return v.s.AddJob(ctx, j)
+}
+
+// Job implements [cloud.Store.Job] for the view's node.
+func (v *View) Job(ctx context.Context, uuid string) (cloud.Job, error) {
+	if err := v.reach("get job"); err != nil {
+		return cloud.Job{}, err
+	}
+	return v.s.Job(ctx, uuid)
+}
+
+// Jobs implements [cloud.Store.Jobs] for the view's node.
+func (v *View) Jobs(ctx context.Context) ([]cloud.Job, error) {
+	if err := v.reach("list jobs"); err != nil {
+		return nil, err
+	}
+	return v.s.Jobs(ctx)
+}
+
+// UpdateJob implements [cloud.Store.UpdateJob] for the view's node.
+func (v *View) UpdateJob(ctx context.Context, uuid string, update func(*cloud.Job) error) (cloud.Job, error) {
+	if err := v.reach("update job"); err != nil {
+		return cloud.Job{}, err
+	}
+	return v.s.UpdateJob(ctx, uuid, update)
+}
+
 // Do implements [cloud.Store.Do] for the view's node: fn reads and
 // writes as the node, and a node cut off before the commit writes
 // nothing.

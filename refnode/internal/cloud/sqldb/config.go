@@ -13,14 +13,15 @@ import (
 )
 
 // DefaultPrefix is the default table prefix: tables refnode_hosts,
-// refnode_images, refnode_vms and refnode_meta.
+// refnode_images, refnode_vms, refnode_jobs and refnode_meta (and the
+// fence's, refnode_fence_*).
 const DefaultPrefix = "refnode"
 
 // Config configures [Open]; every zero field takes the default written
 // beside it. The database is the pool's, opened by the caller.
 type Config struct {
 	// Prefix starts the table names: Prefix_hosts, Prefix_images,
-	// Prefix_vms and Prefix_meta. Lower-case letters, digits and
+	// Prefix_vms, Prefix_jobs and Prefix_meta. Lower-case letters, digits and
 	// underscores, starting with a letter or underscore, at most 40
 	// characters. Every node of one cluster uses the same prefix;
 	// clusters (and tests) sharing a database use different ones.

@@ -54,7 +54,7 @@ func TestCredentialsNeverShown(t *testing.T) {
 
 func TestStatementsLockTheRow(t *testing.T) {
 	s := openFresh(t, sqliteURL(t))
-	for _, kind := range []string{"host", "vm"} {
+	for _, kind := range []string{"host", "image", "vm", "job"} {
 		insert, lockGet, update := s.Statements(kind)
 		assert.Contains(t, insert, "ON CONFLICT (uuid) DO NOTHING", "a duplicate add inserts nothing")
 		assert.NotContains(t, lockGet, "FOR UPDATE", "SQLite has no FOR UPDATE: BEGIN IMMEDIATE takes the write lock")
@@ -63,8 +63,10 @@ func TestStatementsLockTheRow(t *testing.T) {
 	for name, dsn := range map[string]func(testing.TB) string{"postgres": testenv.PostgresDSN, "mysql": testenv.MySQLDSN} {
 		t.Run(name, func(t *testing.T) {
 			s := openFresh(t, dsn(t))
-			_, lockGet, _ := s.Statements("vm")
-			assert.True(t, strings.HasSuffix(lockGet, " FOR UPDATE"), "an update locks its row first: %s", lockGet)
+			for _, kind := range []string{"host", "image", "vm", "job"} {
+				_, lockGet, _ := s.Statements(kind)
+				assert.True(t, strings.HasSuffix(lockGet, " FOR UPDATE"), "an update locks its row first: %s", lockGet)
+			}
 		})
 	}
 }

@@ -1,5 +1,5 @@
-// Package sqldb is a [cloud.Store] in SQL tables: the host, image and VM
-// records of a refnode cluster in SQLite (the embedded default: the
+// Package sqldb is a [cloud.Store] in SQL tables: the host, image, VM
+// and job records of a refnode cluster in SQLite (the embedded default: the
 // processes of one machine share one database file), PostgreSQL or
 // MySQL/MariaDB, over database/sql. Every management node of a cluster
 // opens the same tables; the tables are the only state they share besides
@@ -27,12 +27,17 @@
 //	p_hosts   (uuid PRIMARY KEY, name, address, status, managed_by, takeovers, connected_us)
 //	p_images  (uuid PRIMARY KEY, name, url, size_mb)
 //	p_vms     (uuid PRIMARY KEY, name, image_uuid, host_uuid, cpus, memory_mb, state, version)
+//	p_jobs    (uuid PRIMARY KEY, kind, resource, args, state, step, node, code, error, result,
+//	           created_us, updated_us, deadline_us, version)
 //	p_meta    (id = 1 PRIMARY KEY, version)
 //
-// connected_us is Host.ConnectedAt in microseconds since 1970 (NULL for
-// the zero time), so times keep microseconds on every database. A VM's
-// version is cloud.VM.Version: 1 when the row is inserted, one more at
-// every update, written under the row's lock. [Open]
+// connected_us is Host.ConnectedAt, and created_us, updated_us and
+// deadline_us a Job's times, in microseconds since 1970 (NULL for the
+// zero time), so times keep microseconds on every database. A VM's
+// version is cloud.VM.Version, and a job's cloud.Job.Version: 1 when the
+// row is inserted, one more at every update, written under the row's
+// lock. A job's args and result are JSON text; on MySQL every text
+// column holds at most 64 KiB (TEXT). [Open]
 // creates the tables if they are missing, holding a lock so that nodes
 // starting together do it once (PostgreSQL pg_advisory_xact_lock, SQLite
 // BEGIN IMMEDIATE, MySQL GET_LOCK), migrates older tables, and refuses
@@ -41,8 +46,9 @@
 //
 //	1  the three record tables
 //	2  ALTER TABLE p_vms ADD COLUMN version BIGINT NOT NULL DEFAULT 1
+//	3  CREATE TABLE p_jobs (…), empty
 //
-// so tables of version 1 are migrated in place, and each VM row they
+// Tables of version 1 are migrated in place, and each VM row they
 // hold gets version 1, as if just inserted: nothing but the version
 // compares with it, and the in-memory journals whose entries carry a
 // version (package fence, Journal) belonged to processes of the older
@@ -53,21 +59,27 @@
 // PostgreSQL (ADD COLUMN IF NOT EXISTS) and MySQL (the ALTER runs only
 // if information_schema lacks the column) if the meta row is lost; on
 // SQLite, which has neither, Open then fails with "duplicate column
-// name: version", and the meta row must be restored (version 2) by hand,
-// rather than the column be rebuilt with every VM back at version 1.
+// name: version", and the meta row must be restored (the version the
+// tables are at, 2 or 3) by hand, rather than the column be rebuilt with
+// every VM back at version 1. Version 3 only creates a table (CREATE
+// TABLE IF NOT EXISTS): tables of version 2 are migrated in place,
+// keeping their rows, and running it again changes nothing. A node of
+// version 2 refuses tables of version 3, like a node of version 1
+// those of version 2.
 //
 // # Atomic updates
 //
-// UpdateHost, UpdateImage and UpdateVM run in a transaction that locks
-// the row first: SELECT … FOR UPDATE on PostgreSQL and MySQL, and BEGIN
-// IMMEDIATE on SQLite, which takes the database's write lock (SQLite has
-// one writer at a time). Inside [Store.Do] that transaction is the Do's,
-// which keeps the lock until it ends. The update function runs while the
-// lock is held, so two writers of one record, in one process or in
-// several, never lose each other's writes, and a compare-and-set made in
-// it is atomic; it must therefore be quick and must not call the store.
-// Adds are one INSERT each: of concurrent adds of one UUID exactly one
-// succeeds, the others fail with an error matching message.ErrAlreadyExists.
+// UpdateHost, UpdateImage, UpdateVM and UpdateJob run in a transaction
+// that locks the row first: SELECT … FOR UPDATE on PostgreSQL and MySQL,
+// and BEGIN IMMEDIATE on SQLite, which takes the database's write lock
+// (SQLite has one writer at a time). Inside [Store.Do] that transaction
+// is the Do's, which keeps the lock until it ends. The update function
+// runs while the lock is held, so two writers of one record, in one
+// process or in several, never lose each other's writes, and a
+// compare-and-set made in it is atomic; it must therefore be quick and
+// must not call the store. Adds are one INSERT each: of concurrent adds
+// of one UUID exactly one succeeds, the others fail with an error
+// matching message.ErrAlreadyExists.
 //
 // # Connections
 //

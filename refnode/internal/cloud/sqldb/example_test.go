@@ -47,5 +47,5 @@ func Example() {
 	fmt.Println(a.Tables())
 	// Output:
 	// 10.0.0.11 connected 1
-	// [refnode_hosts refnode_images refnode_vms refnode_meta refnode_fence_tokens refnode_fence_once refnode_fence_meta]
+	// [refnode_hosts refnode_images refnode_vms refnode_jobs refnode_meta refnode_fence_tokens refnode_fence_once refnode_fence_meta]
 }

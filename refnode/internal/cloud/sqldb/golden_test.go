@@ -46,10 +46,27 @@ const (
 	goldenVMStopped   = "2c3d4e5f6a7041928394a5b6c7d8e905"
 	goldenVMRebooting = "2c3d4e5f6a7041928394a5b6c7d8e906"
 	goldenVMDestroyed = "2c3d4e5f6a7041928394a5b6c7d8e907"
+
+	goldenJobPending   = "3d4e5f6a7b8041a28394a5b6c7d8e901" // from schema version 3: one job in each state
+	goldenJobRunning   = "3d4e5f6a7b8041a28394a5b6c7d8e902"
+	goldenJobSucceeded = "3d4e5f6a7b8041a28394a5b6c7d8e903"
+	goldenJobFailed    = "3d4e5f6a7b8041a28394a5b6c7d8e904"
+	goldenJobBare      = "3d4e5f6a7b8041a28394a5b6c7d8e905" // no times (NULL), no optional text
 )
 
 // goldenTables are the record tables and their meta table.
-var goldenTables = []string{goldenPrefix + "_hosts", goldenPrefix + "_images", goldenPrefix + "_vms", goldenPrefix + "_meta"}
+var goldenTables = []string{goldenPrefix + "_hosts", goldenPrefix + "_images", goldenPrefix + "_vms", goldenPrefix + "_jobs", goldenPrefix + "_meta"}
+
+// The golden jobs' times: a job recorded at goldenCreated, written last
+// at goldenUpdated, with a deadline of goldenDeadline.
+var (
+	goldenCreated  = time.Date(2025, 6, 2, 8, 0, 0, 123456000, time.UTC)
+	goldenUpdated  = time.Date(2025, 6, 2, 8, 0, 1, 999999000, time.UTC)
+	goldenDeadline = time.Date(2025, 6, 2, 8, 5, 0, 0, time.UTC)
+)
+
+// goldenArgs are the golden migrations' arguments.
+const goldenArgs = `{"host_uuid":"` + goldenHostDown + `","source":"` + goldenHostUp + `"}`
 
 // TestGolden keeps refnode's record tables of every schema version
 // readable: each golden file testdata/golden/v<N>.sql is loaded into a
@@ -80,9 +97,9 @@ func TestGolden(t *testing.T) {
 }
 
 // writeRecordsGolden writes the golden state with a real store of
-// today's code and returns the golden file's header. Images, hosts and
-// VMs are added and then changed by UpdateImage, UpdateHost and
-// UpdateVM, so both ways of writing a row are in the file.
+// today's code and returns the golden file's header. Images, hosts, VMs
+// and jobs are added and then changed by UpdateImage, UpdateHost,
+// UpdateVM and UpdateJob, so both ways of writing a row are in the file.
 func writeRecordsGolden(t *testing.T, p *sqlconn.Pool, _ string) []string {
 	ctx := t.Context()
 	s, err := sqldb.Open(ctx, p, sqldb.Config{Prefix: goldenPrefix})
@@ -131,6 +148,41 @@ func writeRecordsGolden(t *testing.T, p *sqlconn.Pool, _ string) []string {
 		require.NoError(t, s.AddVM(ctx, vm.VM))
 		if vm.then != "" {
 			_, err := s.UpdateVM(ctx, vm.UUID, func(v *cloud.VM) error { v.State = vm.then; return nil })
+			require.NoError(t, err)
+		}
+	}
+
+	for _, j := range []struct {
+		cloud.Job
+		then []func(*cloud.Job) // each an UpdateJob
+	}{
+		{Job: cloud.Job{UUID: goldenJobPending, Kind: "vm.migrate", Resource: goldenVMRunning, Args: goldenArgs, State: cloud.JobPending,
+			CreatedAt: goldenCreated, UpdatedAt: goldenCreated, Deadline: goldenDeadline, Version: 9}},
+		{Job: cloud.Job{UUID: goldenJobRunning, Kind: "vm.migrate", Resource: goldenVMStopped, Args: goldenArgs, State: cloud.JobPending,
+			CreatedAt: goldenCreated, UpdatedAt: goldenCreated, Deadline: goldenDeadline},
+			then: []func(*cloud.Job){func(j *cloud.Job) {
+				j.State, j.Step, j.Node, j.UpdatedAt = cloud.JobRunning, "checked", goldenNode1, goldenUpdated
+			}}},
+		{Job: cloud.Job{UUID: goldenJobSucceeded, Kind: "vm.migrate", Resource: goldenVMCreated, Args: goldenArgs, State: cloud.JobPending,
+			CreatedAt: goldenCreated, UpdatedAt: goldenCreated, Deadline: goldenDeadline},
+			then: []func(*cloud.Job){
+				func(j *cloud.Job) { j.State, j.Step, j.Node = cloud.JobRunning, "checked", goldenNode2 },
+				func(j *cloud.Job) {
+					j.State, j.Step, j.Node, j.UpdatedAt = cloud.JobSucceeded, "moved", goldenNode1, goldenUpdated
+					j.Result = `{"host_uuid":"` + goldenHostDown + `"}`
+				},
+			}},
+		{Job: cloud.Job{UUID: goldenJobFailed, Kind: "vm.migrate", Resource: goldenVMStopping, Args: `{"host_uuid":"` + goldenHostNever + `"}`, State: cloud.JobPending,
+			CreatedAt: goldenCreated.In(time.FixedZone("CEST", 2*60*60)), UpdatedAt: goldenCreated},
+			then: []func(*cloud.Job){func(j *cloud.Job) {
+				j.State, j.Node, j.UpdatedAt = cloud.JobFailed, goldenNode2, goldenUpdated
+				j.Code, j.Error = "failed_precondition", "host kvm-03 «ünïcode» isn't connected: 'quoted' \"double\""
+			}}},
+		{Job: cloud.Job{UUID: goldenJobBare, Kind: "x", Resource: goldenImgBlank, State: cloud.JobState("paused")}},
+	} {
+		require.NoError(t, s.AddJob(ctx, j.Job))
+		for _, then := range j.then {
+			_, err := s.UpdateJob(ctx, j.UUID, func(job *cloud.Job) error { then(job); return nil })
 			require.NoError(t, err)
 		}
 	}
@@ -211,6 +263,26 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 		assert.Equal(t, want, got)
 		assert.Equal(t, stored[want.UUID], got.Status.String(), "host %s: the stored status must be one today's code knows", want.UUID)
 	}
+	// The jobs came with schema version 3: older tables have none.
+	var wantJobs []cloud.Job
+	if v >= 3 {
+		wantJobs = []cloud.Job{
+			{UUID: goldenJobPending, Kind: "vm.migrate", Resource: goldenVMRunning, Args: goldenArgs, State: cloud.JobPending,
+				CreatedAt: goldenCreated, UpdatedAt: goldenCreated, Deadline: goldenDeadline, Version: 1},
+			{UUID: goldenJobRunning, Kind: "vm.migrate", Resource: goldenVMStopped, Args: goldenArgs, State: cloud.JobRunning, Step: "checked", Node: goldenNode1,
+				CreatedAt: goldenCreated, UpdatedAt: goldenUpdated, Deadline: goldenDeadline, Version: 2},
+			{UUID: goldenJobSucceeded, Kind: "vm.migrate", Resource: goldenVMCreated, Args: goldenArgs, State: cloud.JobSucceeded, Step: "moved", Node: goldenNode1,
+				Result: `{"host_uuid":"` + goldenHostDown + `"}`, CreatedAt: goldenCreated, UpdatedAt: goldenUpdated, Deadline: goldenDeadline, Version: 3},
+			{UUID: goldenJobFailed, Kind: "vm.migrate", Resource: goldenVMStopping, Args: `{"host_uuid":"` + goldenHostNever + `"}`, State: cloud.JobFailed, Node: goldenNode2,
+				Code: "failed_precondition", Error: "host kvm-03 «ünïcode» isn't connected: 'quoted' \"double\"",
+				CreatedAt: goldenCreated, UpdatedAt: goldenUpdated, Version: 2},
+			{UUID: goldenJobBare, Kind: "x", Resource: goldenImgBlank, State: cloud.JobState("paused"), Version: 1},
+		}
+	}
+	storedJobs := map[string]string{
+		goldenJobPending: "pending", goldenJobRunning: "running", goldenJobSucceeded: "succeeded", goldenJobFailed: "failed", goldenJobBare: `unknown("paused")`,
+	}
+
 	vms, err := s.VMs(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, wantVMs, vms, "VMs must read every golden VM, the destroyed one included")
@@ -220,6 +292,17 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 		assert.Equal(t, want, got)
 		assert.Equal(t, stored[want.UUID], got.State.String(), "VM %s: the stored state must be one today's code knows", want.UUID)
 		assert.Equal(t, transitional[want.UUID], got.State.Transitional(), "VM %s in state %s: transitional or not", want.UUID, got.State)
+	}
+
+	jobs, err := s.Jobs(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, append([]cloud.Job{}, wantJobs...), jobs, "Jobs must read every golden job (times: microseconds since 1970, NULL for none)")
+	for _, want := range wantJobs {
+		got, err := s.Job(ctx, want.UUID)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		assert.Equal(t, storedJobs[want.UUID], got.State.String(), "job %s: the stored state reads as today's code names it", want.UUID)
+		assert.Equal(t, want.State == cloud.JobSucceeded || want.State == cloud.JobFailed, got.State.Terminal(), "job %s in state %s: terminal or not", want.UUID, got.State)
 	}
 
 	// The rows go on working with today's code.
@@ -261,4 +344,26 @@ func checkRecordsGolden(t *testing.T, v int, p *sqlconn.Pool, _ string) {
 	err = s.AddVM(ctx, cloud.VM{UUID: goldenVMCreated, ImageUUID: goldenImgUbuntu, HostUUID: goldenHostUp, State: cloud.VMCreated})
 	assert.ErrorIs(t, err, message.ErrAlreadyExists, "a golden VM's UUID is taken")
 	assert.True(t, strings.Contains(err.Error(), "already exists"), "got %v", err)
+
+	// Jobs work on the tables, migrated (a new job) or golden (a
+	// pending job taken a step on).
+	if v < 3 {
+		job := cloud.Job{UUID: goldenJobPending, Kind: "vm.migrate", Resource: goldenVMRunning, Args: goldenArgs, State: cloud.JobPending,
+			CreatedAt: goldenCreated, UpdatedAt: goldenCreated, Deadline: goldenDeadline}
+		require.NoError(t, s.AddJob(ctx, job), "a job is added to the jobs' table migration 3 created")
+		job.Version = 1 // as AddJob stores it
+		wantJobs = []cloud.Job{job}
+	}
+	ran, err := s.UpdateJob(ctx, goldenJobPending, func(j *cloud.Job) error {
+		j.State, j.Step, j.Node, j.UpdatedAt = cloud.JobRunning, "checked", goldenNode2, goldenUpdated
+		return nil
+	})
+	require.NoError(t, err)
+	wantJob := wantJobs[0]
+	wantJob.State, wantJob.Step, wantJob.Node, wantJob.UpdatedAt, wantJob.Version = cloud.JobRunning, "checked", goldenNode2, goldenUpdated, 2
+	assert.Equal(t, wantJob, ran, "an update of a job moves its version one up")
+	got2, err := s.Job(ctx, goldenJobPending)
+	require.NoError(t, err)
+	assert.Equal(t, wantJob, got2, "an update of a job keeps its other columns")
+	assert.ErrorIs(t, s.AddJob(ctx, cloud.Job{UUID: goldenJobPending, Kind: "x", Resource: goldenVMRunning}), message.ErrAlreadyExists, "a job's UUID is taken")
 }

@@ -67,7 +67,7 @@ type kindOps struct {
 	list    func(ctx context.Context, s *sqldb.Store) ([]any, error)
 	get     func(ctx context.Context, s *sqldb.Store, uuid string) (any, error)
 	update  func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) // a no-op update; nil if the kind has none
-	updated func(rec any) (any, bool)                                           // rec after a no-op update, or false if the update must fail; nil: rec
+	updated func(rec any) (any, error)                                          // rec after a no-op update, or the error the update must fail with; nil: rec
 	values  func(rec any) []any                                                 // the record's column values, as the store writes them
 	check   func(t *testing.T, rec any)
 }
@@ -138,13 +138,13 @@ var recordKinds = []kindOps{
 		update: func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) {
 			return s.UpdateVM(ctx, uuid, func(*cloud.VM) error { return nil })
 		},
-		updated: func(rec any) (any, bool) { // one version up, unless there is none above
+		updated: func(rec any) (any, error) { // one version up, unless there is none above
 			vm := rec.(cloud.VM)
 			if vm.Version == math.MaxInt64 {
-				return nil, false
+				return nil, message.ErrInternal
 			}
 			vm.Version++
-			return vm, true
+			return vm, nil
 		},
 		values: func(rec any) []any {
 			vm := rec.(cloud.VM)
@@ -167,19 +167,69 @@ var recordKinds = []kindOps{
 			}
 		},
 	},
+	{
+		table: fuzzPrefix + "_jobs",
+		columns: []string{"uuid", "kind", "resource", "args", "state", "step", "node", "code", "error", "result",
+			"created_us", "updated_us", "deadline_us", "version"},
+		list: listOf((*sqldb.Store).Jobs),
+		get: func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) {
+			return s.Job(ctx, uuid)
+		},
+		update: func(ctx context.Context, s *sqldb.Store, uuid string) (any, error) {
+			return s.UpdateJob(ctx, uuid, func(*cloud.Job) error { return nil })
+		},
+		updated: func(rec any) (any, error) { // one version up, unless there is none above or the resource is refused
+			j := rec.(cloud.Job)
+			switch {
+			case j.Version == math.MaxInt64:
+				return nil, message.ErrInternal
+			case !message.IsCanonicalUUID(j.Resource):
+				return nil, message.ErrInvalidUUID
+			}
+			j.Version++
+			return j, nil
+		},
+		values: func(rec any) []any {
+			j := rec.(cloud.Job)
+			at := func(t time.Time) any {
+				if t.IsZero() {
+					return nil
+				}
+				return t.UnixMicro()
+			}
+			return []any{j.UUID, j.Kind, j.Resource, j.Args, string(j.State), j.Step, j.Node, j.Code, j.Error, j.Result,
+				at(j.CreatedAt), at(j.UpdatedAt), at(j.Deadline), j.Version}
+		},
+		check: func(t *testing.T, rec any) {
+			j := rec.(cloud.Job)
+			for _, at := range []time.Time{j.CreatedAt, j.UpdatedAt, j.Deadline} {
+				if !at.IsZero() && at.Location() != time.UTC {
+					t.Fatalf("job time %v is not in UTC", at)
+				}
+			}
+			// A state this version does not define is read as is, names
+			// itself unknown and is not terminal.
+			if st := j.State; st.String() != string(st) {
+				if !strings.HasPrefix(st.String(), "unknown(") || st.Terminal() {
+					t.Fatalf("job state %q reads as %q, terminal %v", string(st), st.String(), st.Terminal())
+				}
+			}
+		},
+	},
 }
 
-// FuzzRecordRows writes arbitrary values into a row of the host, image or
-// VM table with a raw INSERT (every column of any SQL type, the UUID
+// FuzzRecordRows writes arbitrary values into a row of the host, image,
+// VM or job table with a raw INSERT (every column of any SQL type, the UUID
 // included) and reads it back through the store's API: the list, the
 // get by UUID and a no-op update. The store never panics and returns
 // either an error (coded, or saying what failed) or records true to the
 // stored values that a reply can carry: the list and the get agree, a
-// no-op update changes nothing but a VM's version (one up; refused at
-// the largest int64), a time reads back to the microsecond in
-// UTC, the record encodes to JSON and back, and a VM state or host
+// no-op update changes nothing but a VM's or job's version (one up;
+// refused at the largest int64, and for a job whose resource is not a
+// canonical UUID), a time reads back to the microsecond in UTC, the
+// record encodes to JSON and back, and a VM state, job state or host
 // status this version does not define names itself unknown (and allows
-// no VM operation).
+// no VM operation, or is not terminal).
 func FuzzRecordRows(f *testing.F) {
 	s, db := openFuzz(f)
 	const id = "932763162d054c04adaab6ab498c9139"
@@ -187,7 +237,7 @@ func FuzzRecordRows(f *testing.F) {
 	at := time.Date(2025, 11, 30, 5, 20, 0, 123456000, time.UTC).UnixMicro()
 	// which picks the table; kinds holds 3 bits per column (0: its
 	// natural type); the text columns take t1..t4, the integers n1, n2,
-	// connected_us at.
+	// connected_us at (a job's times: connected, n1, n2).
 	for which := range byte(3) {
 		f.Add(which, uint64(0), id, "web-1", other, "connected", other, int64(2), int64(1024), at, int64(0), 0.0, "", []byte(nil))
 	}
@@ -202,13 +252,19 @@ func FuzzRecordRows(f *testing.F) {
 	f.Add(byte(1), uint64(0o0006), "93276316-2d05-4c04-adaa-b6ab498c9139", "", "", "", "", int64(7), int64(0), int64(0), int64(0), 0.0, "", []byte(nil))
 	f.Add(byte(2), uint64(0), id, "vm", other, other, "running", int64(1), int64(512), int64(math.MaxInt64), int64(0), 0.0, "", []byte(nil)) // no version above
 	f.Add(byte(2), uint64(0o40000000), id, "vm", other, other, "running", int64(1), int64(512), int64(1), int64(0), 0.0, "", []byte(nil))    // a NULL version
+	f.Add(byte(3), uint64(0), id, "vm.migrate", other, "running", "{}", int64(at), int64(at+1), at, int64(0), 0.0, "", []byte(nil))
+	f.Add(byte(3), uint64(0), id, "vm.migrate", "not a uuid", "succeeded", "{}", int64(0), int64(253402300799999999), at, int64(0), 0.0, "", []byte(nil))
+	f.Add(byte(3), uint64(0), id, "", other, "failed", "", int64(-62135596800000001), int64(0), int64(math.MaxInt64), int64(0), 0.0, "", []byte(nil))
+	f.Add(byte(3), uint64(0o4440000000000), id, "k", other, "pending", "", int64(1), int64(2), int64(3), int64(0), 0.0, "", []byte(nil)) // NULL times
 	f.Fuzz(func(t *testing.T, which byte, kindBits uint64, uuid, t1, t2, t3, t4 string, n1, n2, connected, alt int64, fl float64, str string, blob []byte) {
 		ctx := context.Background()
-		k := recordKinds[int(which)%len(recordKinds)]
+		k := recordKinds[int(which)%len(recordKinds)] // the corpus's which is below 3 for the older kinds, so that a new kind keeps their table
 		natural := map[string]any{
 			"uuid": uuid, "name": t1, "address": t2, "status": t3, "managed_by": t4, "takeovers": n1, "connected_us": connected,
 			"url": t2, "size_mb": n1,
 			"image_uuid": t2, "host_uuid": t3, "cpus": n1, "memory_mb": n2, "state": t4, "version": connected,
+			"kind": t1, "resource": t2, "args": t3, "step": t1, "node": t2, "code": t3, "error": t4, "result": t3,
+			"created_us": connected, "updated_us": n1, "deadline_us": n2,
 		}
 		if _, err := db.ExecContext(ctx, `DELETE FROM "`+k.table+`"`); err != nil {
 			t.Fatal(err)
@@ -252,15 +308,15 @@ func FuzzRecordRows(f *testing.F) {
 		if k.update == nil {
 			return
 		}
-		want, ok := got, true
+		want, wantErr := got, error(nil)
 		if k.updated != nil {
-			want, ok = k.updated(got)
+			want, wantErr = k.updated(got)
 		}
 		updated, err := k.update(ctx, s, key)
 		switch {
-		case !ok && !errors.Is(err, message.ErrInternal):
-			t.Fatalf("a no-op update of %#v gives %v, want an internal error", got, err)
-		case !ok:
+		case wantErr != nil && !errors.Is(err, wantErr):
+			t.Fatalf("a no-op update of %#v gives %v, want %v", got, err, wantErr)
+		case wantErr != nil:
 			return
 		case err != nil:
 			t.Fatalf("a no-op update of a record the store reads fails: %v", err)
@@ -304,14 +360,23 @@ func checkRecord(t *testing.T, k kindOps, rec any, stored []any) {
 	}
 }
 
-// normalTime returns rec with its time (a host's ConnectedAt) as a Unix
-// microsecond count, so that records compare by instant.
+// normalTime returns rec with its times (a host's ConnectedAt, a job's
+// CreatedAt, UpdatedAt and Deadline) as Unix microsecond counts, so that
+// records compare by instant.
 func normalTime(rec any) any {
-	if h, ok := rec.(cloud.Host); ok {
+	switch r := rec.(type) {
+	case cloud.Host:
 		return struct {
 			cloud.Host
 			At int64
-		}{Host: cloud.Host{UUID: h.UUID, Name: h.Name, Address: h.Address, Status: h.Status, ManagedBy: h.ManagedBy, Takeovers: h.Takeovers}, At: h.ConnectedAt.UnixMicro()}
+		}{Host: cloud.Host{UUID: r.UUID, Name: r.Name, Address: r.Address, Status: r.Status, ManagedBy: r.ManagedBy, Takeovers: r.Takeovers}, At: r.ConnectedAt.UnixMicro()}
+	case cloud.Job:
+		at := [3]int64{r.CreatedAt.UnixMicro(), r.UpdatedAt.UnixMicro(), r.Deadline.UnixMicro()}
+		r.CreatedAt, r.UpdatedAt, r.Deadline = time.Time{}, time.Time{}, time.Time{}
+		return struct {
+			cloud.Job
+			At [3]int64
+		}{Job: r, At: at}
 	}
 	return rec
 }

@@ -10,7 +10,7 @@ import (
 type column struct {
 	name  string
 	kind  colKind
-	since int // the schema version that added it; 0 for version 1
+	since int // the schema version that added it (with its table, or to it); 0 for version 1
 }
 
 type colKind int
@@ -33,6 +33,14 @@ var (
 	vmColumns    = []column{
 		{"uuid", colKey, 0}, {"name", colText, 0}, {"image_uuid", colText, 0}, {"host_uuid", colText, 0},
 		{"cpus", colInt, 0}, {"memory_mb", colInt, 0}, {"state", colText, 0}, {"version", colVersion, 2},
+	}
+	// The jobs' table came with schema version 3, whole. Its times are
+	// microseconds since 1970, NULL for the zero time.
+	jobColumns = []column{
+		{"uuid", colKey, 3}, {"kind", colText, 3}, {"resource", colText, 3}, {"args", colText, 3},
+		{"state", colText, 3}, {"step", colText, 3}, {"node", colText, 3}, {"code", colText, 3},
+		{"error", colText, 3}, {"result", colText, 3}, {"created_us", colNullInt, 3}, {"updated_us", colNullInt, 3},
+		{"deadline_us", colNullInt, 3}, {"version", colVersion, 3},
 	}
 )
 
@@ -57,7 +65,7 @@ var columnTypes = map[sqlconn.Dialect]map[colKind]string{
 // tableSQL is the SQL of one record table.
 type tableSQL struct {
 	name    string // unquoted, for messages
-	create  string // the table of schema version 1, which later migrations change
+	create  string // the table as the schema version that created it has it; later migrations change it
 	insert  string // all columns; on PostgreSQL and SQLite a duplicate inserts nothing
 	get     string // all columns, by uuid
 	lockGet string // get, locking the row for the transaction (FOR UPDATE)
@@ -72,9 +80,13 @@ type statements struct {
 	hosts  tableSQL
 	images tableSQL
 	vms    tableSQL
+	jobs   tableSQL
 }
 
-func newTableSQL(d sqlconn.Dialect, name string, cols []column) tableSQL {
+// newTableSQL returns the SQL of table name with columns cols, whose
+// CREATE statement is the table schema version created made: the
+// columns added up to that version (since <= created).
+func newTableSQL(d sqlconn.Dialect, name string, cols []column, created int) tableSQL {
 	q := sqlconn.QuoteIdent(d, name)
 	names := make([]string, len(cols))
 	marks := make([]string, len(cols))
@@ -82,7 +94,7 @@ func newTableSQL(d sqlconn.Dialect, name string, cols []column) tableSQL {
 	var defs []string
 	for i, c := range cols {
 		names[i] = c.name
-		if c.since <= 1 {
+		if c.since <= created {
 			defs = append(defs, c.name+" "+columnTypes[d][c.kind])
 		}
 		marks[i] = "?"
@@ -117,9 +129,10 @@ func newTableSQL(d sqlconn.Dialect, name string, cols []column) tableSQL {
 
 func newStatements(d sqlconn.Dialect, prefix string) statements {
 	s := statements{
-		hosts:  newTableSQL(d, prefix+"_hosts", hostColumns),
-		images: newTableSQL(d, prefix+"_images", imageColumns),
-		vms:    newTableSQL(d, prefix+"_vms", vmColumns),
+		hosts:  newTableSQL(d, prefix+"_hosts", hostColumns, 1),
+		images: newTableSQL(d, prefix+"_images", imageColumns, 1),
+		vms:    newTableSQL(d, prefix+"_vms", vmColumns, 1),
+		jobs:   newTableSQL(d, prefix+"_jobs", jobColumns, 3),
 	}
 	s.schema = sqlconn.Schema{
 		Dialect: d,
@@ -130,6 +143,10 @@ func newStatements(d sqlconn.Dialect, prefix string) statements {
 			// Version 2: the VMs' version (cloud.VM.Version); the rows
 			// of version 1 get version 1.
 			addColumns(d, prefix+"_vms", vmColumns, 2),
+			// Version 3: the jobs' table (cloud.Job), new and empty. Its
+			// CREATE … IF NOT EXISTS runs again harmlessly if the meta
+			// row is lost.
+			{s.jobs.create},
 		},
 		Lock:      "refnode.sqldb." + prefix,
 		Owner:     "refnode",
@@ -139,7 +156,7 @@ func newStatements(d sqlconn.Dialect, prefix string) statements {
 }
 
 // tables returns the record tables' SQL.
-func (s statements) tables() []tableSQL { return []tableSQL{s.hosts, s.images, s.vms} }
+func (s statements) tables() []tableSQL { return []tableSQL{s.hosts, s.images, s.vms, s.jobs} }
 
 // addColumns returns the statements that add to table the columns of
 // cols that schema version v added, each a step that may run again on a

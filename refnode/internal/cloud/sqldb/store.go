@@ -89,7 +89,7 @@ func (s *Store) MaskedURL() string { return s.url.Masked }
 // Tables returns the names of the store's tables. The caller owns the
 // slice.
 func (s *Store) Tables() []string {
-	return append([]string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.prefix + "_meta"}, s.fence.Tables()...)
+	return append([]string{s.st.hosts.name, s.st.images.name, s.st.vms.name, s.st.jobs.name, s.prefix + "_meta"}, s.fence.Tables()...)
 }
 
 // Fence returns the store's fence, whose tables sit beside the records'.
@@ -130,7 +130,7 @@ func (s *Store) Close() error {
 
 // record describes how one kind of record maps to its table.
 type record[T any] struct {
-	kind string // "host", "image", "vm"
+	kind string // "host", "image", "vm", "job"
 	sql  func(*Store) tableSQL
 	uuid func(*T) string
 	args func(*T) []any // column values in table order, uuid first
@@ -138,6 +138,32 @@ type record[T any] struct {
 	// version, if set, is the record's Version: 1 at an add, one more
 	// at every update (cloud.Store.UpdateVM).
 	version func(*T) *int64
+	// check, if set, checks the fields other than the UUID at an add
+	// and after an update (a job's Resource).
+	check func(*T) error
+}
+
+// microsOf returns t as microseconds since 1970, or NULL for the zero
+// time.
+func microsOf(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+// timeOf reads a time stored by microsOf: the zero time for NULL, else
+// the time in UTC, which must be in the years 1 to 9999 (JSON cannot
+// carry others). what names the record and column for the error.
+func timeOf(us sql.NullInt64, what string) (time.Time, error) {
+	if !us.Valid {
+		return time.Time{}, nil
+	}
+	t := time.UnixMicro(us.Int64).UTC()
+	if y := t.Year(); y < 1 || y > 9999 {
+		return time.Time{}, fmt.Errorf("%s %d is in year %d, outside 1 to 9999", what, us.Int64, y)
+	}
+	return t, nil
 }
 
 var hostRecord = record[cloud.Host]{
@@ -145,11 +171,7 @@ var hostRecord = record[cloud.Host]{
 	sql:  func(s *Store) tableSQL { return s.st.hosts },
 	uuid: func(h *cloud.Host) string { return h.UUID },
 	args: func(h *cloud.Host) []any {
-		var at sql.NullInt64
-		if !h.ConnectedAt.IsZero() {
-			at = sql.NullInt64{Int64: h.ConnectedAt.UnixMicro(), Valid: true}
-		}
-		return []any{h.UUID, h.Name, h.Address, string(h.Status), h.ManagedBy, int64(h.Takeovers), at}
+		return []any{h.UUID, h.Name, h.Address, string(h.Status), h.ManagedBy, int64(h.Takeovers), microsOf(h.ConnectedAt)}
 	},
 	dest: func(h *cloud.Host) ([]any, func() error) {
 		var status string
@@ -157,13 +179,9 @@ var hostRecord = record[cloud.Host]{
 		var at sql.NullInt64
 		return []any{&h.UUID, &h.Name, &h.Address, &status, &h.ManagedBy, &takeovers, &at}, func() error {
 			h.Status, h.Takeovers = cloud.HostStatus(status), int(takeovers)
-			if at.Valid {
-				h.ConnectedAt = time.UnixMicro(at.Int64).UTC()
-				if y := h.ConnectedAt.Year(); y < 1 || y > 9999 {
-					return fmt.Errorf("host %s: connected_us %d is in year %d, outside 1 to 9999", h.UUID, at.Int64, y)
-				}
-			}
-			return nil
+			var err error
+			h.ConnectedAt, err = timeOf(at, "host "+h.UUID+": connected_us")
+			return err
 		}
 	},
 }
@@ -194,6 +212,32 @@ var vmRecord = record[cloud.VM]{
 		}
 	},
 	version: func(vm *cloud.VM) *int64 { return &vm.Version },
+}
+
+var jobRecord = record[cloud.Job]{
+	kind: "job",
+	sql:  func(s *Store) tableSQL { return s.st.jobs },
+	uuid: func(j *cloud.Job) string { return j.UUID },
+	args: func(j *cloud.Job) []any {
+		return []any{j.UUID, j.Kind, j.Resource, j.Args, string(j.State), j.Step, j.Node, j.Code, j.Error, j.Result,
+			microsOf(j.CreatedAt), microsOf(j.UpdatedAt), microsOf(j.Deadline), j.Version}
+	},
+	dest: func(j *cloud.Job) ([]any, func() error) {
+		var state string
+		var created, updated, deadline sql.NullInt64
+		dest := []any{&j.UUID, &j.Kind, &j.Resource, &j.Args, &state, &j.Step, &j.Node, &j.Code, &j.Error, &j.Result,
+			&created, &updated, &deadline, &j.Version}
+		return dest, func() error {
+			j.State = cloud.JobState(state)
+			var errs [3]error
+			j.CreatedAt, errs[0] = timeOf(created, "job "+j.UUID+": created_us")
+			j.UpdatedAt, errs[1] = timeOf(updated, "job "+j.UUID+": updated_us")
+			j.Deadline, errs[2] = timeOf(deadline, "job "+j.UUID+": deadline_us")
+			return errors.Join(errs[:]...)
+		}
+	},
+	version: func(j *cloud.Job) *int64 { return &j.Version },
+	check:   func(j *cloud.Job) error { return cloud.CheckUUID("job resource", j.Resource) },
 }
 
 // AddHost implements [cloud.Store.AddHost] with one INSERT.
@@ -251,6 +295,23 @@ func (s *Store) UpdateVM(ctx context.Context, uuid string, update func(*cloud.VM
 	return modify(ctx, s, vmRecord, uuid, update)
 }
 
+// AddJob implements [cloud.Store.AddJob] with one INSERT.
+func (s *Store) AddJob(ctx context.Context, j cloud.Job) error { return add(ctx, s, jobRecord, &j) }
+
+// Job implements [cloud.Store.Job].
+func (s *Store) Job(ctx context.Context, uuid string) (cloud.Job, error) {
+	return get(ctx, s, jobRecord, uuid)
+}
+
+// Jobs implements [cloud.Store.Jobs].
+func (s *Store) Jobs(ctx context.Context) ([]cloud.Job, error) { return list(ctx, s, jobRecord) }
+
+// UpdateJob implements [cloud.Store.UpdateJob] in a transaction that
+// locks the job's row first.
+func (s *Store) UpdateJob(ctx context.Context, uuid string, update func(*cloud.Job) error) (cloud.Job, error) {
+	return modify(ctx, s, jobRecord, uuid, update)
+}
+
 // begin checks, before op starts, that the store is open, ctx is not
 // done and the UUID (if any) is canonical, so such a call changes
 // nothing.
@@ -272,6 +333,11 @@ func add[T any](ctx context.Context, s *Store, r record[T], rec *T) error {
 	op := "add " + r.kind + " " + id
 	if err := s.begin(ctx, op, r.kind, id); err != nil {
 		return err
+	}
+	if r.check != nil {
+		if err := r.check(rec); err != nil {
+			return err
+		}
 	}
 	if r.version != nil {
 		*r.version(rec) = 1
@@ -386,7 +452,7 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 	}
 	var next int64
 	if r.version != nil { // the row is locked: the stored version is the latest
-		if next, err = cloud.NextVersion(uuid, *r.version(&rec)); err != nil {
+		if next, err = cloud.NextVersion(r.kind, uuid, *r.version(&rec)); err != nil {
 			return zero, err
 		}
 	}
@@ -395,6 +461,11 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 	}
 	if got := r.uuid(&rec); got != uuid {
 		return zero, message.ErrBadRequest.WithDetails(fmt.Sprintf("sqldb: update of %s %s changed its UUID to %q; UUIDs never change", r.kind, uuid, got))
+	}
+	if r.check != nil {
+		if err := r.check(&rec); err != nil {
+			return zero, err
+		}
 	}
 	if r.version != nil {
 		*r.version(&rec) = next
