@@ -28,6 +28,11 @@ type Hypervisor interface {
 	RebootVM(ctx context.Context, hostUUID, vmUUID string) error
 	// DestroyVM stops the VM if needed and removes it from its host.
 	DestroyVM(ctx context.Context, hostUUID, vmUUID string) error
+	// MigrateVM moves a VM from host from to host to, keeping its power
+	// state (a live migration of a running VM). It is idempotent: a VM
+	// already on to, and gone from from, is not moved again, so a
+	// migration cut short may be made again.
+	MigrateVM(ctx context.Context, from, to, vmUUID string) error
 	// VMPower reports the VM's power state as its host knows it:
 	// PowerOn, PowerOff, or PowerUnknown if the host has no such VM (or
 	// cannot tell). It changes nothing.

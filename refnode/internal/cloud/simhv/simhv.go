@@ -48,11 +48,13 @@ const (
 	OpDestroyVM Op = "destroy-vm"
 	// OpVMPower is [Hypervisor.VMPower].
 	OpVMPower Op = "vm-power"
+	// OpMigrateVM is [Hypervisor.MigrateVM].
+	OpMigrateVM Op = "migrate-vm"
 )
 
 // Ops lists every operation. The caller owns the slice.
 func Ops() []Op {
-	return []Op{OpConnect, OpPing, OpCreateVM, OpStartVM, OpStopVM, OpRebootVM, OpDestroyVM, OpVMPower}
+	return []Op{OpConnect, OpPing, OpCreateVM, OpStartVM, OpStopVM, OpRebootVM, OpDestroyVM, OpVMPower, OpMigrateVM}
 }
 
 // String returns the operation's name, or `unknown("x")`.
@@ -348,6 +350,45 @@ func (h *Hypervisor) RebootVM(ctx context.Context, hostUUID, vmUUID string) erro
 // DestroyVM implements [cloud.Hypervisor.DestroyVM].
 func (h *Hypervisor) DestroyVM(ctx context.Context, hostUUID, vmUUID string) error {
 	return h.vmOp(ctx, OpDestroyVM, hostUUID, vmUUID, func(hs *host) error { delete(hs.vms, vmUUID); return nil })
+}
+
+// MigrateVM implements [cloud.Hypervisor.MigrateVM]: both hosts must be
+// up; the VM keeps its power state. A VM already on to and not on from
+// stays; with Adopt, a VM on neither is adopted on to, powered off.
+func (h *Hypervisor) MigrateVM(ctx context.Context, from, to, vmUUID string) error {
+	target := "vm " + vmUUID
+	if err := h.begin(ctx, OpMigrateVM, target); err != nil {
+		return err
+	}
+	defer h.mu.Unlock()
+	hosts := [2]*host{}
+	for i, id := range []string{from, to} {
+		hs, ok := h.hosts[id]
+		if !ok && h.adopt {
+			hs, ok = h.hostLocked(id), true
+		}
+		if !ok {
+			return fmt.Errorf("simhv: %s %s: host %s was never connected: %w", OpMigrateVM, target, id, ErrUnknown)
+		}
+		if hs.down {
+			return fmt.Errorf("simhv: %s %s: host %s: %w", OpMigrateVM, target, id, ErrHostDown)
+		}
+		hosts[i] = hs
+	}
+	src, dst := hosts[0], hosts[1]
+	p, onSrc := src.vms[vmUUID]
+	_, onDst := dst.vms[vmUUID]
+	switch {
+	case onSrc:
+		delete(src.vms, vmUUID)
+		dst.vms[vmUUID] = p
+	case onDst: // moved already
+	case h.adopt:
+		dst.vms[vmUUID] = PowerOff
+	default:
+		return fmt.Errorf("simhv: %s %s: not on host %s nor on host %s: %w", OpMigrateVM, target, from, to, ErrUnknown)
+	}
+	return nil
 }
 
 // VMPower implements [cloud.Hypervisor.VMPower]. A VM this simulator

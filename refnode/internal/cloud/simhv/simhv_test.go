@@ -71,6 +71,40 @@ func TestVMsAndFailures(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// TestMigrateVM: a move keeps the VM's power state, can be made again
+// once done, and fails for a host down or a VM on neither host.
+func TestMigrateVM(t *testing.T) {
+	ctx := context.Background()
+	hv, err := simhv.New(simhv.Config{})
+	require.NoError(t, err)
+	const other = "1f0e2d3c4b5a69788796a5b4c3d2e1f0"
+	require.NoError(t, hv.Connect(ctx, cloud.Host{UUID: host}))
+	require.NoError(t, hv.Connect(ctx, cloud.Host{UUID: other}))
+	require.NoError(t, hv.CreateVM(ctx, host, cloud.VM{UUID: vm}))
+	require.NoError(t, hv.StartVM(ctx, host, vm))
+	require.NoError(t, hv.MigrateVM(ctx, host, other, vm))
+	p, ok := hv.PowerOf(vm)
+	assert.True(t, ok)
+	assert.Equal(t, simhv.PowerOn, p, "it runs on after the move")
+	assert.ErrorIs(t, hv.StopVM(ctx, host, vm), simhv.ErrUnknown, "gone from the source")
+	require.NoError(t, hv.MigrateVM(ctx, host, other, vm), "moved already: idempotent")
+	require.NoError(t, hv.StopVM(ctx, other, vm), "on the target")
+	assert.ErrorIs(t, hv.MigrateVM(ctx, host, other, "00000000000000000000000000000abc"), simhv.ErrUnknown, "on neither host")
+	hv.SetHostDown(host, true)
+	assert.ErrorIs(t, hv.MigrateVM(ctx, other, host, vm), simhv.ErrHostDown)
+	hv.FailNext(simhv.OpMigrateVM, 1)
+	hv.SetHostDown(host, false)
+	assert.ErrorIs(t, hv.MigrateVM(ctx, other, host, vm), simhv.ErrInjected)
+	require.NoError(t, hv.MigrateVM(ctx, other, host, vm))
+	assert.Equal(t, 6, hv.Calls(simhv.OpMigrateVM), "failed calls included")
+
+	adopting, err := simhv.New(simhv.Config{Adopt: true})
+	require.NoError(t, err)
+	require.NoError(t, adopting.MigrateVM(ctx, host, other, vm), "another process's VM is adopted on the target")
+	_, ok = adopting.PowerOf(vm)
+	assert.True(t, ok)
+}
+
 func TestFailRate(t *testing.T) {
 	ctx := context.Background()
 	always, err := simhv.New(simhv.Config{FailRate: 1})
@@ -94,7 +128,7 @@ func TestConfig(t *testing.T) {
 	for _, want := range []string{"Latency -1ns is negative", "FailRate 2", `OpLatency names unknown("warp")`, "OpLatency[ping] -1ns"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	assert.Len(t, simhv.Ops(), 8)
+	assert.Len(t, simhv.Ops(), 9)
 	assert.Equal(t, "ping", simhv.OpPing.String())
 }
 
