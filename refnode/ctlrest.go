@@ -28,6 +28,8 @@ scripts.
 
   vm create [-name n] [-cpus n] [-memory-mb n] [-uuid u] IMAGE_UUID
   vm start|stop|reboot|destroy UUID
+  vm migrate UUID HOST_UUID             move a VM to another host, as a job:
+                                        waits for the job's end (until -timeout)
   vm get UUID
   vm list [-state s] [-host u] [-image u] [-limit n]
   host add [-name n] [-address a] [UUID]
@@ -42,6 +44,9 @@ scripts.
                                         share of the key space, resources owned
   owner UUID                            who owns a resource, and whether
                                         every node agrees
+  jobs [list] [-state s] [-resource u] [-limit n]
+  jobs get [-wait d] UUID               a job, from any node; -wait d waits up
+                                        to d for it to end
 
 A command that changes something sends an Idempotency-Key (-key k, or a
 new one) and repeats the request with it while the answer is "retry"
@@ -71,7 +76,7 @@ const (
 
 // ctlResources are the resources of the REST commands, and the commands
 // that take no verb.
-var ctlResources = map[string]bool{"vm": true, "host": true, "image": true, "nodes": true, "owner": true}
+var ctlResources = map[string]bool{"vm": true, "host": true, "image": true, "nodes": true, "owner": true, "jobs": true}
 
 // restOptions are the flags of the REST commands.
 type restOptions struct {
@@ -102,6 +107,7 @@ type restRequest struct {
 	list         bool // a list: every page is read, up to limit items
 	limit        int
 	kind         string // vm, host or image: the table's columns
+	job          bool   // it answers a job: wait for its end, fail if it failed
 }
 
 // ctlREST runs refnode ctl RESOURCE VERB ...: args start with the
@@ -114,6 +120,9 @@ func ctlREST(ctx context.Context, o restOptions, args []string, stdout, stderr i
 	verb, rest := "", args[1:] // nodes and owner take no verb
 	if args[0] != "nodes" && args[0] != "owner" && len(args) >= 2 {
 		verb, rest = args[1], args[2:]
+	}
+	if args[0] == "jobs" && (verb == "" || strings.HasPrefix(verb, "-")) { // ctl jobs: the list
+		verb, rest = "list", args[1:]
 	}
 	switch {
 	case verb == "-h" || verb == "-help" || verb == "--help" || verb == "help":
@@ -200,6 +209,38 @@ func restCommand(resource, verb string, fs *flag.FlagSet) (func(args []string) (
 		}, true
 	case "vm start", "vm stop", "vm reboot", "vm destroy":
 		return one("POST", "/"+verb, true), true
+	case "vm migrate":
+		return func(args []string) (restRequest, error) {
+			if len(args) != 2 {
+				return restRequest{}, errors.New("give the VM's UUID and the target host's UUID")
+			}
+			id, err := message.NormalizeUUID(args[0])
+			if err != nil {
+				return restRequest{}, err
+			}
+			return restRequest{method: "POST", path: "/v1/vms/" + id + "/migrate", body: map[string]any{"host_uuid": args[1]}, change: true, kind: "job", job: true}, nil
+		}, true
+	case "jobs list":
+		state, res, n := fs.String("state", "", ""), fs.String("resource", "", ""), limit()
+		return func(args []string) (restRequest, error) {
+			q := url.Values{}
+			for k, v := range map[string]string{"state": *state, "resource": *res} {
+				if v != "" {
+					q.Set(k, v)
+				}
+			}
+			return restRequest{method: "GET", path: "/v1/jobs", query: q, list: true, limit: *n, kind: "job"}, noArgs(args)
+		}, true
+	case "jobs get":
+		wait := fs.Duration("wait", 0, "")
+		return func(args []string) (restRequest, error) {
+			id, err := oneUUID(args)
+			q := url.Values{}
+			if *wait > 0 {
+				q.Set("wait", wait.String())
+			}
+			return restRequest{method: "GET", path: "/v1/jobs/" + id, query: q, kind: "job"}, err
+		}, true
 	case "vm get", "host get", "image get":
 		return one("GET", "", false), true
 	case "host reconnect":
@@ -327,7 +368,10 @@ func (c *restClient) run(ctx context.Context, req restRequest) (restResult, int,
 			c.key = message.NewUUID()
 		}
 		var rec map[string]any
-		h, code, err := c.do(ctx, req.method, req.path, nil, req.body, req.change, &rec)
+		h, code, err := c.do(ctx, req.method, req.path, req.query, req.body, req.change, &rec)
+		if err == nil && req.job {
+			rec, code, err = c.awaitJob(ctx, rec)
+		}
 		return restResult{record: rec, node: h.Get("Refnode-Node"), portal: h.Get("Refnode-Portal")}, code, err
 	}
 	var out restResult
@@ -348,6 +392,38 @@ func (c *restClient) run(ctx context.Context, req restRequest) (restResult, int,
 			return out, 0, nil
 		}
 		q.Set("cursor", page.NextCursor)
+	}
+}
+
+// awaitJob reads job until it ended or ctx ends; a failed job is an
+// error with the exit code of its code's retry class.
+func (c *restClient) awaitJob(ctx context.Context, job map[string]any) (map[string]any, int, error) {
+	id, _ := job["uuid"].(string)
+	for {
+		switch job["state"] {
+		case "succeeded":
+			return job, 0, nil
+		case "failed":
+			code, _ := job["code"].(string)
+			text, _ := job["error"].(string)
+			exit := map[message.Retry]int{message.RetryNever: exitRefused, message.RetrySafe: exitUnavailable, message.RetryRan: exitFailed}[message.Code(code).Retry()]
+			if exit == 0 {
+				exit = exitUnknown
+			}
+			return job, exit, fmt.Errorf("job %s failed: %s: %s", id, code, text)
+		}
+		wait := 30 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)-500*time.Millisecond)
+		}
+		if wait <= 0 {
+			return job, exitUnknown, fmt.Errorf("job %s is still %s at step %q (-timeout ended); follow it with refnode ctl jobs get -wait 30s %s", id, job["state"], job["step"], id)
+		}
+		var next map[string]any
+		if _, code, err := c.do(ctx, "GET", "/v1/jobs/"+id, url.Values{"wait": {wait.Round(time.Millisecond).String()}}, nil, false, &next); err != nil {
+			return job, code, fmt.Errorf("job %s: %w", id, err)
+		}
+		job = next
 	}
 }
 
@@ -436,6 +512,7 @@ var columns = map[string][][2]string{
 	"image": {{"uuid", "UUID"}, {"name", "NAME"}, {"size_mb", "SIZE_MB"}, {"url", "URL"}},
 	"nodes": {{"uuid", "NODE"}, {"state", "STATE"}, {"epoch", "EPOCH"}, {"age", "HEARTBEAT_AGE"}, {"share", "SHARE"}, {"hosts", "HOSTS"}, {"images", "IMAGES"}, {"vms", "VMS"}},
 	"owner": {{"node", "NODE"}, {"owner", "OWNER"}, {"fingerprint", "FINGERPRINT"}, {"error", "ERROR"}},
+	"job":   {{"uuid", "UUID"}, {"kind", "KIND"}, {"resource", "RESOURCE"}, {"state", "STATE"}, {"step", "STEP"}, {"code", "CODE"}, {"node", "NODE"}, {"updated_at", "UPDATED"}},
 }
 
 // nodeRows flattens GET /v1/nodes for its table.

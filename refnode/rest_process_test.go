@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// migrateLatency is how long each hypervisor move takes in
+// TestRESTOnRabbitMQAndPostgres: long enough to kill a node mid-move.
+const migrateLatency = time.Second
+
 // procAPILine is the REST API's line of refnode serve's stdout.
 var procAPILine = regexp.MustCompile(`(?m)^api: +http://(\S+)/v1/`)
 
@@ -25,14 +30,17 @@ var procAPILine = regexp.MustCompile(`(?m)^api: +http://(\S+)/v1/`)
 // API than the step before; every answer about a VM names its ring owner
 // as the node that handled it, and a creation the node whose portal took
 // it; lists page through the database while VMs are created, each VM
-// once.
+// once; every VM migrated to the other host as a job accepted by one
+// node and polled through another, while node C is SIGKILLed mid-move:
+// every job ends with a known outcome, its last step on the VM's owner,
+// and every VM is on the host its job says.
 func TestRESTOnRabbitMQAndPostgres(t *testing.T) {
-	ctx, broker := startProcessTest(t, processTest{Runs: "the REST test runs 3 processes for about 15 seconds", FullSpeed: true, Timeout: 3 * time.Minute})
+	ctx, broker := startProcessTest(t, processTest{Runs: "the REST test runs 3 processes for about 30 seconds", FullSpeed: true, Timeout: 4 * time.Minute})
 	pc := newProcCluster(t, ctx, broker, onPostgres, "rest")
 	env := childEnv("REFNODE_BUS="+broker, "REFNODE_API_TOKEN=rest-t0ken")
 	var nodes []*child
 	for _, label := range []string{"A", "B", "C"} {
-		nodes = append(nodes, pc.serve(t, label, []string{"-db", pc.db, "-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-api-listen", "127.0.0.1:0"}, env))
+		nodes = append(nodes, pc.serve(t, label, []string{"-db", pc.db, "-heartbeat", procHeartbeat.String(), "-evict-after", procEvictAfter.String(), "-api-listen", "127.0.0.1:0", "-test-migrate-latency", migrateLatency.String()}, env))
 	}
 	_, r := awaitAgreed(t, ctx, nodes)
 	apis := make([]string, len(nodes))
@@ -130,7 +138,7 @@ func TestRESTOnRabbitMQAndPostgres(t *testing.T) {
 	assert.Empty(t, pagingErrs)
 	assert.Positive(t, passes)
 	calls := n
-	for step, action := range []string{"start", "stop", "destroy"} {
+	for step, action := range []string{"start", "stop"} {
 		for i, id := range vms {
 			code, h, vm := do((i+step+1)%3, "POST", "/v1/vms/"+id+"/"+action, "")
 			require.Equal(t, http.StatusOK, code, "%s %s: %v", action, id, vm)
@@ -141,6 +149,105 @@ func TestRESTOnRabbitMQAndPostgres(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
+
+	// Migrate every VM to the other host, each job accepted by one node
+	// and polled through another; node C is SIGKILLed while the moves
+	// run (each takes migrateLatency on the hypervisor). Every job ends
+	// with a known outcome, by the VM's owner of the moment, and every
+	// VM is on the host its job says (read from the database).
+	code, _, hostPage := do(0, "GET", "/v1/hosts", "")
+	require.Equal(t, http.StatusOK, code)
+	hostIDs := []string{}
+	for _, it := range hostPage["items"].([]any) {
+		hostIDs = append(hostIDs, it.(map[string]any)["uuid"].(string))
+	}
+	require.Len(t, hostIDs, 2)
+	code, _, vmPage := do(0, "GET", "/v1/vms?limit=1000", "")
+	require.Equal(t, http.StatusOK, code)
+	source := map[string]string{}
+	for _, it := range vmPage["items"].([]any) {
+		v := it.(map[string]any)
+		source[v["uuid"].(string)] = v["host_uuid"].(string)
+	}
+	jobs := make([]string, n)
+	target := make([]string, n)
+	migrateStart := time.Now()
+	for i, id := range vms {
+		target[i] = hostIDs[0]
+		if source[id] == target[i] {
+			target[i] = hostIDs[1]
+		}
+		code, _, job := do(i%2, "POST", "/v1/vms/"+id+"/migrate", fmt.Sprintf(`{"host_uuid":%q}`, target[i]))
+		require.Contains(t, []int{http.StatusAccepted, http.StatusOK}, code, "migrate %s: %v", id, job)
+		jobs[i] = job["uuid"].(string)
+	}
+	require.NoError(t, poll(ctx, func() error { // some moves under way on C's VMs
+		for i, id := range vms {
+			if owner, _ := r.Locate(id); owner != nodes[2].id {
+				continue
+			}
+			if code, _, job := do(i%2, "GET", "/v1/jobs/"+jobs[i], ""); code == http.StatusOK && job["step"] == "target-ready" {
+				return nil
+			}
+		}
+		return errors.New("no job of a VM of node C is at its hypervisor move yet")
+	}))
+	killedAt := time.Now()
+	require.NoError(t, nodes[2].signal(syscall.SIGKILL, 10*time.Second), "node C killed mid-migration")
+	survivors := nodes[:2]
+	_, r2 := awaitAgreed(t, ctx, survivors)
+	outcomes, resumed := map[string]int{}, 0
+	for i, id := range vms {
+		var job map[string]any
+		require.NoError(t, poll(ctx, func() error {
+			code, _, j := do((i+1)%2, "GET", "/v1/jobs/"+jobs[i]+"?wait=5s", "")
+			if code != http.StatusOK {
+				return fmt.Errorf("job %s: %d %v", jobs[i], code, j)
+			}
+			if s := j["state"]; s != "succeeded" && s != "failed" {
+				return fmt.Errorf("job %s of vm %s is %v at step %v", jobs[i], id, s, j["step"])
+			}
+			job = j
+			return nil
+		}), "the job of vm %s ends", id)
+		outcomes[job["state"].(string)+" "+fmt.Sprint(job["code"])]++
+		before, err := r.Locate(id)
+		require.NoError(t, err)
+		after, err := r2.Locate(id)
+		require.NoError(t, err)
+		// C's VMs: C, if it ended the job before it died, or their new owner.
+		assert.Contains(t, []string{before, after}, job["node"], "the last step of job %s ran on vm %s's owner", jobs[i], id)
+		if before != after && job["node"] == after {
+			resumed++
+		}
+	}
+	endedIn := time.Since(killedAt)
+	code, _, vmPage = do(1, "GET", "/v1/vms?limit=1000", "")
+	require.Equal(t, http.StatusOK, code)
+	onHost := map[string]string{}
+	for _, it := range vmPage["items"].([]any) {
+		v := it.(map[string]any)
+		onHost[v["uuid"].(string)] = v["host_uuid"].(string)
+	}
+	for i, id := range vms {
+		_, _, job := do(0, "GET", "/v1/jobs/"+jobs[i], "")
+		want := source[id]
+		if job["state"] == "succeeded" {
+			want = target[i]
+		}
+		assert.Equal(t, want, onHost[id], "vm %s is on the host its job (%v) says", id, job["state"])
+	}
+	assert.Positive(t, resumed, "a job of node C's VMs was ended by their new owner")
+	t.Logf("%d migrations (each %s on the hypervisor) through 2 nodes' APIs, node C SIGKILLed %s after the first was sent: every job ended %s after the kill, %d of them by the new owner of a VM of C; outcomes %v",
+		n, migrateLatency, killedAt.Sub(migrateStart).Round(time.Millisecond), endedIn.Round(time.Millisecond), resumed, outcomes)
+
+	for i, id := range vms {
+		code, h, vm := do(i%2, "POST", "/v1/vms/"+id+"/destroy", "")
+		require.Equal(t, http.StatusOK, code, "destroy %s: %v", id, vm)
+		owner, err := r2.Locate(id)
+		require.NoError(t, err)
+		assert.Equal(t, owner, h.Get("Refnode-Node"), "destroy of %s ran on its ring owner", id)
+	}
 	code, _, destroyed := do(0, "GET", "/v1/vms?state=destroyed&limit=1000", "")
 	require.Equal(t, http.StatusOK, code)
 	assert.Len(t, destroyed["items"], n)
@@ -149,7 +256,7 @@ func TestRESTOnRabbitMQAndPostgres(t *testing.T) {
 	t.Logf("%d REST calls through 3 nodes on RabbitMQ and PostgreSQL in %s (%.1f ms each, one at a time); %d list passes of %d-VM pages while creating, no VM listed twice",
 		calls, took.Round(time.Millisecond), float64(took.Milliseconds())/float64(calls), passes, 13)
 
-	for _, c := range nodes {
+	for _, c := range survivors {
 		require.NoError(t, c.signal(syscall.SIGTERM, 30*time.Second), "node %s leaves", c.label)
 	}
 	for _, c := range nodes {

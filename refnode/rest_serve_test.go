@@ -324,6 +324,39 @@ func TestCtlREST(t *testing.T) {
 	assert.Contains(t, out, "agree: true\n")
 	assert.Regexp(t, `members: 3\n`, out, "numbers, not strings")
 
+	// A migration: ctl waits for its job's end; the job reads the same
+	// from another node's API; a refused one exits 1 with the job's code.
+	code, out, errOut = ctl("-o", "json", "host", "add", "-name", "h2")
+	require.Equal(t, 0, code, errOut)
+	var h2 map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &h2), out)
+	code, out, errOut = ctl("-o", "json", "vm", "migrate", vms[1], h2["uuid"].(string))
+	require.Equal(t, 0, code, errOut)
+	var job map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &job), out)
+	assert.Equal(t, "succeeded", job["state"], out)
+	assert.Equal(t, "moved", job["step"], out)
+	code, out, errOut = runCmd(t, &env{vars: map[string]string{"REFNODE_API": "http://" + e.nodes[1][3]}}, "ctl", "jobs", "get", "-wait", "1s", job["uuid"].(string))
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `^UUID +KIND +RESOURCE +STATE +STEP +CODE +NODE +UPDATED\n[0-9a-f]{32} +vm\.migrate +`+vms[1]+` +succeeded +moved +- +[0-9a-f]{32} +\S+\n$`, out)
+	code, out, errOut = ctl("vm", "get", "-o", "json", vms[1])
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"host_uuid": "`+h2["uuid"].(string)+`"`)
+	code, _, errOut = ctl("vm", "migrate", vms[1], message.NewUUID())
+	assert.Equal(t, 1, code, "refused: %s", errOut)
+	assert.Regexp(t, `^refnode ctl vm migrate: job [0-9a-f]{32} failed: not_found: `, errOut)
+	code, out, errOut = ctl("jobs")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, 3, len(strings.Split(strings.TrimSpace(out), "\n")), "the header and two jobs: %s", out)
+	code, out, errOut = ctl("-o", "json", "jobs", "list", "-state", "failed")
+	require.Equal(t, 0, code, errOut)
+	var failedJobs []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &failedJobs), out)
+	require.Len(t, failedJobs, 1)
+	assert.Equal(t, "not_found", failedJobs[0]["code"])
+	code, _, errOut = ctl("vm", "migrate", vms[1])
+	assert.Equal(t, 2, code, "usage: %s", errOut)
+
 	// The broker-driven flat commands still parse as before.
 	code, _, errOut = ctl("get-vm", vms[0])
 	assert.Equal(t, 2, code)

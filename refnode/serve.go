@@ -72,6 +72,8 @@ For audits and fault tests:
                      and before the write of its outcome (for=0
                      disarms); logs "test stall" at WARN: for fault
                      tests only
+  -test-migrate-latency d  each simulated VM move between hosts takes d  REFNODE_TEST_MIGRATE_LATENCY
+                     (0): for tests that kill a node mid-migration
 
 Admin HTTP: GET /healthz (200 while serving), GET /livez and GET /readyz
 (200 or 503, JSON checks: see docs/operations.md), GET /status (JSON).
@@ -88,6 +90,7 @@ type serveOptions struct {
 	stallVMFinal time.Duration // -test-stall-vm-final-write
 	testPprof    bool          // -test-pprof
 	testHooks    bool          // -test-hooks
+	migrateLat   time.Duration // -test-migrate-latency: each hypervisor move takes this long
 	vmSweep      time.Duration
 	apiListen    string // -api-listen: "" serves no REST API
 	apiToken     string // -api-token
@@ -109,6 +112,7 @@ func parseServe(args []string, getenv func(string) string) (serveOptions, error)
 	fs.DurationVar(&o.stallVMFinal, "test-stall-vm-final-write", 0, "")
 	fs.BoolVar(&o.testPprof, "test-pprof", false, "")
 	fs.BoolVar(&o.testHooks, "test-hooks", false, "")
+	fs.DurationVar(&o.migrateLat, "test-migrate-latency", 0, "")
 	fs.DurationVar(&o.vmSweep, "vm-sweep", 30*time.Second, "")
 	fs.StringVar(&o.apiListen, "api-listen", "", "")
 	fs.StringVar(&o.apiToken, "api-token", "", "")
@@ -191,7 +195,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("-db: %w", err)
 	}
-	hv, err := simhv.New(simhv.Config{Adopt: true}) // one simulator per process: see simhv.Config.Adopt
+	hv, err := simhv.New(simhv.Config{Adopt: true, OpLatency: map[simhv.Op]time.Duration{simhv.OpMigrateVM: o.migrateLat}}) // one simulator per process: see simhv.Config.Adopt
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,9 @@
 package api
 
 import (
+	"encoding/json"
+	"time"
+
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 )
@@ -210,6 +213,93 @@ type VmReply struct {
 	Handling
 }
 
+// JobMigrateVM is the Kind of the jobs MigrateVm runs.
+const JobMigrateVM = "vm.migrate"
+
+// The steps of a migration, recorded in its job's Step.
+const (
+	// StepChecked: the VM's owner found that the VM may move to the
+	// target and recorded the source host in the job's Args.
+	StepChecked = "checked"
+	// StepPrepared: the target host's owner found the host connected
+	// and answering.
+	StepPrepared = "target-ready"
+	// StepMoved: the hypervisor moved the VM and its record names the
+	// target host; the job succeeded.
+	StepMoved = "moved"
+)
+
+// MigrateArgs are the Args of a migration's job (JSON).
+type MigrateArgs struct {
+	// HostUUID is the target host, set by whoever records the job.
+	HostUUID string `json:"host_uuid"`
+	// Source is the host the VM ran on when the migration was checked,
+	// set by the VM's owner at StepChecked.
+	Source string `json:"source_host_uuid,omitempty"`
+}
+
+// ParseMigrateArgs decodes a migration job's Args.
+func ParseMigrateArgs(args string) (MigrateArgs, error) {
+	var m MigrateArgs
+	err := json.Unmarshal([]byte(args), &m)
+	return m, err
+}
+
+// NewMigrateJob returns the pending job of a migration of vm to host,
+// to record (cloud.Store.AddJob) before sending api.MigrateVm: id is the
+// job's UUID, node the recording node, deadline when a job that no step
+// started is failed (timeout) instead.
+func NewMigrateJob(id, vm, host, node string, now time.Time, deadline time.Duration) cloud.Job {
+	args, _ := json.Marshal(MigrateArgs{HostUUID: host}) // cannot fail: two strings
+	return cloud.Job{UUID: id, Kind: JobMigrateVM, Resource: vm, Args: string(args), State: cloud.JobPending,
+		Node: node, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(deadline)}
+}
+
+// MigrateVm moves a VM to another host, as the steps of a job that the
+// caller recorded first (cloud.Job, Kind JobMigrateVM, Resource the VM,
+// State pending): routed by the VM's UUID to its owner, which checks the
+// VM and the target, has the target host's owner prepare the host, moves
+// the VM on the hypervisor and records it on the target; every step is
+// recorded in the job, so a copy of the message, or the sweep of the
+// VM's next owner, resumes where a dead owner stopped. Send it one-way
+// (service.Send): the job carries the outcome. API.
+type MigrateVm struct {
+	// UUID is the VM's UUID.
+	UUID string `json:"uuid"`
+	// HostUUID is the host to move the VM to.
+	HostUUID string `json:"host_uuid"`
+	// Job is the UUID of the job recorded for this migration.
+	Job string `json:"job"`
+}
+
+// JobReply answers MigrateVm (when called rather than sent): the job
+// after the handler's last step.
+type JobReply struct {
+	// Job is the job's record.
+	Job cloud.Job `json:"job"`
+	Handling
+}
+
+// PrepareMigration asks the owner of a migration's target host to take a
+// VM: routed by the host's UUID to its host service, which checks, under
+// its claim on the host, that the host is connected and answers, and
+// records the step in the job. Internal: sent by the VM's owner.
+type PrepareMigration struct {
+	// HostUUID is the target host's UUID.
+	HostUUID string `json:"host_uuid"`
+	// VM is the UUID of the VM to move there.
+	VM string `json:"vm"`
+	// Job is the migration's job.
+	Job string `json:"job"`
+}
+
+// MigrationPrepared answers PrepareMigration.
+type MigrationPrepared struct {
+	// Host is the target host's record.
+	Host cloud.Host `json:"host"`
+	Handling
+}
+
 // GetOwner asks a node which node owns a resource on its ring copy: a
 // message about no resource, answered by the host service of the node it
 // is sent to (its queue, "host.<node>"), to compare the nodes' views.
@@ -264,6 +354,13 @@ func (m DestroyVm) ResourceUUID() string { return m.UUID }
 // ResourceUUID returns the VM's UUID: GetVm is message.Routed.
 func (m GetVm) ResourceUUID() string { return m.UUID }
 
+// ResourceUUID returns the VM's UUID: MigrateVm is message.Routed.
+func (m MigrateVm) ResourceUUID() string { return m.UUID }
+
+// ResourceUUID returns the target host's UUID: PrepareMigration is
+// message.Routed.
+func (m PrepareMigration) ResourceUUID() string { return m.HostUUID }
+
 // Register registers every message of this package in reg under its
 // "refnode.v1." name. It is idempotent.
 func Register(reg *message.Registry) error {
@@ -287,6 +384,10 @@ func Register(reg *message.Registry) error {
 		message.Register[DestroyVm](reg, "refnode.v1.DestroyVm"),
 		message.Register[GetVm](reg, "refnode.v1.GetVm"),
 		message.Register[VmReply](reg, "refnode.v1.VmReply"),
+		message.Register[MigrateVm](reg, "refnode.v1.MigrateVm"),
+		message.Register[JobReply](reg, "refnode.v1.JobReply"),
+		message.Register[PrepareMigration](reg, "refnode.v1.PrepareMigration"),
+		message.Register[MigrationPrepared](reg, "refnode.v1.MigrationPrepared"),
 		message.Register[GetOwner](reg, "refnode.v1.GetOwner"),
 		message.Register[OwnerView](reg, "refnode.v1.OwnerView"),
 	} {

@@ -116,3 +116,17 @@ func (m CreateVm) Validate() error {
 	p.between("memory_mb", int64(m.MemoryMB), 0, MaxMemoryMB)
 	return p.err("CreateVm")
 }
+
+// Validate checks that the target host and the job are named.
+func (m MigrateVm) Validate() error {
+	var p problems
+	p.uuid("host_uuid", m.HostUUID)
+	p.uuid("job", m.Job)
+	return p.err("MigrateVm")
+}
+
+func (p *problems) uuid(field, v string) {
+	if _, err := message.NormalizeUUID(v); err != nil {
+		*p = append(*p, FieldError{field, fmt.Sprintf("%q is not a UUID", v)})
+	}
+}

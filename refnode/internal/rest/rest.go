@@ -97,6 +97,9 @@ type Config struct {
 	// Node, optional, is the node whose view GET /v1/nodes and
 	// GET /v1/owner/{uuid} report; without it they answer 404.
 	Node Node
+	// JobDeadline is how long a job may stay pending before the
+	// resource's owner fails it (timeout). Default DefaultJobDeadline.
+	JobDeadline time.Duration
 	// Bus, optional, asks each node for its owner of a resource
 	// (GET /v1/owner/{uuid}): the Caller's bus (service.Client.Bus).
 	Bus *bus.CloudBus
@@ -116,8 +119,11 @@ func New(cfg Config) (*API, error) {
 		return nil, errors.New("rest: Config.Caller is required: a service.Client of the cluster")
 	case cfg.Store == nil:
 		return nil, errors.New("rest: Config.Store is required: the cluster's record store, for lists")
-	case cfg.Timeout < 0 || cfg.MaxBody < 0:
-		return nil, errors.New("rest: Config.Timeout and Config.MaxBody must not be negative (0: the default)")
+	case cfg.Timeout < 0 || cfg.MaxBody < 0 || cfg.JobDeadline < 0:
+		return nil, errors.New("rest: Config.Timeout, Config.MaxBody and Config.JobDeadline must not be negative (0: the default)")
+	}
+	if cfg.JobDeadline == 0 {
+		cfg.JobDeadline = DefaultJobDeadline
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout

@@ -350,3 +350,88 @@ func TestNew(t *testing.T) {
 	_, err = rest.New(rest.Config{Caller: &service.Client{}, Store: memdb.New(), Timeout: -1})
 	assert.ErrorContains(t, err, "negative")
 }
+
+// TestMigrateJobs: a migration answers its job, which the VM's owner
+// runs to its end and any reader of the database sees; ?wait= waits for
+// it; a refused migration's job says why; an Idempotency-Key makes a
+// repeated request the same job; jobs list by state and resource.
+func TestMigrateJobs(t *testing.T) {
+	f := start(t, 3, "")
+	var hosts []string
+	for range 2 {
+		h := f.do(t, "POST", "/v1/hosts", `{}`)
+		require.Equal(t, http.StatusCreated, h.status, h.raw)
+		hosts = append(hosts, h.str("uuid"))
+	}
+	img := f.do(t, "POST", "/v1/images", `{}`).str("uuid")
+	vm := f.do(t, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img))
+	require.Equal(t, http.StatusCreated, vm.status, vm.raw)
+	id, source := vm.str("uuid"), vm.str("host_uuid")
+	target := hosts[0]
+	if target == source {
+		target = hosts[1]
+	}
+	require.Equal(t, http.StatusOK, f.do(t, "POST", "/v1/vms/"+id+"/start", "").status)
+
+	body := fmt.Sprintf(`{"host_uuid":%q}`, target)
+	got := f.do(t, "POST", "/v1/vms/"+id+"/migrate", body, "Idempotency-Key", "move-1")
+	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, got.status, got.raw)
+	job := got.str("uuid")
+	assert.Equal(t, "/v1/jobs/"+job, got.header.Get("Location"))
+	assert.Equal(t, "vm.migrate", got.str("kind"))
+	assert.Equal(t, id, got.str("resource"))
+	done := f.do(t, "GET", "/v1/jobs/"+job+"?wait=5s", "")
+	require.Equal(t, http.StatusOK, done.status, done.raw)
+	assert.Equal(t, "succeeded", done.str("state"), done.raw)
+	assert.Equal(t, "moved", done.str("step"))
+	assert.Equal(t, f.c.Owner(id), done.str("node"), "the VM's owner recorded the last step")
+	assert.Equal(t, "database", done.header.Get(rest.HeaderSource))
+	now := f.do(t, "GET", "/v1/vms/"+id, "")
+	assert.Equal(t, target, now.str("host_uuid"))
+	assert.Equal(t, "running", now.str("state"))
+
+	again := f.do(t, "POST", "/v1/vms/"+id+"/migrate?wait=5s", body, "Idempotency-Key", "move-1")
+	require.Equal(t, http.StatusOK, again.status, again.raw)
+	assert.Equal(t, job, again.str("uuid"), "the same job: run once")
+	assert.Equal(t, "succeeded", again.str("state"))
+	other := f.do(t, "POST", "/v1/vms/"+id+"/migrate", fmt.Sprintf(`{"host_uuid":%q}`, source), "Idempotency-Key", "move-1")
+	assert.Equal(t, http.StatusUnprocessableEntity, other.status, other.raw)
+	assert.Equal(t, "idempotency_key_reused", other.errField("code"))
+
+	refused := f.do(t, "POST", "/v1/vms/"+id+"/migrate?wait=5s", fmt.Sprintf(`{"host_uuid":%q}`, message.NewUUID()))
+	require.Equal(t, http.StatusOK, refused.status, refused.raw)
+	assert.Equal(t, "failed", refused.str("state"))
+	assert.Equal(t, "not_found", refused.str("code"))
+	assert.NotEmpty(t, refused.str("error"))
+
+	failed := f.do(t, "GET", "/v1/jobs?state=failed", "")
+	require.Equal(t, http.StatusOK, failed.status, failed.raw)
+	require.Len(t, failed.body["items"], 1)
+	assert.Equal(t, refused.str("uuid"), failed.body["items"].([]any)[0].(map[string]any)["uuid"])
+	mine := f.do(t, "GET", "/v1/jobs?resource="+id, "")
+	assert.Len(t, mine.body["items"], 2)
+	none := f.do(t, "GET", "/v1/jobs?resource="+message.NewUUID(), "")
+	assert.Empty(t, none.body["items"])
+
+	f.badRequests = true
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code, field              string
+	}{
+		{"no target", "POST", "/v1/vms/" + id + "/migrate", `{}`, 400, "bad_request", "host_uuid"},
+		{"malformed target", "POST", "/v1/vms/" + id + "/migrate", `{"host_uuid":"x"}`, 400, "invalid_uuid", "host_uuid"},
+		{"unknown field", "POST", "/v1/vms/" + id + "/migrate", fmt.Sprintf(`{"host_uuid":%q,"live":true}`, target), 400, "bad_request", "live"},
+		{"bad wait", "POST", "/v1/vms/" + id + "/migrate?wait=forever", body, 400, "bad_request", "wait"},
+		{"wait over the timeout", "GET", "/v1/jobs/" + job + "?wait=1h", ``, 400, "bad_request", "wait"},
+		{"unknown job", "GET", "/v1/jobs/" + message.NewUUID(), ``, 404, "not_found", ""},
+		{"bad job state", "GET", "/v1/jobs?state=done", ``, 400, "bad_request", "state"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := f.do(t, c.method, c.path, c.body)
+			assert.Equal(t, c.status, got.status, got.raw)
+			assert.Equal(t, c.code, got.errField("code"), got.raw)
+			assert.Equal(t, c.field, got.errField("field"), got.raw)
+		})
+	}
+}

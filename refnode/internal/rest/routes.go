@@ -28,6 +28,9 @@ var Routes = []string{
 	"GET /v1/vms",
 	"GET /v1/vms/{uuid}",
 	"POST /v1/vms/{uuid}/{action}",
+	"POST /v1/vms/{uuid}/migrate",
+	"GET /v1/jobs",
+	"GET /v1/jobs/{uuid}",
 	"GET /v1/nodes",
 	"GET /v1/owner/{uuid}",
 	"GET /v1/openapi.json",
@@ -47,6 +50,9 @@ func (a *API) routes() {
 		"GET /v1/vms":                     a.listVMs,
 		"GET /v1/vms/{uuid}":              a.getVM,
 		"POST /v1/vms/{uuid}/{action}":    a.vmAction,
+		"POST /v1/vms/{uuid}/migrate":     a.migrateVM,
+		"GET /v1/jobs":                    a.listJobs,
+		"GET /v1/jobs/{uuid}":             a.getJob,
 		"GET /v1/nodes":                   a.nodes,
 		"GET /v1/owner/{uuid}":            a.owner,
 		"GET /v1/openapi.json": func(w http.ResponseWriter, _ *http.Request) {
@@ -218,7 +224,7 @@ func (a *API) vmAction(w http.ResponseWriter, r *http.Request) {
 	mk, known := vmActions[r.PathValue("action")]
 	if !known {
 		writeError(w, http.StatusNotFound, apiError{Code: string(message.ErrNotFound.Code), Field: "action", Retry: "never",
-			Message: fmt.Sprintf("no VM action %q; the actions are start, stop, reboot and destroy", r.PathValue("action"))})
+			Message: fmt.Sprintf("no VM action %q; the actions are start, stop, reboot, destroy and migrate", r.PathValue("action"))})
 		return
 	}
 	id, ok := pathUUID(w, r)

@@ -71,6 +71,7 @@ func newHostService(cfg Config) *HostService {
 	bus.Handle(s.Mux, s.reconnectMsg)
 	bus.Handle(s.Mux, s.allocate)
 	bus.Handle(s.Mux, s.owner)
+	bus.Handle(s.Mux, s.prepare)
 	return s
 }
 

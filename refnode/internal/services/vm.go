@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,8 @@ type VMService struct {
 	// not follow, each with the state it put the VM in and the version
 	// of the record the failed write read.
 	journal fence.Journal[cloud.VMState]
+
+	migrating sync.Map // job UUID -> true: the migrations this node runs now
 }
 
 func newVMService(cfg Config) *VMService {
@@ -61,16 +64,17 @@ func newVMService(cfg Config) *VMService {
 		return s.operate(ctx, r, cloud.VMOpDestroy)
 	})
 	bus.Handle(s.Mux, s.get)
+	bus.Handle(s.Mux, s.migrate)
 	return s
 }
 
 // Name returns "vmInstance".
 func (s *VMService) Name() string { return api.VMService }
 
-// APIMessages returns CreateVm, StartVm, StopVm, RebootVm, DestroyVm and
-// GetVm.
+// APIMessages returns CreateVm, StartVm, StopVm, RebootVm, DestroyVm,
+// GetVm and MigrateVm.
 func (s *VMService) APIMessages() []any {
-	return []any{api.CreateVm{}, api.StartVm{}, api.StopVm{}, api.RebootVm{}, api.DestroyVm{}, api.GetVm{}}
+	return []any{api.CreateVm{}, api.StartVm{}, api.StopVm{}, api.RebootVm{}, api.DestroyVm{}, api.GetVm{}, api.MigrateVm{}}
 }
 
 // Start binds the service to its node and starts its sweeper, which

@@ -70,7 +70,8 @@ func (s *VMService) sweepLoop(ctx context.Context) {
 // hypervisor reports, each in a transaction fenced by this node's claim
 // on the VM: the power is read while the claim holds the VM, so no
 // operation on it runs meanwhile. It also drops the journal entries
-// that a later write overtook, on every VM it lists.
+// that a later write overtook, on every VM it lists, and resumes the
+// migrations of its VMs that are not over.
 func (s *VMService) sweep(ctx context.Context) {
 	if s.node.State() != service.StateServing {
 		return
@@ -103,6 +104,7 @@ func (s *VMService) sweep(ctx context.Context) {
 			s.log.Warn("vm sweep: could not check a VM; next sweep retries", "vm", vm.UUID, "err", err)
 		}
 	}
+	s.resumeJobs(ctx)
 }
 
 // dropped logs that VM id's journal entry e was dropped unapplied: the
