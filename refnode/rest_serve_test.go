@@ -163,6 +163,12 @@ func startEmbedded(t *testing.T, ctx context.Context) *embedded {
 	return e
 }
 
+// TestServeEmbedded is the end-to-end test of the REST API on serve
+// -embedded 3: 100 VMs created, started, stopped, migrated (each job
+// accepted by one node and waited for through another) and destroyed,
+// each step through another node's API, every answer about a VM and every
+// job's last step from the VM's ring owner (which every node agrees on);
+// then serve -embedded's flag errors.
 func TestServeEmbedded(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -183,26 +189,63 @@ func TestServeEmbedded(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
 		return resp.StatusCode, resp.Header, m
 	}
-	code, _, _ := do(0, "POST", "/v1/hosts", `{"name":"h"}`)
-	require.Equal(t, http.StatusCreated, code)
+	var hosts []string
+	for i := range 2 {
+		code, _, h := do(i, "POST", "/v1/hosts", fmt.Sprintf(`{"name":"h%d"}`, i))
+		require.Equal(t, http.StatusCreated, code, "%v", h)
+		hosts = append(hosts, h["uuid"].(string))
+	}
 	code, _, img := do(0, "POST", "/v1/images", `{"name":"i"}`)
 	require.Equal(t, http.StatusCreated, code)
-	handled := map[string]bool{}
-	for range 10 {
-		code, _, vm := do(1, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img["uuid"]))
-		require.Equal(t, http.StatusCreated, code, "%v", vm)
-		code, h, started := do(2, "POST", fmt.Sprintf("/v1/vms/%s/start", vm["uuid"]), "")
-		require.Equal(t, http.StatusOK, code, "%v", started)
-		owner := h.Get("Refnode-Node")
-		assert.True(t, ids[owner], "handled by one of the nodes: %s", owner)
-		_, h, _ = do(0, "GET", fmt.Sprintf("/v1/vms/%s", vm["uuid"]), "")
-		assert.Equal(t, owner, h.Get("Refnode-Node"), "the owner handles every message about the VM")
-		handled[owner] = true
+	// owner asks node i who owns id now.
+	owner := func(i int, id string) string {
+		t.Helper()
+		code, _, o := do(i, "GET", "/v1/owner/"+id, "")
+		require.Equal(t, http.StatusOK, code, "%v", o)
+		require.Equal(t, true, o["agree"], "every node agrees on the owner of %s: %v", id, o)
+		return o["owner"].(string)
 	}
-	t.Logf("starts of 10 VMs handled by %d of the 3 nodes", len(handled))
-	code, _, list := do(2, "GET", "/v1/vms?state=running", "")
+	// 100 VMs created, started, stopped, migrated (each job accepted by
+	// one node and waited for through another) and destroyed, each step
+	// through another node than the step before; every answer about a
+	// VM, and every job's last step, from the VM's owner.
+	const n = 100
+	handled := map[string]bool{}
+	start := time.Now()
+	for i := range n {
+		code, _, vm := do(i%3, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img["uuid"]))
+		require.Equal(t, http.StatusCreated, code, "%v", vm)
+		id := vm["uuid"].(string)
+		want := owner((i+1)%3, id)
+		for step, action := range []string{"start", "stop"} {
+			code, h, got := do((i+step+1)%3, "POST", "/v1/vms/"+id+"/"+action, "")
+			require.Equal(t, http.StatusOK, code, "%s: %v", action, got)
+			assert.Equal(t, want, h.Get("Refnode-Node"), "%s of %s ran on its owner", action, id)
+			handled[want] = true
+		}
+		target := hosts[0]
+		if vm["host_uuid"] == target {
+			target = hosts[1]
+		}
+		code, _, job := do((i+2)%3, "POST", "/v1/vms/"+id+"/migrate", fmt.Sprintf(`{"host_uuid":%q}`, target))
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, code, "migrate: %v", job)
+		code, _, job = do((i+3)%3, "GET", fmt.Sprintf("/v1/jobs/%s?wait=10s", job["uuid"]), "")
+		require.Equal(t, http.StatusOK, code, "%v", job)
+		require.Equal(t, "succeeded", job["state"], "%v", job)
+		assert.Equal(t, want, job["node"], "the last step of the migration of %s ran on its owner", id)
+		code, h, got := do((i+4)%3, "POST", "/v1/vms/"+id+"/destroy", "")
+		require.Equal(t, http.StatusOK, code, "%v", got)
+		assert.Equal(t, target, got["host_uuid"], "destroyed on the host it moved to")
+		assert.Equal(t, want, h.Get("Refnode-Node"))
+	}
+	t.Logf("%d VMs created, started, stopped, migrated and destroyed through 3 embedded nodes' APIs in %s; owners: %d of the 3 nodes",
+		n, time.Since(start).Round(time.Millisecond), len(handled))
+	code, _, list := do(2, "GET", "/v1/vms?state=destroyed&limit=1000", "")
 	require.Equal(t, http.StatusOK, code)
-	assert.Len(t, list["items"], 10)
+	assert.Len(t, list["items"], n)
+	code, _, jobs := do(1, "GET", "/v1/jobs?state=succeeded&limit=1000", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Len(t, jobs["items"], n)
 
 	cancel()
 	select {
