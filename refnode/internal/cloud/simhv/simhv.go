@@ -273,17 +273,27 @@ func (h *Hypervisor) onHost(ctx context.Context, op Op, hostUUID, target string,
 		return err
 	}
 	defer h.mu.Unlock()
+	hs, err := h.upHostLocked(op, target, hostUUID)
+	if err != nil {
+		return err
+	}
+	return f(hs)
+}
+
+// upHostLocked returns a known (with Adopt: any) host that is up, with
+// h.mu held.
+func (h *Hypervisor) upHostLocked(op Op, target, hostUUID string) (*host, error) {
 	hs, ok := h.hosts[hostUUID]
 	if !ok && h.adopt {
 		hs, ok = h.hostLocked(hostUUID), true
 	}
 	if !ok {
-		return fmt.Errorf("simhv: %s %s: host %s was never connected: %w", op, target, hostUUID, ErrUnknown)
+		return nil, fmt.Errorf("simhv: %s %s: host %s was never connected: %w", op, target, hostUUID, ErrUnknown)
 	}
 	if hs.down {
-		return fmt.Errorf("simhv: %s %s: host %s: %w", op, target, hostUUID, ErrHostDown)
+		return nil, fmt.Errorf("simhv: %s %s: host %s: %w", op, target, hostUUID, ErrHostDown)
 	}
-	return f(hs)
+	return hs, nil
 }
 
 // Connect implements [cloud.Hypervisor.Connect].
@@ -361,21 +371,14 @@ func (h *Hypervisor) MigrateVM(ctx context.Context, from, to, vmUUID string) err
 		return err
 	}
 	defer h.mu.Unlock()
-	hosts := [2]*host{}
-	for i, id := range []string{from, to} {
-		hs, ok := h.hosts[id]
-		if !ok && h.adopt {
-			hs, ok = h.hostLocked(id), true
-		}
-		if !ok {
-			return fmt.Errorf("simhv: %s %s: host %s was never connected: %w", OpMigrateVM, target, id, ErrUnknown)
-		}
-		if hs.down {
-			return fmt.Errorf("simhv: %s %s: host %s: %w", OpMigrateVM, target, id, ErrHostDown)
-		}
-		hosts[i] = hs
+	src, err := h.upHostLocked(OpMigrateVM, target, from)
+	if err != nil {
+		return err
 	}
-	src, dst := hosts[0], hosts[1]
+	dst, err := h.upHostLocked(OpMigrateVM, target, to)
+	if err != nil {
+		return err
+	}
 	p, onSrc := src.vms[vmUUID]
 	_, onDst := dst.vms[vmUUID]
 	switch {
