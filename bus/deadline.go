@@ -54,13 +54,24 @@ func (b *CloudBus) stampDeadline(ctx context.Context, env *wire.Envelope) error 
 	if left <= 0 {
 		return ctxError(ctx)
 	}
+	b.stampLeft(env, left)
+	return nil
+}
+
+// stampLeft gives env left to run from now: the time left and, with
+// cluster time, the absolute deadline less this clock's error bound; no
+// deadline if left is not positive.
+func (b *CloudBus) stampLeft(env *wire.Envelope, left time.Duration) {
+	env.Timeout, env.Deadline = 0, 0
+	if left <= 0 {
+		return
+	}
 	env.Timeout = left
 	if b.cfg.Clock != nil {
 		if now, bound, ok := b.cfg.Clock.ClusterTime(); ok {
 			env.Deadline = now.Add(left - bound).UnixNano()
 		}
 	}
-	return nil
 }
 
 // replyContext is context.WithTimeout(context.Background(), d) for the

@@ -74,6 +74,11 @@
 //  4. A one-way message whose deadline passed before it started goes
 //     there too.
 //
+// [CloudBus.DeadLetters] lists the dead-letter queue in place;
+// [CloudBus.ReplayDeadLetters] sends chosen messages again, with a fresh
+// deadline, and removes them (a node replays through its ring:
+// service.Node.ReplayDeadLetters).
+//
 // A retry runs the handler again with the same message id; once one is
 // retried, messages about its resource are no longer in arrival order.
 //

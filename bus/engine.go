@@ -40,6 +40,11 @@ func (e engine) Reroute(ctx context.Context, queue string, route func(env *wire.
 	return e.b.reroute(ctx, queue, route, keep)
 }
 
+func (e engine) ReplayDead(ctx context.Context, ids []string, route func(env *wire.Envelope) error) ([]string, []string, error) {
+	r, err := e.b.replayDead(ctx, ids, route)
+	return r.Replayed, r.Missing, err
+}
+
 func (e engine) DeleteQueueIfIdle(ctx context.Context, queue string) error {
 	return e.b.tr.DeleteQueueIfIdle(ctx, queue)
 }

@@ -115,25 +115,32 @@ func (n *Node) rerouteTarget(node string) func(env *wire.Envelope) error {
 		if node != n.id && slices.Contains(n.ring.Members(), node) {
 			return errNodeBack
 		}
-		key := env.ResourceUUID
-		if key == "" {
-			key = env.ID // any member may handle it: spread them
-		}
-		owner, err := n.ring.Locate(key)
-		if err != nil {
-			return fmt.Errorf("no member to move it to: %w: %w", message.ErrNoRoute, err)
-		}
-		env.ServiceID = bus.ServiceID(svc, owner)
-		if env.ResourceUUID != "" {
-			h := make(map[string]string, len(env.Headers)+1)
-			for k, v := range env.Headers {
-				h[k] = v
-			}
-			h[wire.HeaderOwner] = owner
-			env.Headers = h
-		}
-		return nil
+		return n.routeToOwner(env, svc)
 	}
+}
+
+// routeToOwner addresses env to service svc on the ring's owner of its
+// resource, or of its id if it names none (any member may handle it:
+// spread them).
+func (n *Node) routeToOwner(env *wire.Envelope, svc string) error {
+	key := env.ResourceUUID
+	if key == "" {
+		key = env.ID
+	}
+	owner, err := n.ring.Locate(key)
+	if err != nil {
+		return fmt.Errorf("no member to move it to: %w: %w", message.ErrNoRoute, err)
+	}
+	env.ServiceID = bus.ServiceID(svc, owner)
+	if env.ResourceUUID != "" {
+		h := make(map[string]string, len(env.Headers)+1)
+		for k, v := range env.Headers {
+			h[k] = v
+		}
+		h[wire.HeaderOwner] = owner
+		env.Headers = h
+	}
+	return nil
 }
 
 func (n *Node) kickSweep() {

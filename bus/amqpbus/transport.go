@@ -624,10 +624,16 @@ var _ driver.ConsumerCounter = (*Transport)(nil)
 // Consumers implements [driver.ConsumerCounter] with a passive declare of
 // queue on the transport's control channel.
 func (t *Transport) Consumers(ctx context.Context, queue string) (int, error) {
-	op := "count the consumers of queue " + queue
+	q, err := t.inspect(ctx, "count the consumers of queue "+queue, queue)
+	return q.Consumers, err
+}
+
+// inspect reads queue's counts with a passive declare on the control
+// channel.
+func (t *Transport) inspect(ctx context.Context, op, queue string) (amqp.Queue, error) {
 	s, err := t.current(op)
 	if err != nil {
-		return 0, err
+		return amqp.Queue{}, err
 	}
 	var q amqp.Queue
 	err = s.control(ctx, func(ch *amqp.Channel) error {
@@ -636,9 +642,18 @@ func (t *Transport) Consumers(ctx context.Context, queue string) (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, t.opError(s, op, err)
+		return amqp.Queue{}, t.opError(s, op, err)
 	}
-	return q.Consumers, nil
+	return q, nil
+}
+
+var _ driver.MessageCounter = (*Transport)(nil)
+
+// Messages implements [driver.MessageCounter] with a passive declare of
+// queue on the transport's control channel.
+func (t *Transport) Messages(ctx context.Context, queue string) (int, error) {
+	q, err := t.inspect(ctx, "count the messages of queue "+queue, queue)
+	return q.Messages, err
 }
 
 // errQueueBusy is deleteQuorumIfIdle's refusal of a queue in use.

@@ -318,3 +318,71 @@ func testCloseWhileDrained(t *testing.T, c *cluster) {
 	seen[recv(t, got, 10*time.Second, "the other message back in the queue")] = true
 	assert.Equal(t, map[int]bool{1: true, 2: true}, seen, "the running and the waiting message are both back")
 }
+
+// testDeadLettersReplayed: DeadLetters lists the dead-letter queue as it
+// is, removing nothing; ReplayDeadLetters sends the messages named again,
+// with the time they had to run counted from now, and removes them.
+func testDeadLettersReplayed(t *testing.T, c *cluster) {
+	a := c.open("", bus.Config{})
+	b := c.open("", bus.Config{Limits: bus.Limits{RetryBackoff: 10 * time.Millisecond, RetryAttempts: 1}})
+	ctx := t.Context()
+	h := newFailing(message.ErrInternal.Code, message.ErrInternal.Code)
+	require.NoError(t, b.Register(ctx, "svc", h))
+
+	none, err := b.DeadLetters(ctx, 0)
+	require.NoError(t, err, "an empty dead-letter queue")
+	assert.Empty(t, none)
+
+	ids := []string{message.NewUUID(), message.NewUUID()}
+	res := message.NewUUID()
+	require.NoError(t, a.Send(ctx, b.LocalID("svc"), Echo{Seq: 1}, bus.WithID(ids[0]), bus.WithResource(res), bus.WithTimeout(time.Minute)))
+	require.NoError(t, a.Send(ctx, b.LocalID("svc"), Echo{Seq: 2}, bus.WithID(ids[1])))
+	var dls []bus.DeadLetter
+	eventually(t, 10*time.Second, "both messages dead-lettered after their one attempt", func() bool {
+		dls, err = b.DeadLetters(ctx, 0)
+		return err == nil && len(dls) == 2
+	})
+	again, err := a.DeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, again, 2, "listing removes nothing, from any bus")
+	first := dls[0]
+	if first.ID != ids[0] {
+		first = dls[1]
+	}
+	assert.Equal(t, ids[0], first.ID)
+	assert.Equal(t, "send", first.Kind)
+	assert.Equal(t, b.LocalID("svc"), first.ServiceID)
+	assert.Equal(t, res, first.Resource)
+	assert.Equal(t, a.Node(), first.Source)
+	assert.Equal(t, busx.Of(b).QueueName(b.LocalID("svc")), first.Queue)
+	assert.Contains(t, first.Reason, string(message.ErrInternal.Code), "the reason names the last error")
+	assert.Greater(t, first.Timeout, 50*time.Second, "the time it had to run when sent")
+	assert.JSONEq(t, `{"text":"","seq":1}`, string(first.Body))
+	one, err := b.DeadLetters(ctx, 1)
+	require.NoError(t, err)
+	assert.Len(t, one, 1, "max bounds the list")
+
+	unknown := message.NewUUID()
+	out, err := a.ReplayDeadLetters(ctx, ids[0], unknown)
+	require.NoError(t, err)
+	assert.Equal(t, []string{ids[0]}, out.Replayed)
+	assert.Equal(t, []string{unknown}, out.Missing)
+	assert.Equal(t, 1, recv(t, h.done, 10*time.Second, "the replayed message running"), "the handler fails no more: the replay succeeds")
+	left, err := b.DeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "a replayed message leaves the queue, the other stays")
+	assert.Equal(t, ids[1], left[0].ID)
+
+	_, err = a.ReplayDeadLetters(ctx)
+	assert.ErrorIs(t, err, message.ErrBadRequest, "nothing named")
+	_, err = a.ReplayDeadLetters(ctx, "not-a-uuid")
+	assert.ErrorIs(t, err, message.ErrInvalidUUID)
+	out, err = a.ReplayDeadLetters(ctx, ids[1])
+	require.NoError(t, err)
+	assert.Equal(t, []string{ids[1]}, out.Replayed)
+	assert.Equal(t, 2, recv(t, h.done, 10*time.Second, "the second replayed message running"))
+	eventually(t, 5*time.Second, "the dead-letter queue is empty", func() bool {
+		dls, err := b.DeadLetters(ctx, 0)
+		return err == nil && len(dls) == 0
+	})
+}

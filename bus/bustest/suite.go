@@ -155,6 +155,7 @@ var scenarios = []scenario{
 	{name: "a one-way message whose attempts are spent is dead-lettered with its last error", fast: true, run: testOneWayAttemptsSpent},
 	{name: "a one-way message is retried only within its deadline, then dead-lettered", fast: true, run: testOneWayDeadline},
 	{name: "a one-way message late in its queue is dead-lettered, not dropped", fast: true, run: testOneWayLateDeadLettered},
+	{name: "dead letters are listed in place and replayed by id", run: testDeadLettersReplayed},
 	{name: "a message refused before sending says nothing was sent", needCut: true, run: testRefusedNotSent},
 	{name: "a bus closing while its queue is deleted when idle loses nothing", run: testCloseWhileDrained},
 }

@@ -82,6 +82,16 @@ type ConsumerCounter interface {
 	Consumers(ctx context.Context, queue string) (int, error)
 }
 
+// MessageCounter is implemented by a [Transport] that can tell how many
+// messages wait in a queue: ready ones, not those delivered to a consumer
+// and not yet settled. Package bus uses it to read its dead-letter queue
+// to its end without removing anything (bus.CloudBus.DeadLetters).
+type MessageCounter interface {
+	// Messages returns the number of ready messages of queue; a missing
+	// queue fails with an error matching message.ErrNoRoute.
+	Messages(ctx context.Context, queue string) (int, error)
+}
+
 // FastPublisher is implemented by a [Transport] that can publish in the
 // fast delivery mode: the message is not persisted, not checked for a
 // route and not confirmed by the broker. Package bus uses it for the

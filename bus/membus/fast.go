@@ -33,19 +33,38 @@ var _ driver.ConsumerCounter = (*Transport)(nil)
 // whose transport is alive (a killed one's are gone, as the broker drops
 // a dead process's), reachable or not (a partitioned one's stay, as the
 // broker keeps a cut-off process's until it gives up on its connection).
-func (t *Transport) Consumers(ctx context.Context, queue string) (int, error) {
+func (t *Transport) Consumers(ctx context.Context, name string) (int, error) {
+	var n int
+	err := t.withQueue(ctx, "count the consumers of", name, func(q *queue) { n = len(q.consumers) })
+	return n, err
+}
+
+var _ driver.MessageCounter = (*Transport)(nil)
+
+// Messages implements [driver.MessageCounter]: the ready messages of
+// queue, not those delivered and not yet settled.
+func (t *Transport) Messages(ctx context.Context, name string) (int, error) {
+	var n int
+	err := t.withQueue(ctx, "count the messages of", name, func(q *queue) { n = len(q.msgs) })
+	return n, err
+}
+
+// withQueue calls f with queue, under the network's lock, if the
+// transport may reach it.
+func (t *Transport) withQueue(ctx context.Context, op, name string, f func(q *queue)) error {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return err
 	}
 	n := t.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := t.checkLocked("count the consumers of", queue); err != nil {
-		return 0, err
+	if err := t.checkLocked(op, name); err != nil {
+		return err
 	}
-	q, ok := n.queues[queue]
+	q, ok := n.queues[name]
 	if !ok {
-		return 0, fmt.Errorf("membus: count the consumers of queue %s: it does not exist: %w", queue, message.ErrNoRoute)
+		return fmt.Errorf("membus: %s queue %s: it does not exist: %w", op, name, message.ErrNoRoute)
 	}
-	return len(q.consumers), nil
+	f(q)
+	return nil
 }

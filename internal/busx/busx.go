@@ -71,6 +71,9 @@ type Engine interface {
 	// each message's ServiceID, the message is published there and
 	// acknowledged. It deletes the queue once idle unless keep is set.
 	Reroute(ctx context.Context, queue string, route func(env *wire.Envelope) error, keep bool) (RerouteStats, error)
+	// ReplayDead is bus.CloudBus.ReplayDeadLetters with route setting
+	// each message's ServiceID (and headers) before it is sent again.
+	ReplayDead(ctx context.Context, ids []string, route func(env *wire.Envelope) error) (replayed, missing []string, err error)
 	// DeleteQueueIfIdle deletes queue if it holds no ready message and
 	// has no consumer (driver.Transport.DeleteQueueIfIdle), without
 	// consuming it first.
