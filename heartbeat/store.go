@@ -13,7 +13,9 @@ import (
 // matching ctx's), and pass heartbeat/storetest.
 type Store interface {
 	// Register creates or replaces node's record: a new epoch, sequence
-	// 0, a beat stamped now, the bus up.
+	// 0, a beat stamped now, the bus up. An epoch is the store's time of
+	// the registration in microseconds since the Unix epoch, or the
+	// previous epoch plus one if that is larger (Record.RegisteredAt).
 	Register(ctx context.Context, node string) (epoch int64, err error)
 
 	// Beat stamps node's record now and increments its sequence, if it
@@ -64,6 +66,12 @@ type Record struct {
 	// BusDown is how long the node has reported its bus down; 0 if up.
 	BusDown time.Duration
 }
+
+// RegisteredAt returns when the node registered this life, by the
+// store's clock, read from its epoch (see [Store.Register]): exact but
+// when the store's clock went back or registrations came faster than one
+// a microsecond.
+func (r Record) RegisteredAt() time.Time { return time.UnixMicro(r.Epoch) }
 
 // ErrEvicted means this node's record is gone or has another epoch: the
 // node must stop serving, and may register again. Retrying is pointless.

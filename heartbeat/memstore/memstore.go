@@ -6,7 +6,7 @@
 // the bubble's. Each node may reach the store through its own [View]
 // ([Store.For]), which [Store.SetUnreachable] cuts off and
 // [Store.SetLatency] slows down. Epochs are max(previous epoch + 1, Now
-// in Unix nanoseconds).
+// in Unix microseconds).
 package memstore
 
 import (
@@ -84,7 +84,7 @@ func (s *Store) Register(ctx context.Context, node string) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	epoch := max(s.lastEpoch+1, now.UnixNano())
+	epoch := max(s.lastEpoch+1, now.UnixMicro())
 	s.lastEpoch = epoch
 	s.records[node] = &record{epoch: epoch, stamp: now}
 	return epoch, nil

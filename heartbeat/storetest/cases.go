@@ -25,6 +25,9 @@ func testRegisterList(e *env) {
 		assert.Zero(e.t, r.Seq, "a new record has sequence 0")
 		assert.GreaterOrEqual(e.t, r.Age, time.Duration(0), "an age is never negative")
 		assert.Less(e.t, r.Age, freshAge, "a record just registered must be young by the store's clock")
+		if e.h.Advance == nil { // real time: the database's clock is this machine's, give or take
+			assert.WithinDuration(e.t, time.Now(), r.RegisteredAt(), time.Minute, "an epoch is the store's time of registration in microseconds")
+		}
 	}
 }
 
