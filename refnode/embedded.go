@@ -128,7 +128,7 @@ func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *s
 			return err
 		}
 		defer cl.Close()
-		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, Bus: cl.Bus()})
+		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, Bus: cl.Bus(), DeadLetters: m.node})
 		if err != nil {
 			return err
 		}

@@ -47,11 +47,15 @@ type member struct {
 	// two heartbeat intervals; "joining_or_leaving" when the store has it
 	// live but the ring does not; "missing" for a ring member the store
 	// has no record of.
-	State          string  `json:"state"`
-	HeartbeatAgeMS int64   `json:"heartbeat_age_ms"`
-	BusDownMS      int64   `json:"bus_down_ms,omitempty"`
-	Share          float64 `json:"share"`
-	Owned          owned   `json:"owned"`
+	State          string `json:"state"`
+	HeartbeatAgeMS int64  `json:"heartbeat_age_ms"`
+	// RegisteredAt is when this life of the node registered, by the
+	// database's clock (heartbeat.Record.RegisteredAt); absent for a ring
+	// member the store has no record of.
+	RegisteredAt time.Time `json:"registered_at,omitzero"`
+	BusDownMS    int64     `json:"bus_down_ms,omitempty"`
+	Share        float64   `json:"share"`
+	Owned        owned     `json:"owned"`
 }
 
 // owned counts the resources a member owns.
@@ -102,12 +106,16 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 	}
 	self := add(n.UUID())
 	self.Epoch, self.State = n.Epoch(), "serving"
+	if self.Epoch != 0 {
+		self.RegisteredAt = heartbeat.Record{Epoch: self.Epoch}.RegisteredAt().UTC()
+	}
 	if !view.LastBeat.IsZero() {
 		self.HeartbeatAgeMS = time.Since(view.LastBeat).Milliseconds()
 	}
 	for _, rec := range view.Records {
 		m := add(rec.Node)
 		m.Epoch, m.HeartbeatAgeMS, m.BusDownMS = rec.Epoch, rec.Age.Milliseconds(), rec.BusDown.Milliseconds()
+		m.RegisteredAt = rec.RegisteredAt().UTC()
 		m.State = "serving"
 		if rec.Age > 2*hb.Interval {
 			m.State = "UNHEALTHY"

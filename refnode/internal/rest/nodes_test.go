@@ -34,10 +34,11 @@ func TestNodesAndOwner(t *testing.T) {
 	var view struct {
 		Node    string `json:"node"`
 		Members []struct {
-			UUID  string            `json:"uuid"`
-			State string            `json:"state"`
-			Share float64           `json:"share"`
-			Owned struct{ VMs int } `json:"owned"`
+			UUID         string            `json:"uuid"`
+			State        string            `json:"state"`
+			RegisteredAt time.Time         `json:"registered_at"`
+			Share        float64           `json:"share"`
+			Owned        struct{ VMs int } `json:"owned"`
 		} `json:"members"`
 	}
 	// A beat late by two of the test cluster's short intervals (a loaded
@@ -68,6 +69,7 @@ func TestNodesAndOwner(t *testing.T) {
 	for _, m := range view.Members {
 		assert.Equal(t, "serving", m.State, m.UUID)
 		assert.Equal(t, want[m.UUID], m.Owned.VMs, "VMs owned by %s", m.UUID)
+		assert.WithinDuration(t, time.Now(), m.RegisteredAt, time.Minute, "registered when the test started")
 		sum += m.Share
 	}
 	assert.InDelta(t, 1, sum, 1e-9, "the shares cover the key space")

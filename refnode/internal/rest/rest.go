@@ -103,6 +103,10 @@ type Config struct {
 	// Bus, optional, asks each node for its owner of a resource
 	// (GET /v1/owner/{uuid}): the Caller's bus (service.Client.Bus).
 	Bus *bus.CloudBus
+	// DeadLetters, optional, is the dead-letter queue GET /v1/dead-letters
+	// lists and POST /v1/dead-letters/replay replays: the node (a
+	// *service.Node); without it they answer 404.
+	DeadLetters DeadLetterQueue
 }
 
 // API serves the REST API. Create it with [New].

@@ -31,6 +31,8 @@ var Routes = []string{
 	"POST /v1/vms/{uuid}/migrate",
 	"GET /v1/jobs",
 	"GET /v1/jobs/{uuid}",
+	"GET /v1/dead-letters",
+	"POST /v1/dead-letters/replay",
 	"GET /v1/nodes",
 	"GET /v1/owner/{uuid}",
 	"GET /v1/openapi.json",
@@ -53,6 +55,8 @@ func (a *API) routes() {
 		"POST /v1/vms/{uuid}/migrate":     a.migrateVM,
 		"GET /v1/jobs":                    a.listJobs,
 		"GET /v1/jobs/{uuid}":             a.getJob,
+		"GET /v1/dead-letters":            a.listDeadLetters,
+		"POST /v1/dead-letters/replay":    a.replayDeadLetters,
 		"GET /v1/nodes":                   a.nodes,
 		"GET /v1/owner/{uuid}":            a.owner,
 		"GET /v1/openapi.json": func(w http.ResponseWriter, _ *http.Request) {
