@@ -40,13 +40,19 @@ scripts.
   image rename [-if n] UUID NAME        -if n: only if it is named n now
   nodes                                 the members as the API's node sees
                                         them: state (UNHEALTHY when its beats
-                                        are stale), epoch, heartbeat age,
-                                        share of the key space, resources owned
+                                        are stale), epoch, when it registered,
+                                        heartbeat age, share of the key
+                                        space, resources owned
   owner UUID                            who owns a resource, and whether
                                         every node agrees
   jobs [list] [-state s] [-resource u] [-limit n]
   jobs get [-wait d] UUID               a job, from any node; -wait d waits up
                                         to d for it to end
+  dead [list] [-limit n]                the dead-letter queue, oldest first,
+                                        read in place (100 unless -limit)
+  dead replay ID...                     send dead letters again, each to its
+                                        resource's owner now, and remove
+                                        them; exit 1 if an ID was not there
 
 A command that changes something sends an Idempotency-Key (-key k, or a
 new one) and repeats the request with it while the answer is "retry"
@@ -76,7 +82,7 @@ const (
 
 // ctlResources are the resources of the REST commands, and the commands
 // that take no verb.
-var ctlResources = map[string]bool{"vm": true, "host": true, "image": true, "nodes": true, "owner": true, "jobs": true}
+var ctlResources = map[string]bool{"vm": true, "host": true, "image": true, "nodes": true, "owner": true, "jobs": true, "dead": true}
 
 // restOptions are the flags of the REST commands.
 type restOptions struct {
@@ -121,7 +127,7 @@ func ctlREST(ctx context.Context, o restOptions, args []string, stdout, stderr i
 	if args[0] != "nodes" && args[0] != "owner" && len(args) >= 2 {
 		verb, rest = args[1], args[2:]
 	}
-	if args[0] == "jobs" && (verb == "" || strings.HasPrefix(verb, "-")) { // ctl jobs: the list
+	if (args[0] == "jobs" || args[0] == "dead") && (verb == "" || strings.HasPrefix(verb, "-")) { // ctl jobs, ctl dead: the list
 		verb, rest = "list", args[1:]
 	}
 	switch {
@@ -173,6 +179,10 @@ func ctlREST(ctx context.Context, o restOptions, args []string, stdout, stderr i
 	if err := render(stdout, o.output, req.kind, out); err != nil {
 		fmt.Fprintf(stderr, "refnode ctl %s: %v\n", name, err)
 		return exitFailed
+	}
+	if missing, _ := out.record["missing"].([]any); req.kind == "replay" && len(missing) > 0 {
+		fmt.Fprintf(stderr, "refnode ctl %s: %d of the ids are not in the dead-letter queue (already replayed, or never dead-lettered)\n", name, len(missing))
+		return exitRefused
 	}
 	return 0
 }
@@ -240,6 +250,23 @@ func restCommand(resource, verb string, fs *flag.FlagSet) (func(args []string) (
 				q.Set("wait", wait.String())
 			}
 			return restRequest{method: "GET", path: "/v1/jobs/" + id, query: q, kind: "job"}, err
+		}, true
+	case "dead list":
+		n := limit()
+		return func(args []string) (restRequest, error) {
+			return restRequest{method: "GET", path: "/v1/dead-letters", query: url.Values{}, list: true, limit: *n, kind: "dead"}, noArgs(args)
+		}, true
+	case "dead replay":
+		return func(args []string) (restRequest, error) {
+			if len(args) == 0 {
+				return restRequest{}, errors.New("give the ids of the messages to replay (refnode ctl dead list shows them)")
+			}
+			for _, id := range args {
+				if _, err := message.NormalizeUUID(id); err != nil {
+					return restRequest{}, err
+				}
+			}
+			return restRequest{method: "POST", path: "/v1/dead-letters/replay", body: map[string]any{"ids": args}, change: true, kind: "replay"}, nil
 		}, true
 	case "vm get", "host get", "image get":
 		return one("GET", "", false), true
@@ -507,12 +534,14 @@ func (c *restClient) once(ctx context.Context, method, u string, data []byte, ke
 
 // columns are the table's columns for each kind: JSON field, header.
 var columns = map[string][][2]string{
-	"vm":    {{"uuid", "UUID"}, {"name", "NAME"}, {"state", "STATE"}, {"host_uuid", "HOST"}, {"cpus", "CPUS"}, {"memory_mb", "MEMORY_MB"}, {"version", "VERSION"}},
-	"host":  {{"uuid", "UUID"}, {"name", "NAME"}, {"address", "ADDRESS"}, {"status", "STATUS"}, {"managed_by", "MANAGED_BY"}},
-	"image": {{"uuid", "UUID"}, {"name", "NAME"}, {"size_mb", "SIZE_MB"}, {"url", "URL"}},
-	"nodes": {{"uuid", "NODE"}, {"state", "STATE"}, {"epoch", "EPOCH"}, {"age", "HEARTBEAT_AGE"}, {"share", "SHARE"}, {"hosts", "HOSTS"}, {"images", "IMAGES"}, {"vms", "VMS"}},
-	"owner": {{"node", "NODE"}, {"owner", "OWNER"}, {"fingerprint", "FINGERPRINT"}, {"error", "ERROR"}},
-	"job":   {{"uuid", "UUID"}, {"kind", "KIND"}, {"resource", "RESOURCE"}, {"state", "STATE"}, {"step", "STEP"}, {"code", "CODE"}, {"node", "NODE"}, {"updated_at", "UPDATED"}},
+	"vm":     {{"uuid", "UUID"}, {"name", "NAME"}, {"state", "STATE"}, {"host_uuid", "HOST"}, {"cpus", "CPUS"}, {"memory_mb", "MEMORY_MB"}, {"version", "VERSION"}},
+	"host":   {{"uuid", "UUID"}, {"name", "NAME"}, {"address", "ADDRESS"}, {"status", "STATUS"}, {"managed_by", "MANAGED_BY"}},
+	"image":  {{"uuid", "UUID"}, {"name", "NAME"}, {"size_mb", "SIZE_MB"}, {"url", "URL"}},
+	"nodes":  {{"uuid", "NODE"}, {"state", "STATE"}, {"epoch", "EPOCH"}, {"registered_at", "REGISTERED"}, {"age", "HEARTBEAT_AGE"}, {"share", "SHARE"}, {"hosts", "HOSTS"}, {"images", "IMAGES"}, {"vms", "VMS"}},
+	"owner":  {{"node", "NODE"}, {"owner", "OWNER"}, {"fingerprint", "FINGERPRINT"}, {"error", "ERROR"}},
+	"dead":   {{"id", "ID"}, {"type", "TYPE"}, {"service_id", "SERVICE"}, {"resource", "RESOURCE"}, {"reason", "REASON"}},
+	"replay": {{"id", "ID"}, {"outcome", "OUTCOME"}},
+	"job":    {{"uuid", "UUID"}, {"kind", "KIND"}, {"resource", "RESOURCE"}, {"state", "STATE"}, {"step", "STEP"}, {"code", "CODE"}, {"node", "NODE"}, {"updated_at", "UPDATED"}},
 }
 
 // nodeRows flattens GET /v1/nodes for its table.
@@ -522,6 +551,11 @@ func nodeRows(v map[string]any) ([]map[string]any, string) {
 	for _, x := range members {
 		m, _ := x.(map[string]any)
 		row := map[string]any{"uuid": m["uuid"], "state": m["state"], "epoch": m["epoch"]}
+		if s, _ := m["registered_at"].(string); s != "" {
+			if at, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				row["registered_at"] = at.Format(time.RFC3339)
+			}
+		}
 		if age, err := num(m["heartbeat_age_ms"]); err == nil {
 			row["age"] = (time.Duration(age) * time.Millisecond).String()
 		}
@@ -600,6 +634,21 @@ func ownerRows(v map[string]any) ([]map[string]any, string) {
 	return rows, fmt.Sprintf("%v is owned by %v on the ring of node %v; %s", v["uuid"], v["owner"], v["node"], agree)
 }
 
+// replayRows flattens POST /v1/dead-letters/replay for its table.
+func replayRows(v map[string]any) ([]map[string]any, string) {
+	var rows []map[string]any
+	for _, outcome := range []string{"replayed", "missing"} {
+		ids, _ := v[outcome].([]any)
+		for _, id := range ids {
+			rows = append(rows, map[string]any{"id": id, "outcome": outcome})
+		}
+	}
+	if e, _ := v["error"].(string); e != "" {
+		return rows, "the replay stopped before the end; the other ids are still in the dead-letter queue: " + e
+	}
+	return rows, ""
+}
+
 // render prints r as format.
 func render(w io.Writer, format, kind string, r restResult) error {
 	var v any = r.record
@@ -635,6 +684,8 @@ func render(w io.Writer, format, kind string, r restResult) error {
 		rows, footer = nodeRows(r.record)
 	case "owner":
 		rows, footer = ownerRows(r.record)
+	case "replay":
+		rows, footer = replayRows(r.record)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	cols := columns[kind]

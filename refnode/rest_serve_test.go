@@ -338,7 +338,8 @@ func TestCtlREST(t *testing.T) {
 
 	code, out, errOut = ctl("nodes")
 	require.Equal(t, 0, code, errOut)
-	assert.Regexp(t, `^NODE +STATE +EPOCH +HEARTBEAT_AGE +SHARE +HOSTS +IMAGES +VMS\n`, out)
+	assert.Regexp(t, `^NODE +STATE +EPOCH +REGISTERED +HEARTBEAT_AGE +SHARE +HOSTS +IMAGES +VMS\n`, out)
+	assert.Regexp(t, `(?m) serving +[0-9]+ +20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +[0-9.]+[mµn]?s `, out, "each node's registration time")
 	assert.Equal(t, 3, strings.Count(out, " serving "), out)
 	assert.Contains(t, out, e.nodes[0][2]+" *", "the node that answered is marked")
 	assert.Regexp(t, `(?m)^\* the node that answered; ring fingerprint [0-9a-f]+; heartbeat every 100ms`, out)
