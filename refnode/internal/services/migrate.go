@@ -47,7 +47,10 @@ func (s *VMService) migrate(ctx context.Context, r *bus.Request, m api.MigrateVm
 //     target, and the job succeeds, in one transaction.
 //
 // A job still pending at its Deadline fails with code timeout; one past
-// step 1 is driven to its end, never left half-way. An error that is no
+// step 1 is driven to its end, never left half-way, unless its move
+// fails after its Deadline while the hypervisor says the VM is still
+// wholly on its source: then it fails with code timeout, nothing moved
+// (a hypervisor that cannot tell keeps it going). An error that is no
 // refusal (a database or hypervisor failure, a lost claim) leaves the job
 // at its last step and is returned: a retry or a sweep resumes it.
 func (s *VMService) runMigration(ctx context.Context, claim fence.Claim, vm, jobID string) (cloud.Job, error) {
@@ -135,6 +138,15 @@ func (s *VMService) runMigration(ctx context.Context, claim fence.Claim, vm, job
 			opCtx, cancel := context.WithTimeout(ctx, s.opTimeout)
 			err := s.hv.MigrateVM(opCtx, args.Source, args.HostUUID, vm)
 			cancel()
+			if err != nil && s.stayedOnSource(ctx, j, args, vm) {
+				s.log.Warn("vm migration given up: the move kept failing past the job's deadline and the VM is still on its source", "vm", vm, "job", jobID, "err", err)
+				return tx.UpdateJob(ctx, jobID, func(j *cloud.Job) error {
+					j.Node, j.UpdatedAt = node, time.Now()
+					failJob(j, message.ErrTimeout.WithDetails(fmt.Sprintf("the move of vm %s from host %s to host %s kept failing past the job's deadline %s (last: %v); the VM is still on host %s: nothing moved",
+						vm, args.Source, args.HostUUID, j.Deadline.UTC().Format(time.RFC3339), err, args.Source)))
+					return nil
+				})
+			}
 			if err != nil {
 				return j, fmt.Errorf("vmInstance: migrate vm %s from host %s to host %s: %w; job %s resumes at the next try", vm, args.Source, args.HostUUID, err, jobID)
 			}
@@ -158,6 +170,26 @@ func (s *VMService) runMigration(ctx context.Context, claim fence.Claim, vm, job
 		s.log.Info("vm migrated", "vm", vm, "job", jobID, "from", args.Source, "to", args.HostUUID, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return job, err
+}
+
+// stayedOnSource reports whether a migration job whose move just failed
+// may give up: its deadline passed, and the hypervisor says the VM is
+// on its source and not on its target (unknown there, or the target does
+// not answer), so nothing moved. A source that cannot tell (PowerUnknown,
+// an error) keeps the job going: a move that may have happened is driven
+// to its end.
+func (s *VMService) stayedOnSource(ctx context.Context, j cloud.Job, args api.MigrateArgs, vm string) bool {
+	if j.Deadline.IsZero() || !time.Now().After(j.Deadline) {
+		return false
+	}
+	opCtx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	src, err := s.hv.VMPower(opCtx, args.Source, vm)
+	if err != nil || src == cloud.PowerUnknown {
+		return false
+	}
+	dst, err := s.hv.VMPower(opCtx, args.HostUUID, vm)
+	return err != nil || dst == cloud.PowerUnknown // an unreachable target: the source holds the VM
 }
 
 // checkMigration is step 1's check of a migration of vm to args.HostUUID:

@@ -200,3 +200,58 @@ func TestMigrateResumes(t *testing.T) {
 		assert.Equal(t, migrations+3, f.hv.Calls(simhv.OpMigrateVM), "one hypervisor move per resumed job: the one made before is idempotent")
 	})
 }
+
+// TestMigrateGivesUpPastDeadline: a migration whose move keeps failing
+// stays running, retried, until its deadline; past it, with the VM still
+// on its source, the job fails with code timeout and nothing moved. A
+// target that went down does not keep it running forever either.
+func TestMigrateGivesUpPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{Latency: 5 * time.Millisecond})
+		ctx := t.Context()
+		hosts := f.addHosts(t, 3)
+		img := f.addImage(t)
+		for _, targetDown := range []bool{false, true} {
+			created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img})
+			require.NoError(t, err)
+			vm := created.VM.UUID
+			_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+			require.NoError(t, err)
+			source, target := created.VM.HostUUID, f.otherHost(t, vm, hosts)
+			job := f.migrateJob(t, vm, target, 10*time.Second)
+			msg := api.MigrateVm{UUID: vm, HostUUID: target, Job: job}
+			f.hv.FailNext(simhv.OpMigrateVM, 1000)
+			if targetDown { // after its step target-ready: the move fails on it
+				_, err := f.db.UpdateJob(ctx, job, func(j *cloud.Job) error {
+					b, _ := json.Marshal(api.MigrateArgs{HostUUID: target, Source: source})
+					j.Args, j.State, j.Step = string(b), cloud.JobRunning, api.StepPrepared
+					return nil
+				})
+				require.NoError(t, err)
+				f.hv.FailNext(simhv.OpMigrateVM, 0)
+				f.hv.SetHostDown(target, true)
+			}
+			_, err = service.Call[api.JobReply](ctx, f.cl, msg)
+			require.Error(t, err, "target down %t: the move failed", targetDown)
+			j, err := f.db.Job(ctx, job)
+			require.NoError(t, err)
+			assert.Equal(t, cloud.JobRunning, j.State, "target down %t: before its deadline a failed move is tried again", targetDown)
+			assert.Equal(t, api.StepPrepared, j.Step)
+
+			time.Sleep(11 * time.Second) // virtual: past the deadline
+			rep, err := service.Call[api.JobReply](ctx, f.cl, msg)
+			require.NoError(t, err)
+			assert.Equal(t, cloud.JobFailed, rep.Job.State, "target down %t: %+v", targetDown, rep.Job)
+			assert.Equal(t, string(message.ErrTimeout.Code), rep.Job.Code)
+			assert.Contains(t, rep.Job.Error, "nothing moved")
+			rec, err := f.db.VM(ctx, vm)
+			require.NoError(t, err)
+			assert.Equal(t, source, rec.HostUUID, "the VM's record stays on its source")
+			p, err := f.hv.VMPower(ctx, source, vm)
+			require.NoError(t, err)
+			assert.Equal(t, cloud.PowerOn, p, "the VM runs on its source")
+			f.hv.FailNext(simhv.OpMigrateVM, 0)
+			f.hv.SetHostDown(target, false)
+		}
+	})
+}
