@@ -114,6 +114,9 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		Heartbeat: cfg.heartbeat,
 		Observer:  obs,
 		Logger:    cfg.logger,
+		// In memory a live node leaves in milliseconds; a killed one
+		// (kill) waits out its unreachable store and bus until then.
+		LeaveTimeout: 2 * time.Second,
 	})
 	if err != nil {
 		_ = tr.Close()

@@ -67,25 +67,45 @@ func embeddedAddrs(addr string, n int) ([]string, error) {
 	return out, nil
 }
 
-// serveEmbedded runs o.embedded nodes in this process, on an in-memory
-// bus, heartbeat store and record store, each serving the REST API,
-// until ctx ends; then every node leaves in order. Nothing is kept after
-// it returns.
-func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logger) error {
+// embeddedCluster is the nodes of an embedded cluster with the REST API
+// served on each.
+type embeddedCluster struct {
+	c       *cluster
+	log     *slog.Logger
+	started time.Duration // until every ring held every node
+	apis    []embeddedAPI
+	clients []io.Closer
+	wg      sync.WaitGroup
+}
+
+// embeddedAPI is one node's REST API.
+type embeddedAPI struct {
+	m    *member
+	srv  *http.Server
+	addr net.Addr
+}
+
+// newEmbeddedCluster starts o.embedded nodes in this process, on an in-memory
+// bus, heartbeat store and record store, each serving the REST API on
+// its address of o.apiListen. The caller closes it.
+func newEmbeddedCluster(ctx context.Context, o serveOptions, log *slog.Logger) (*embeddedCluster, error) {
 	addrs, err := embeddedAddrs(o.apiListen, o.embedded)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lns := make([]net.Listener, 0, len(addrs))
+	served := false
 	defer func() {
 		for _, ln := range lns {
-			_ = ln.Close() // served ones are closed already
+			if !served { // closing a served one again is harmless
+				_ = ln.Close()
+			}
 		}
 	}()
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
-			return fmt.Errorf("REST API: %w; pick another -api-listen address (127.0.0.1:0 picks free ports)", err)
+			return nil, fmt.Errorf("REST API: %w; pick another -api-listen address (127.0.0.1:0 picks free ports)", err)
 		}
 		lns = append(lns, ln)
 	}
@@ -93,7 +113,76 @@ func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *s
 	c, err := startCluster(ctx, clusterConfig{nodes: o.embedded, prefix: o.Prefix, heartbeat: o.Heartbeat,
 		hypervisor: simhv.Config{}, pingInterval: o.pingInterval, logger: log})
 	if err != nil {
-		return fmt.Errorf("start the embedded cluster: %w", err)
+		return nil, fmt.Errorf("start the embedded cluster: %w", err)
+	}
+	e := &embeddedCluster{c: c, log: log, started: time.Since(start)}
+	for i, m := range c.all() {
+		cl, err := c.client(ctx, o.Prefix)
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		e.clients = append(e.clients, cl)
+		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, Bus: cl.Bus(), DeadLetters: m.node})
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		srv, ln := a.Server(), lns[i]
+		e.apis = append(e.apis, embeddedAPI{m: m, srv: srv, addr: ln.Addr()})
+		e.wg.Go(func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("REST API", "node", m.node.UUID(), "err", err)
+			}
+		})
+	}
+	served = true // each server closes its listener
+	return e, nil
+}
+
+// urls returns each node's REST API, in start order.
+func (e *embeddedCluster) urls() []string {
+	out := make([]string, len(e.apis))
+	for i, a := range e.apis {
+		out[i] = "http://" + a.addr.String()
+	}
+	return out
+}
+
+// kill crashes the node of API i, as a process dies: the node stops
+// without a goodbye and its API stops answering.
+func (e *embeddedCluster) kill(i int) {
+	a := e.apis[i]
+	_ = a.srv.Close()
+	e.c.kill(a.m)
+}
+
+// close stops the APIs, then every node (live ones leave in order).
+func (e *embeddedCluster) close() {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, a := range e.apis {
+		if err := a.srv.Shutdown(sctx); err != nil {
+			e.log.Warn("close the REST API", "err", err)
+		}
+	}
+	e.wg.Wait()
+	for _, cl := range e.clients {
+		_ = cl.Close()
+	}
+	if err := e.c.close(); err != nil {
+		e.log.Warn("close the embedded cluster", "err", err)
+	}
+}
+
+// serveEmbedded runs o.embedded nodes in this process, on an in-memory
+// bus, heartbeat store and record store, each serving the REST API,
+// until ctx ends; then every node leaves in order. Nothing is kept after
+// it returns.
+func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logger) error {
+	e, err := newEmbeddedCluster(ctx, o, log)
+	if err != nil {
+		return err
 	}
 	var left time.Time // when ctx ended
 	defer func() {     // last: once the servers stopped and every node left
@@ -101,46 +190,11 @@ func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *s
 			fmt.Fprintf(stdout, "left:    in %s\n", time.Since(left).Round(time.Millisecond))
 		}
 	}()
-	defer func() {
-		if err := c.close(); err != nil {
-			log.Warn("close the embedded cluster", "err", err)
-		}
-	}()
+	defer e.close()
 	fmt.Fprintf(stdout, "embedded: %d nodes in this process on an in-memory bus and database (nothing is kept after exit), ready in %s\n",
-		o.embedded, time.Since(start).Round(time.Millisecond))
-	var (
-		wg      sync.WaitGroup
-		servers []*http.Server
-	)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, srv := range servers {
-			if err := srv.Shutdown(sctx); err != nil {
-				log.Warn("close the REST API", "err", err)
-			}
-		}
-		wg.Wait()
-	}()
-	for i, m := range c.all() {
-		cl, err := c.client(ctx, o.Prefix)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, Bus: cl.Bus(), DeadLetters: m.node})
-		if err != nil {
-			return err
-		}
-		srv := a.Server()
-		servers = append(servers, srv)
-		ln := lns[i]
-		wg.Go(func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				log.Warn("REST API", "node", m.node.UUID(), "err", err)
-			}
-		})
-		fmt.Fprintf(stdout, "node %s:  %s  api: http://%s/v1/\n", m.label, m.node.UUID(), ln.Addr())
+		o.embedded, e.started.Round(time.Millisecond))
+	for _, a := range e.apis {
+		fmt.Fprintf(stdout, "node %s:  %s  api: http://%s/v1/\n", a.m.label, a.m.node.UUID(), a.addr)
 	}
 	if o.apiToken != "" {
 		fmt.Fprintln(stdout, "api:     a bearer token is required (-api-token)")

@@ -36,17 +36,6 @@ func runCmd(t *testing.T, e *env, args ...string) (code int, stdout, stderr stri
 	return code, out.String(), errb.String()
 }
 
-// TestLaterCommandsSayTheyAreNotHere: bench is part of the command line
-// but exits 2 with a message saying what it will do.
-func TestLaterCommandsSayTheyAreNotHere(t *testing.T) {
-	code, out, errOut := runCmd(t, nil, "bench", "-x")
-	assert.Equal(t, 2, code)
-	assert.Empty(t, out)
-	assert.Contains(t, errOut, "refnode bench ")
-	assert.Contains(t, errOut, "failover", "it says what the command will do")
-	assert.Contains(t, errOut, "not available in this build")
-}
-
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"demo", "-help"}} {
 		code, out, _ := runCmd(t, nil, args...)
