@@ -31,33 +31,7 @@ import (
 // is listed, in table and JSON, then replayed: it runs on the VM's
 // owner, the VM starts, and the queue is empty.
 func TestCtlDead(t *testing.T) {
-	reg := message.NewRegistry()
-	require.NoError(t, api.Register(reg))
-	hv, err := simhv.New(simhv.Config{})
-	require.NoError(t, err)
-	db := memdb.New()
-	c := servicetest.Start(t, servicetest.Options{
-		Nodes:    3,
-		Registry: reg,
-		Services: func(int, nodekit.Env) []service.Service {
-			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: time.Hour})
-			if err != nil {
-				panic(err)
-			}
-			return s.Services()
-		},
-	})
-	db.UseFence(c.Store(), memfence.Config{})
-	cl := c.Client(t)
-	a, err := rest.New(rest.Config{Caller: cl, Store: db, Logger: slog.New(slog.DiscardHandler), Node: c.Node(0), Bus: cl.Bus(), DeadLetters: c.Node(0)})
-	require.NoError(t, err)
-	srv := httptest.NewServer(a)
-	t.Cleanup(srv.Close)
-	ctl := func(args ...string) (int, string, string) {
-		t.Helper()
-		return runCmd(t, &env{vars: map[string]string{"REFNODE_API": srv.URL}}, append([]string{"ctl"}, args...)...)
-	}
-
+	c, ctl := ctlCluster(t)
 	code, out, errOut := ctl("dead")
 	require.Equal(t, 0, code, errOut)
 	assert.Equal(t, "ID  TYPE  SERVICE  RESOURCE  REASON\n", out, "an empty queue")
@@ -134,4 +108,67 @@ func TestCtlDead(t *testing.T) {
 	code, out, errOut = ctl("-o", "json", "dead")
 	require.Equal(t, 0, code, errOut)
 	assert.Equal(t, "[]\n", out, "a replayed message leaves the queue")
+}
+
+// ctlCluster starts a live 3-node cluster of refnode's services (in
+// memory) with the REST API of its first node, and returns it with a
+// runner of refnode ctl against that API.
+func ctlCluster(t *testing.T) (*servicetest.Cluster, func(args ...string) (int, string, string)) {
+	reg := message.NewRegistry()
+	require.NoError(t, api.Register(reg))
+	hv, err := simhv.New(simhv.Config{})
+	require.NoError(t, err)
+	db := memdb.New()
+	c := servicetest.Start(t, servicetest.Options{
+		Nodes:    3,
+		Registry: reg,
+		Services: func(int, nodekit.Env) []service.Service {
+			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: time.Hour})
+			if err != nil {
+				panic(err)
+			}
+			return s.Services()
+		},
+	})
+	db.UseFence(c.Store(), memfence.Config{})
+	cl := c.Client(t)
+	a, err := rest.New(rest.Config{Caller: cl, Store: db, Logger: slog.New(slog.DiscardHandler), Node: c.Node(0), Bus: cl.Bus(), DeadLetters: c.Node(0)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	return c, func(args ...string) (int, string, string) {
+		t.Helper()
+		return runCmd(t, &env{vars: map[string]string{"REFNODE_API": srv.URL}}, append([]string{"ctl"}, args...)...)
+	}
+}
+
+// TestCtlImageDelete: refnode ctl image delete is refused (exit 1,
+// conflict) while a VM uses the image, deletes it once the VM is
+// destroyed, and a second delete is not found (exit 1).
+func TestCtlImageDelete(t *testing.T) {
+	_, ctl := ctlCluster(t)
+	uuidOf := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := ctl(append([]string{"-o", "json"}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+		return rec["uuid"].(string)
+	}
+	uuidOf("host", "add")
+	img := uuidOf("image", "add", "-name", "debian")
+	vm := uuidOf("vm", "create", img)
+	code, _, errOut := ctl("image", "delete", img)
+	assert.Equal(t, 1, code, "in use: %s", errOut)
+	assert.Regexp(t, `^refnode ctl image delete: conflict: .*`+vm+`.*\(HTTP 409\)\n$`, errOut)
+	code, _, errOut = ctl("vm", "destroy", vm)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut := ctl("image", "delete", img)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `^UUID +NAME +SIZE_MB +URL\n`+img+` +debian +`, out)
+	code, _, errOut = ctl("image", "delete", img)
+	assert.Equal(t, 1, code, "deleted already: %s", errOut)
+	assert.Contains(t, errOut, "not_found: ")
+	code, _, errOut = ctl("image", "delete")
+	assert.Equal(t, 2, code, "usage: %s", errOut)
 }

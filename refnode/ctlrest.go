@@ -38,6 +38,8 @@ scripts.
   image add [-name n] [-url u] [-size-mb n] [UUID]
   image get UUID | image list [-limit n]
   image rename [-if n] UUID NAME        -if n: only if it is named n now
+  image delete UUID                     refused while a VM that is not
+                                        destroyed uses it
   nodes                                 the members as the API's node sees
                                         them: state (UNHEALTHY when its beats
                                         are stale), epoch, when it registered,
@@ -272,6 +274,8 @@ func restCommand(resource, verb string, fs *flag.FlagSet) (func(args []string) (
 		return one("GET", "", false), true
 	case "host reconnect":
 		return one("POST", "/reconnect", true), true
+	case "image delete":
+		return one("DELETE", "", true), true
 	case "vm list":
 		state, host, image, n := fs.String("state", "", ""), fs.String("host", "", ""), fs.String("image", "", ""), limit()
 		return func(args []string) (restRequest, error) {

@@ -820,11 +820,15 @@ func TestWireDocExamples(t *testing.T) {
 	}
 
 	// Every other API type, with a body naming a resource of its service,
-	// in an order in which each succeeds.
+	// in an order in which each succeeds: a deletion last, once the VMs
+	// that used the image are destroyed and nothing else needs it.
 	index := keyed(t, "messages", doc.table(t, "messages", 5))
 	order := []string{"Get", "Reconnect", "Reboot", "Stop", "Destroy"}
 	rank := func(name string) int {
 		short := name[strings.LastIndexByte(name, '.')+1:]
+		if strings.HasPrefix(short, "Delete") {
+			return len(order) + 1
+		}
 		for i, p := range order {
 			if strings.HasPrefix(short, p) {
 				return i

@@ -119,6 +119,23 @@ type ImageReply struct {
 	Handling
 }
 
+// DeleteImage deletes an image; routed by its UUID to the image service
+// of its owner. It is refused (conflict) while a VM that is not destroyed
+// uses the image; a create from the image and its deletion never both
+// succeed. Each message runs once (a resend with the same id gets the
+// first reply); another DeleteImage of a deleted image is not_found. API.
+type DeleteImage struct {
+	// UUID is the image's UUID.
+	UUID string `json:"uuid"`
+}
+
+// ImageDeleted answers DeleteImage.
+type ImageDeleted struct {
+	// Image is the image's record as it was deleted.
+	Image cloud.Image `json:"image"`
+	Handling
+}
+
 // SetImageName renames an image; routed by its UUID to the image service
 // of its owner. With IfName set it is a compare-and-set: the name is
 // written only if the image's name is *IfName at that moment. Each
@@ -336,6 +353,9 @@ func (m AddImage) ResourceUUID() string { return m.UUID }
 // ResourceUUID returns the image's UUID: GetImage is message.Routed.
 func (m GetImage) ResourceUUID() string { return m.UUID }
 
+// ResourceUUID returns the image's UUID: DeleteImage is message.Routed.
+func (m DeleteImage) ResourceUUID() string { return m.UUID }
+
 // ResourceUUID returns the image's UUID: SetImageName is message.Routed.
 func (m SetImageName) ResourceUUID() string { return m.UUID }
 
@@ -376,6 +396,8 @@ func Register(reg *message.Registry) error {
 		message.Register[ImageReply](reg, "refnode.v1.ImageReply"),
 		message.Register[SetImageName](reg, "refnode.v1.SetImageName"),
 		message.Register[ImageNameSet](reg, "refnode.v1.ImageNameSet"),
+		message.Register[DeleteImage](reg, "refnode.v1.DeleteImage"),
+		message.Register[ImageDeleted](reg, "refnode.v1.ImageDeleted"),
 		message.Register[CreateVm](reg, "refnode.v1.CreateVm"),
 		message.Register[VmCreated](reg, "refnode.v1.VmCreated"),
 		message.Register[StartVm](reg, "refnode.v1.StartVm"),

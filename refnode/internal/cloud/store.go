@@ -62,6 +62,11 @@ type Store interface {
 	// UpdateImage applies update to the image atomically, like
 	// UpdateHost.
 	UpdateImage(ctx context.Context, uuid string, update func(*Image) error) (Image, error)
+	// DeleteImage deletes the image, or fails with an error matching
+	// message.ErrNotFound. Inside [Store.Do] it locks the record as an
+	// update does and takes effect at commit; the transaction reads the
+	// image as gone.
+	DeleteImage(ctx context.Context, uuid string) error
 
 	// AddVM inserts vm at Version 1, whatever vm.Version says; an
 	// existing UUID fails like AddHost.

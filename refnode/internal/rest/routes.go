@@ -24,6 +24,7 @@ var Routes = []string{
 	"GET /v1/images",
 	"GET /v1/images/{uuid}",
 	"PATCH /v1/images/{uuid}",
+	"DELETE /v1/images/{uuid}",
 	"POST /v1/vms",
 	"GET /v1/vms",
 	"GET /v1/vms/{uuid}",
@@ -48,6 +49,7 @@ func (a *API) routes() {
 		"GET /v1/images":                  a.listImages,
 		"GET /v1/images/{uuid}":           a.getImage,
 		"PATCH /v1/images/{uuid}":         a.renameImage,
+		"DELETE /v1/images/{uuid}":        a.deleteImage,
 		"POST /v1/vms":                    a.createVM,
 		"GET /v1/vms":                     a.listVMs,
 		"GET /v1/vms/{uuid}":              a.getVM,
@@ -149,6 +151,14 @@ func (a *API) addImage(w http.ResponseWriter, r *http.Request) {
 func (a *API) getImage(w http.ResponseWriter, r *http.Request) {
 	if id, ok := pathUUID(w, r); ok {
 		send(a, w, r, api.GetImage{UUID: id}, http.StatusOK, func(rep api.ImageReply) (any, *apiError) { return rep.Image, nil })
+	}
+}
+
+// deleteImage sends DeleteImage to the image's owner: 200 with the image
+// as it was deleted; 409 while a VM that is not destroyed uses it.
+func (a *API) deleteImage(w http.ResponseWriter, r *http.Request) {
+	if id, ok := pathUUID(w, r); ok {
+		send(a, w, r, api.DeleteImage{UUID: id}, http.StatusOK, func(rep api.ImageDeleted) (any, *apiError) { return rep.Image, nil })
 	}
 }
 

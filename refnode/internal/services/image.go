@@ -3,10 +3,12 @@ package services
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/fence"
+	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -28,15 +30,16 @@ func newImageService(cfg Config) *ImageService {
 	bus.Handle(s.Mux, s.add)
 	bus.Handle(s.Mux, s.get)
 	bus.Handle(s.Mux, s.setName)
+	bus.Handle(s.Mux, s.delete)
 	return s
 }
 
 // Name returns "image".
 func (s *ImageService) Name() string { return api.ImageService }
 
-// APIMessages returns AddImage, GetImage and SetImageName.
+// APIMessages returns AddImage, GetImage, SetImageName and DeleteImage.
 func (s *ImageService) APIMessages() []any {
-	return []any{api.AddImage{}, api.GetImage{}, api.SetImageName{}}
+	return []any{api.AddImage{}, api.GetImage{}, api.SetImageName{}, api.DeleteImage{}}
 }
 
 // Start binds the service to its node.
@@ -80,6 +83,46 @@ func (s *ImageService) get(ctx context.Context, r *bus.Request, _ api.GetImage) 
 		return api.ImageReply{}, err
 	}
 	return api.ImageReply{Image: img, Handling: handling(r)}, nil
+}
+
+// delete handles DeleteImage on the image's owner: one transaction,
+// fenced by this node's claim on the image and recorded under the
+// message's key, locks the image's record, refuses (conflict) while a VM
+// that is not destroyed uses it, and deletes it. CreateVm locks the image
+// too, as the last step of its transaction, so a create and a delete of
+// one image cannot both commit: whichever locks second either finds the
+// image gone (the create fails, not_found) or the new VM (the delete is
+// refused).
+func (s *ImageService) delete(ctx context.Context, r *bus.Request, _ api.DeleteImage) (api.ImageDeleted, error) {
+	id := r.Resource() // m.UUID, canonical: the bus checked
+	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.ImageDeleted, error) {
+		img, err := tx.UpdateImage(ctx, id, func(*cloud.Image) error { return nil }) // the lock, before the check
+		if err != nil {
+			return api.ImageDeleted{}, err
+		}
+		vms, err := tx.VMs(ctx)
+		if err != nil {
+			return api.ImageDeleted{}, err
+		}
+		var using []string
+		for _, vm := range vms {
+			if vm.ImageUUID == id && vm.State != cloud.VMDestroyed {
+				using = append(using, vm.UUID)
+			}
+		}
+		if len(using) > 0 {
+			return api.ImageDeleted{}, message.ErrConflict.WithDetails(fmt.Sprintf("image %s is used by %d VM(s) that are not destroyed (vm %s first): destroy them, then delete the image", id, len(using), using[0]))
+		}
+		if err := tx.DeleteImage(ctx, id); err != nil {
+			return api.ImageDeleted{}, err
+		}
+		return api.ImageDeleted{Image: img, Handling: handling(r)}, nil
+	})
+	if err != nil {
+		return api.ImageDeleted{}, stale(s.log, err)
+	}
+	s.log.Info("image deleted", "image", id, "msg", r.ID())
+	return reply, nil
 }
 
 // errNameDiffers ends a compare-and-set's update when the image's name

@@ -2,8 +2,10 @@ package services_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,5 +81,64 @@ func TestSetImageName(t *testing.T) {
 			assert.Contains(t, err.Error(), field, "the error names the field")
 		}
 		assert.Equal(t, "f", name(), "refused messages write nothing")
+	})
+}
+
+// TestDeleteImageRacesCreates: DeleteImage sent while VMs are created
+// from the image, on other nodes, never leaves a VM of a deleted image:
+// either the delete is refused (conflict: a VM uses it) or every create
+// that did not commit first fails not_found, its definition undone on the
+// hypervisor.
+func TestDeleteImageRacesCreates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{Latency: time.Millisecond})
+		ctx := t.Context()
+		f.addHosts(t, 2)
+		deletedRounds, refusedRounds := 0, 0
+		for round := range 20 {
+			img := f.addImage(t)
+			const creates = 6
+			vms := make([]string, creates)
+			errs := make([]error, creates)
+			var delErr error
+			var wg sync.WaitGroup
+			for i := range creates {
+				vms[i] = message.NewUUID()
+				wg.Go(func() {
+					_, errs[i] = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{UUID: vms[i], ImageUUID: img})
+				})
+			}
+			wg.Go(func() {
+				time.Sleep(time.Duration(round%4) * time.Millisecond) // virtual: vary the order
+				_, delErr = service.Call[api.ImageDeleted](ctx, f.cl, api.DeleteImage{UUID: img})
+			})
+			wg.Wait()
+			all, err := f.db.VMs(ctx)
+			require.NoError(t, err)
+			using := 0
+			for _, vm := range all {
+				if vm.ImageUUID == img {
+					using++
+				}
+			}
+			switch {
+			case delErr == nil:
+				deletedRounds++
+				assert.Zero(t, using, "round %d: the image was deleted, yet %d VMs use it", round, using)
+				for i, err := range errs {
+					assert.ErrorIs(t, err, message.ErrNotFound, "round %d: a create after the delete", round)
+					_, defined := f.hv.PowerOf(vms[i])
+					assert.False(t, defined, "round %d: the failed create's definition is undone", round)
+				}
+			default:
+				refusedRounds++
+				assert.ErrorIs(t, delErr, message.ErrConflict, "round %d", round)
+				assert.Positive(t, using, "round %d: refused, so a VM uses the image", round)
+				_, err := f.db.Image(ctx, img)
+				assert.NoError(t, err, "round %d: a refused delete leaves the image", round)
+			}
+		}
+		t.Logf("20 rounds of 6 creates racing a delete: %d deleted first, %d refused", deletedRounds, refusedRounds)
+		assert.Positive(t, deletedRounds+refusedRounds)
 	})
 }

@@ -154,13 +154,25 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 		if err := s.hv.CreateVM(ctx, vm.HostUUID, vm); err != nil {
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s on host %s: %w; nothing was recorded, create it again", id, vm.HostUUID, err)
 		}
+		undo := func() {
+			if derr := s.hv.DestroyVM(context.WithoutCancel(ctx), vm.HostUUID, id); derr != nil {
+				s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
+			}
+		}
 		if err := tx.AddVM(ctx, vm); err != nil {
 			if !errors.Is(err, message.ErrAlreadyExists) { // not a concurrent create of the same UUID: undo ours
-				if derr := s.hv.DestroyVM(context.WithoutCancel(ctx), vm.HostUUID, id); derr != nil {
-					s.log.Warn("create vm: could not undo the definition on the host", "vm", id, "host", vm.HostUUID, "err", derr)
-				}
+				undo()
 			}
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
+		}
+		// Lock the image, last, until the commit (a no-op update): a
+		// DeleteImage holding it first has deleted it by then (not
+		// found: nothing is recorded), and one coming after finds this
+		// VM. Locked only now, concurrent creates from one image wait
+		// for each other's commit, not for each other's hypervisor call.
+		if _, err := tx.UpdateImage(ctx, imageID, func(*cloud.Image) error { return nil }); err != nil {
+			undo()
+			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: image %s: %w", id, imageID, err)
 		}
 		return api.VmCreated{VM: vm, AllocatedBy: alloc.Node, Handling: handling(r)}, nil
 	})

@@ -69,6 +69,8 @@ func Run(t *testing.T, h Harness) {
 		{"TransactionsSerialize", testTransactionsSerialize},
 		{"VMVersions", testVersions},
 		{"VMVersionsInTransactions", testVersionsInTransactions},
+		{"DeleteImage", testDeleteImage},
+		{"DeleteImageInTransactions", testDeleteImageInTransactions},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
@@ -737,6 +739,91 @@ func testVersionsInTransactions(t *testing.T, h Harness) {
 	got, err := s.UpdateVM(ctx, uuidA, func(*cloud.VM) error { return nil })
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), got.Version, "the next update after the rollbacks is the next version")
+}
+
+// testDeleteImage: a deleted image is gone, from every handle; deleting
+// a missing one is not found.
+func testDeleteImage(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	p := h.Peer(t, s)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidB)))
+	require.NoError(t, s.DeleteImage(ctx, uuidA))
+	assert.ErrorIs(t, second(s.Image(ctx, uuidA)), message.ErrNotFound)
+	assert.ErrorIs(t, second(p.Image(ctx, uuidA)), message.ErrNotFound, "gone for a peer too")
+	imgs, err := p.Images(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []cloud.Image{sampleImage(uuidB)}, imgs)
+	assert.ErrorIs(t, s.DeleteImage(ctx, uuidA), message.ErrNotFound, "deleted already")
+	assert.ErrorIs(t, s.DeleteImage(ctx, uuidC), message.ErrNotFound, "never added")
+	assert.ErrorIs(t, s.DeleteImage(ctx, "nope"), message.ErrInvalidUUID)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)), "the UUID may be used again")
+}
+
+// testDeleteImageInTransactions: a deletion in a transaction reads as
+// gone inside it and takes effect only if it commits; it holds the
+// record, so a concurrent update waits and then finds it gone.
+func testDeleteImageInTransactions(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	boom := errors.New("boom")
+	_, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		if err := tx.DeleteImage(ctx, uuidA); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Image(ctx, uuidA); !errors.Is(err, message.ErrNotFound) {
+			return nil, fmt.Errorf("the transaction reads its own deletion: got %v", err)
+		}
+		imgs, err := tx.Images(ctx)
+		if err != nil || len(imgs) != 0 {
+			return nil, fmt.Errorf("the transaction lists without its deletion: %v, %v", imgs, err)
+		}
+		return nil, boom
+	})
+	require.ErrorIs(t, err, boom)
+	_, err = s.Image(ctx, uuidA)
+	require.NoError(t, err, "a deletion that did not commit deleted nothing")
+
+	p := h.Peer(t, s)
+	deleting, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+			if err := tx.DeleteImage(ctx, uuidA); err != nil {
+				return nil, err
+			}
+			close(deleting)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	select {
+	case <-deleting:
+	case err := <-done:
+		t.Fatalf("the deleting transaction ended early: %v", err)
+	}
+	updated := make(chan error, 1)
+	go func() {
+		_, err := p.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "late"; return nil })
+		updated <- err
+	}()
+	select {
+	case err := <-updated:
+		t.Fatalf("an update of an image a transaction is deleting did not wait: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done)
+	select {
+	case err := <-updated:
+		assert.ErrorIs(t, err, message.ErrNotFound, "the waiting update finds the image deleted")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the update still waits after the deletion committed")
+	}
+	assert.ErrorIs(t, second(s.Image(ctx, uuidA)), message.ErrNotFound)
 }
 
 func first[T any](v T, _ error) T { return v }

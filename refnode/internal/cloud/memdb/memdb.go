@@ -117,6 +117,11 @@ func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud
 	return modify(ctx, s, s.images, "image", uuid, update, func(img cloud.Image) string { return img.UUID })
 }
 
+// DeleteImage implements [cloud.Store.DeleteImage].
+func (s *Store) DeleteImage(ctx context.Context, uuid string) error {
+	return remove(ctx, s, s.images, "image", uuid)
+}
+
 // AddVM implements [cloud.Store.AddVM].
 func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error {
 	return add(ctx, s, s.vms, "vm", vm.UUID, vm)
@@ -271,6 +276,24 @@ func list[T any](ctx context.Context, s *Store, rows map[string]T) ([]T, error) 
 		out[i] = rows[k]
 	}
 	return out, nil
+}
+
+func remove[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := cloud.CheckUUID(kind, uuid); err != nil {
+		return err
+	}
+	if err := s.lockFree(ctx, rowKey{kind, uuid}); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if _, ok := rows[uuid]; !ok {
+		return cloud.NotFound(kind, uuid)
+	}
+	delete(rows, uuid)
+	return nil
 }
 
 func modify[T any](ctx context.Context, s *Store, rows map[string]T, kind, uuid string, update func(*T) error, id func(T) string) (T, error) {

@@ -17,6 +17,10 @@ import (
 // UUID.
 type rowKey struct{ kind, uuid string }
 
+// deleted is a staged deletion: the transaction reads the record as gone,
+// and the commit deletes it.
+type deleted struct{}
+
 // rowLock is a record locked by a transaction until it ends.
 type rowLock struct {
 	key   rowKey
@@ -100,6 +104,10 @@ func (t *txn) commit() {
 			t.s.vms[k.uuid] = rec
 		case cloud.Job:
 			t.s.jobs[k.uuid] = rec
+		case deleted:
+			if k.kind == "image" { // the one kind that is deleted
+				delete(t.s.images, k.uuid)
+			}
 		}
 	}
 	clear(t.staged)
@@ -160,7 +168,16 @@ func stagedAs[T any](t *txn, k rowKey) (T, bool) {
 		var zero T
 		return zero, false
 	}
-	return v.(T), true
+	rec, _ := v.(T) // a deletion: the zero record
+	return rec, true
+}
+
+// isDeleted reports whether t staged k's deletion.
+func (t *txn) isDeleted(k rowKey) bool {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	_, ok := t.staged[k].(deleted)
+	return ok
 }
 
 func (t *txn) stage(k rowKey, rec any) {
@@ -189,6 +206,9 @@ func txGet[T any](ctx context.Context, t *txn, o kindOps[T], uuid string) (T, er
 	if err := t.check(ctx, "get "+o.kind); err != nil {
 		return zero, err
 	}
+	if t.isDeleted(rowKey{o.kind, uuid}) {
+		return zero, cloud.NotFound(o.kind, uuid)
+	}
 	if rec, ok := stagedAs[T](t, rowKey{o.kind, uuid}); ok {
 		return rec, nil
 	}
@@ -209,8 +229,15 @@ func txList[T any](ctx context.Context, t *txn, o kindOps[T]) ([]T, error) {
 	}
 	t.s.mu.Lock()
 	for k, v := range t.staged {
-		if k.kind == o.kind {
-			byID[k.uuid] = v.(T)
+		switch rec := v.(type) {
+		case deleted:
+			if k.kind == o.kind {
+				delete(byID, k.uuid)
+			}
+		case T:
+			if k.kind == o.kind {
+				byID[k.uuid] = rec
+			}
 		}
 	}
 	t.s.mu.Unlock()
@@ -315,6 +342,26 @@ func (t *txn) Images(ctx context.Context) ([]cloud.Image, error) { return txList
 // UpdateImage implements [cloud.Store.UpdateImage] in the transaction.
 func (t *txn) UpdateImage(ctx context.Context, uuid string, update func(*cloud.Image) error) (cloud.Image, error) {
 	return txModify(ctx, t, imgOps, uuid, update)
+}
+
+// DeleteImage implements [cloud.Store.DeleteImage] in the transaction:
+// it locks the image and stages its deletion.
+func (t *txn) DeleteImage(ctx context.Context, uuid string) error {
+	if err := t.check(ctx, "delete image"); err != nil {
+		return err
+	}
+	if err := cloud.CheckUUID("image", uuid); err != nil {
+		return err
+	}
+	k := rowKey{"image", uuid}
+	if err := t.lock(ctx, k); err != nil {
+		return err
+	}
+	if _, err := txGet(ctx, t, imgOps, uuid); err != nil {
+		return err
+	}
+	t.stage(k, deleted{})
+	return nil
 }
 
 // AddVM implements [cloud.Store.AddVM] in the transaction.

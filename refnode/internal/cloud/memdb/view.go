@@ -117,6 +117,14 @@ func (v *View) UpdateImage(ctx context.Context, uuid string, update func(*cloud.
 	return v.s.UpdateImage(ctx, uuid, update)
 }
 
+// DeleteImage implements [cloud.Store.DeleteImage] for the view's node.
+func (v *View) DeleteImage(ctx context.Context, uuid string) error {
+	if err := v.reach("delete image"); err != nil {
+		return err
+	}
+	return v.s.DeleteImage(ctx, uuid)
+}
+
 // AddVM implements [cloud.Store.AddVM] for the view's node.
 func (v *View) AddVM(ctx context.Context, vm cloud.VM) error {
 	if err := v.reach("add vm"); err != nil {

@@ -71,6 +71,7 @@ type tableSQL struct {
 	lockGet string // get, locking the row for the transaction (FOR UPDATE)
 	list    string // all columns, ordered by uuid
 	update  string // every column but uuid, then uuid
+	del     string // by uuid
 	drop    string
 }
 
@@ -111,6 +112,7 @@ func newTableSQL(d sqlconn.Dialect, name string, cols []column, created int) tab
 		list:   "SELECT " + all + " FROM " + q + " ORDER BY uuid",
 		update: "UPDATE " + q + " SET " + strings.Join(sets, ", ") + " WHERE uuid = ?",
 		drop:   "DROP TABLE IF EXISTS " + q,
+		del:    "DELETE FROM " + q + " WHERE uuid = ?",
 	}
 	t.lockGet = t.get + " FOR UPDATE"
 	switch d {
@@ -124,6 +126,7 @@ func newTableSQL(d sqlconn.Dialect, name string, cols []column, created int) tab
 		t.create += " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 	}
 	t.insert, t.get, t.lockGet, t.update = sqlconn.Rebind(d, t.insert), sqlconn.Rebind(d, t.get), sqlconn.Rebind(d, t.lockGet), sqlconn.Rebind(d, t.update)
+	t.del = sqlconn.Rebind(d, t.del)
 	return t
 }
 

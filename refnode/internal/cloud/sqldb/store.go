@@ -278,6 +278,12 @@ func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud
 	return modify(ctx, s, imageRecord, uuid, update)
 }
 
+// DeleteImage implements [cloud.Store.DeleteImage] with one DELETE; in a
+// transaction it holds the row's lock until the commit.
+func (s *Store) DeleteImage(ctx context.Context, uuid string) error {
+	return del(ctx, s, imageRecord, uuid)
+}
+
 // AddVM implements [cloud.Store.AddVM] with one INSERT.
 func (s *Store) AddVM(ctx context.Context, vm cloud.VM) error { return add(ctx, s, vmRecord, &vm) }
 
@@ -481,6 +487,26 @@ func modify[T any](ctx context.Context, s *Store, r record[T], uuid string, upda
 		committed = true
 	}
 	return rec, nil
+}
+
+// del deletes the record; no row deleted is message.ErrNotFound.
+func del[T any](ctx context.Context, s *Store, r record[T], uuid string) error {
+	op := "delete " + r.kind + " " + uuid
+	if err := s.begin(ctx, op, r.kind, uuid); err != nil {
+		return err
+	}
+	res, err := s.q.ExecContext(ctx, r.sql(s).del, uuid)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		return s.fail(ctx, op, err)
+	case n == 0:
+		return cloud.NotFound(r.kind, uuid)
+	}
+	return nil
 }
 
 // drop deletes the store's tables; tests use it to clean up.
