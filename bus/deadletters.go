@@ -167,13 +167,9 @@ func (b *CloudBus) replayOne(ctx context.Context, env *wire.Envelope, route func
 	if err != nil {
 		return err
 	}
-	entry := ""
-	if env.ServiceID == APIPortal {
-		entry = b.apiEntry()
-	}
 	pctx, cancel := bound(ctx, busx.CallOptions{}, b.cfg.DefaultTimeout, true)
 	defer cancel()
-	return b.publishData(pctx, entry, b.queueName(env.ServiceID), data, false)
+	return b.publishEncoded(pctx, env, data, false)
 }
 
 // scanDead reads up to max messages from the head of the dead-letter

@@ -388,6 +388,16 @@ func bound(ctx context.Context, o busx.CallOptions, def time.Duration, always bo
 	return ctx, func() {}
 }
 
+// publishEncoded publishes data, env encoded, to env's service id:
+// through api.portal's entry for the portal.
+func (b *CloudBus) publishEncoded(ctx context.Context, env *wire.Envelope, data []byte, fast bool) error {
+	entry := ""
+	if env.ServiceID == APIPortal {
+		entry = b.apiEntry()
+	}
+	return b.publishData(ctx, entry, b.queueName(env.ServiceID), data, fast)
+}
+
 // publish stamps the deadline, encodes and publishes env.
 func (b *CloudBus) publish(ctx context.Context, env *wire.Envelope) error {
 	if err := b.stampDeadline(ctx, env); err != nil {
@@ -397,11 +407,7 @@ func (b *CloudBus) publish(ctx context.Context, env *wire.Envelope) error {
 	if err != nil {
 		return err
 	}
-	entry := ""
-	if env.ServiceID == APIPortal {
-		entry = b.apiEntry()
-	}
-	if err := b.publishData(ctx, entry, b.queueName(env.ServiceID), data, isFast(env)); err != nil {
+	if err := b.publishEncoded(ctx, env, data, isFast(env)); err != nil {
 		if ctx.Err() != nil {
 			return ctxError(ctx)
 		}
