@@ -62,6 +62,11 @@ type Store interface {
 	// UpdateImage applies update to the image atomically, like
 	// UpdateHost.
 	UpdateImage(ctx context.Context, uuid string, update func(*Image) error) (Image, error)
+	// LockImage returns the image, or an error matching
+	// message.ErrNotFound; inside [Store.Do] it holds the image's record
+	// until the transaction ends, as an update does, without writing it
+	// (SELECT … FOR UPDATE). Outside a transaction it is Image.
+	LockImage(ctx context.Context, uuid string) (Image, error)
 	// DeleteImage deletes the image, or fails with an error matching
 	// message.ErrNotFound. Inside [Store.Do] it locks the record as an
 	// update does and takes effect at commit; the transaction reads the

@@ -96,7 +96,7 @@ func (s *ImageService) get(ctx context.Context, r *bus.Request, _ api.GetImage) 
 func (s *ImageService) delete(ctx context.Context, r *bus.Request, _ api.DeleteImage) (api.ImageDeleted, error) {
 	id := r.Resource() // m.UUID, canonical: the bus checked
 	reply, err := cloud.Run(ctx, s.store, fence.For(ctx, r), func(ctx context.Context, tx cloud.Store) (api.ImageDeleted, error) {
-		img, err := tx.UpdateImage(ctx, id, func(*cloud.Image) error { return nil }) // the lock, before the check
+		img, err := tx.LockImage(ctx, id) // before the check
 		if err != nil {
 			return api.ImageDeleted{}, err
 		}

@@ -165,12 +165,12 @@ func (s *VMService) create(ctx context.Context, r *bus.Request, m api.CreateVm) 
 			}
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: record it: %w", id, err)
 		}
-		// Lock the image, last, until the commit (a no-op update): a
+		// Lock the image, last, until the commit (writing nothing): a
 		// DeleteImage holding it first has deleted it by then (not
 		// found: nothing is recorded), and one coming after finds this
 		// VM. Locked only now, concurrent creates from one image wait
 		// for each other's commit, not for each other's hypervisor call.
-		if _, err := tx.UpdateImage(ctx, imageID, func(*cloud.Image) error { return nil }); err != nil {
+		if _, err := tx.LockImage(ctx, imageID); err != nil {
 			undo()
 			return api.VmCreated{}, fmt.Errorf("vmInstance: create vm %s: image %s: %w", id, imageID, err)
 		}

@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"VMVersionsInTransactions", testVersionsInTransactions},
 		{"DeleteImage", testDeleteImage},
 		{"DeleteImageInTransactions", testDeleteImageInTransactions},
+		{"LockImage", testLockImage},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
@@ -824,6 +825,54 @@ func testDeleteImageInTransactions(t *testing.T, h Harness) {
 		t.Fatal("the update still waits after the deletion committed")
 	}
 	assert.ErrorIs(t, second(s.Image(ctx, uuidA)), message.ErrNotFound)
+}
+
+// testLockImage: LockImage reads the image; in a transaction it holds
+// the record until the commit, so a concurrent update waits, and it
+// writes nothing.
+func testLockImage(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.New(t)
+	require.NoError(t, s.AddImage(ctx, sampleImage(uuidA)))
+	img, err := s.LockImage(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, sampleImage(uuidA), img)
+	assert.ErrorIs(t, second(s.LockImage(ctx, uuidB)), message.ErrNotFound)
+	p := h.Peer(t, s)
+	locked, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, fence.Guard{}, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+			if _, err := tx.LockImage(ctx, uuidA); err != nil {
+				return nil, err
+			}
+			close(locked)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	select {
+	case <-locked:
+	case err := <-done:
+		t.Fatalf("the locking transaction ended early: %v", err)
+	}
+	updated := make(chan error, 1)
+	go func() {
+		_, err := p.UpdateImage(ctx, uuidA, func(img *cloud.Image) error { img.Name = "after"; return nil })
+		updated <- err
+	}()
+	select {
+	case err := <-updated:
+		t.Fatalf("an update of an image a transaction locked did not wait: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done)
+	require.NoError(t, <-updated, "the update runs once the lock is released")
+	got, err := s.Image(ctx, uuidA)
+	require.NoError(t, err)
+	assert.Equal(t, "after", got.Name)
 }
 
 func first[T any](v T, _ error) T { return v }

@@ -117,6 +117,12 @@ func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud
 	return modify(ctx, s, s.images, "image", uuid, update, func(img cloud.Image) string { return img.UUID })
 }
 
+// LockImage implements [cloud.Store.LockImage]: outside a transaction,
+// Image.
+func (s *Store) LockImage(ctx context.Context, uuid string) (cloud.Image, error) {
+	return s.Image(ctx, uuid)
+}
+
 // DeleteImage implements [cloud.Store.DeleteImage].
 func (s *Store) DeleteImage(ctx context.Context, uuid string) error {
 	return remove(ctx, s, s.images, "image", uuid)

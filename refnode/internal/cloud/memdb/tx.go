@@ -344,6 +344,21 @@ func (t *txn) UpdateImage(ctx context.Context, uuid string, update func(*cloud.I
 	return txModify(ctx, t, imgOps, uuid, update)
 }
 
+// LockImage implements [cloud.Store.LockImage] in the transaction: it
+// locks the image and reads it, writing nothing.
+func (t *txn) LockImage(ctx context.Context, uuid string) (cloud.Image, error) {
+	if err := t.check(ctx, "lock image"); err != nil {
+		return cloud.Image{}, err
+	}
+	if err := cloud.CheckUUID("image", uuid); err != nil {
+		return cloud.Image{}, err
+	}
+	if err := t.lock(ctx, rowKey{"image", uuid}); err != nil {
+		return cloud.Image{}, err
+	}
+	return txGet(ctx, t, imgOps, uuid)
+}
+
 // DeleteImage implements [cloud.Store.DeleteImage] in the transaction:
 // it locks the image and stages its deletion.
 func (t *txn) DeleteImage(ctx context.Context, uuid string) error {

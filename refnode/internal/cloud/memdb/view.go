@@ -117,6 +117,14 @@ func (v *View) UpdateImage(ctx context.Context, uuid string, update func(*cloud.
 	return v.s.UpdateImage(ctx, uuid, update)
 }
 
+// LockImage implements [cloud.Store.LockImage] for the view's node.
+func (v *View) LockImage(ctx context.Context, uuid string) (cloud.Image, error) {
+	if err := v.reach("lock image"); err != nil {
+		return cloud.Image{}, err
+	}
+	return v.s.LockImage(ctx, uuid)
+}
+
 // DeleteImage implements [cloud.Store.DeleteImage] for the view's node.
 func (v *View) DeleteImage(ctx context.Context, uuid string) error {
 	if err := v.reach("delete image"); err != nil {

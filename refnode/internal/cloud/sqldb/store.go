@@ -278,6 +278,27 @@ func (s *Store) UpdateImage(ctx context.Context, uuid string, update func(*cloud
 	return modify(ctx, s, imageRecord, uuid, update)
 }
 
+// LockImage implements [cloud.Store.LockImage]: in a transaction one
+// SELECT … FOR UPDATE (SQLite's BEGIN IMMEDIATE holds the database),
+// else Image.
+func (s *Store) LockImage(ctx context.Context, uuid string) (cloud.Image, error) {
+	if s.tx == nil {
+		return s.Image(ctx, uuid)
+	}
+	op := "lock image " + uuid
+	if err := s.begin(ctx, op, "image", uuid); err != nil {
+		return cloud.Image{}, err
+	}
+	img, err := scan(s.tx.QueryRowContext(ctx, s.st.images.lockGet, uuid), imageRecord)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return cloud.Image{}, cloud.NotFound("image", uuid)
+	case err != nil:
+		return cloud.Image{}, s.fail(ctx, op, err)
+	}
+	return img, nil
+}
+
 // DeleteImage implements [cloud.Store.DeleteImage] with one DELETE; in a
 // transaction it holds the row's lock until the commit.
 func (s *Store) DeleteImage(ctx context.Context, uuid string) error {
