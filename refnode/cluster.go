@@ -34,6 +34,9 @@ type clusterConfig struct {
 	// observer, optional, returns the bus observer of the node with the
 	// given UUID.
 	observer func(node string) bus.Observer
+	// wrapStore, optional, wraps each node's heartbeat store (to count
+	// its calls, say).
+	wrapStore func(heartbeat.Store) heartbeat.Store
 }
 
 // cluster is N management nodes in one process, each with refnode's
@@ -100,6 +103,10 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		_ = tr.Close()
 		return err
 	}
+	var hbStore heartbeat.Store = c.hb.For(id)
+	if cfg.wrapStore != nil {
+		hbStore = cfg.wrapStore(hbStore)
+	}
 	var obs bus.Observer
 	if cfg.observer != nil {
 		obs = cfg.observer(id)
@@ -108,7 +115,7 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		Node:      id,
 		Prefix:    cfg.prefix,
 		Transport: tr,
-		Store:     c.hb.For(id),
+		Store:     hbStore,
 		Registry:  c.reg,
 		Services:  set.Services(),
 		Heartbeat: cfg.heartbeat,

@@ -7,6 +7,7 @@
 //	refnode serve -bus amqp://… [-db url] [-listen addr] [-prefix p] …
 //	refnode ctl [-bus amqp://…] COMMAND [args]
 //	refnode bench [-embedded n | -api urls] [-vms n] [-concurrency c] [-kill-after d]
+//	refnode scale [-nodes n]
 //	refnode help
 //
 // With no arguments, or "demo", refnode runs a short scripted demo: three
@@ -31,7 +32,10 @@
 // "bench" creates and starts VMs through the REST API of an embedded
 // cluster (or a running one, -api), C at a time, and prints throughput,
 // latency percentiles, errors by code, failed attempts and each node's
-// share of the work; -kill-after kills a node during the run.
+// share of the work; -kill-after kills a node during the run. "scale"
+// runs 30 nodes (-nodes) in one process and times how every ring follows a join,
+// a leave and a kill, with the heap per node and the heartbeat store's
+// calls per second.
 //
 // refnode reads its flags and, for flags not given, the REFNODE_*
 // variables named in the help (REFNODE_BUS, REFNODE_DB, REFNODE_LATENCY,
@@ -72,6 +76,8 @@ Usage:
                            or api.portal on its broker (ctl start-vm UUID, ...)
   refnode bench            create and start VMs through the REST API, C at a time, and
                            print throughput, latency percentiles, errors and retries
+  refnode scale            run 30 nodes in this process and time how every ring follows
+                           a join, a leave and a kill
   refnode help             show this help
 
 "refnode serve -h" and "refnode ctl -h" list their flags (REFNODE_BUS, REFNODE_DB, …).
@@ -102,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return ctlCmd(ctx, args, stdout, stderr, getenv)
 	case "bench":
 		return benchCmd(ctx, args, stdout, stderr, getenv)
+	case "scale":
+		return scaleCmd(ctx, args, stdout, stderr, getenv)
 	default:
 		fmt.Fprintf(stderr, "refnode: unknown command %q\n\n%s", cmd, usage)
 		return 2

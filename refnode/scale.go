@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
+)
+
+const scaleUsage = `Usage: refnode scale [-nodes n] [-heartbeat d] [-evict-after d] [-o table|json]
+
+Runs -nodes management nodes in this process, on the in-memory bus,
+heartbeat store and record store, and measures how the cluster follows
+a join, an orderly leave and a kill: when the heartbeat store knew of
+each event (the joiner's registration, the leaver's deregistration, the
+dead node's eviction) and when every live node's ring agreed on the new
+member set, each a millisecond poll. It also prints the start-up time,
+the heap per node and the heartbeat store's calls per second.
+
+  -nodes n         nodes to run (30)
+  -heartbeat d     heartbeat interval (500ms)
+  -evict-after d   eviction threshold (3s)
+  -o format        table or json (table)
+`
+
+// scaleEvent is the timing of one membership change.
+type scaleEvent struct {
+	Event string `json:"event"`
+	// StoreMS is when the heartbeat store knew of it, after the action
+	// (add, Close, kill) began.
+	StoreMS float64 `json:"store_knew_ms"`
+	// AgreedMS is when every live node's ring agreed, after the action
+	// began; AfterStoreMS the same after the store knew.
+	AgreedMS     float64 `json:"every_ring_agreed_ms"`
+	AfterStoreMS float64 `json:"agreed_after_store_ms"`
+}
+
+// scaleReport is what refnode scale prints.
+type scaleReport struct {
+	Nodes          int          `json:"nodes"`
+	HeartbeatMS    int64        `json:"heartbeat_interval_ms"`
+	EvictAfterMS   int64        `json:"evict_after_ms"`
+	StartSeconds   float64      `json:"start_seconds"`
+	HeapPerNodeKB  float64      `json:"heap_per_node_kib"`
+	StoreCallsPerS float64      `json:"heartbeat_store_calls_per_second"`
+	Events         []scaleEvent `json:"events"`
+}
+
+func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("refnode scale", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	nodes := fs.Int("nodes", 30, "")
+	hbInterval := fs.Duration("heartbeat", 500*time.Millisecond, "")
+	evict := fs.Duration("evict-after", 3*time.Second, "")
+	output := fs.String("o", "table", "")
+	usageErr := func(err error) int {
+		fmt.Fprintf(stderr, "refnode scale: %v\nRun \"refnode scale -h\" for the flags.\n", err)
+		return exitUsage
+	}
+	err := parseFlags(fs, args, getenv, map[string]string{"o": "REFNODE_OUTPUT"})
+	hb := heartbeat.Config{Interval: *hbInterval, EvictAfter: *evict, OpTimeout: *hbInterval}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, scaleUsage)
+		return 0
+	case err != nil:
+		return usageErr(err)
+	case fs.NArg() > 0:
+		return usageErr(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case *nodes < 3 || *nodes > 1000:
+		return usageErr(errors.New("-nodes must be from 3 to 1000: one joins, one leaves and one dies"))
+	case *output != "table" && *output != "json":
+		return usageErr(fmt.Errorf("-o %q: use table or json", *output))
+	}
+	if err := hb.Validate(); err != nil {
+		return usageErr(fmt.Errorf("-heartbeat %s, -evict-after %s: %w", hb.Interval, hb.EvictAfter, err))
+	}
+	r, err := runScale(ctx, *nodes, hb, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "refnode scale: %v\n", err)
+		return 1
+	}
+	if *output == "json" {
+		data, _ := json.MarshalIndent(r, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", data)
+		return 0
+	}
+	fmt.Fprintf(stdout, "refnode scale: %d nodes in one process (in-memory bus and stores), heartbeat every %dms, evicted after %dms\n\n",
+		r.Nodes, r.HeartbeatMS, r.EvictAfterMS)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tSTORE_KNEW\tEVERY_RING_AGREED\tAFTER_THE_STORE")
+	for _, e := range r.Events {
+		fmt.Fprintf(tw, "%s\t%.0fms\t%.0fms\t%.0fms\n", e.Event, e.StoreMS, e.AgreedMS, e.AfterStoreMS)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(stdout, "\nstarted in %.1fs; heap %.0f KiB per node; heartbeat store calls %.0f/s (%.1f per node per second)\n",
+		r.StartSeconds, r.HeapPerNodeKB, r.StoreCallsPerS, r.StoreCallsPerS/float64(r.Nodes))
+	return 0
+}
+
+// countingStore counts the calls to a heartbeat store.
+type countingStore struct {
+	heartbeat.Store
+	n *atomic.Int64
+}
+
+func (s countingStore) Register(ctx context.Context, node string) (int64, error) {
+	s.n.Add(1)
+	return s.Store.Register(ctx, node)
+}
+
+func (s countingStore) Beat(ctx context.Context, node string, epoch int64) error {
+	s.n.Add(1)
+	return s.Store.Beat(ctx, node, epoch)
+}
+
+func (s countingStore) BeatBus(ctx context.Context, node string, epoch int64, busUp bool) error {
+	s.n.Add(1)
+	return s.Store.BeatBus(ctx, node, epoch, busUp)
+}
+
+func (s countingStore) List(ctx context.Context) ([]heartbeat.Record, error) {
+	s.n.Add(1)
+	return s.Store.List(ctx)
+}
+
+func (s countingStore) Evict(ctx context.Context, node string, epoch, seq int64) (bool, error) {
+	s.n.Add(1)
+	return s.Store.Evict(ctx, node, epoch, seq)
+}
+
+func (s countingStore) Deregister(ctx context.Context, node string, epoch int64) error {
+	s.n.Add(1)
+	return s.Store.Deregister(ctx, node, epoch)
+}
+
+func (s countingStore) StoreTime(ctx context.Context) (time.Time, time.Duration, error) {
+	s.n.Add(1)
+	return s.Store.StoreTime(ctx)
+}
+
+func (s countingStore) AddQueues(ctx context.Context, node string, queues []string) error {
+	s.n.Add(1)
+	return s.Store.AddQueues(ctx, node, queues)
+}
+
+func (s countingStore) Queues(ctx context.Context) (map[string][]string, error) {
+	s.n.Add(1)
+	return s.Store.Queues(ctx)
+}
+
+func (s countingStore) RemoveQueues(ctx context.Context, node string, queues []string) error {
+	s.n.Add(1)
+	return s.Store.RemoveQueues(ctx, node, queues)
+}
+
+// runScale starts n nodes, measures the heap and the store's calls in a
+// steady state, then times a join, a leave and a kill.
+func runScale(ctx context.Context, n int, hb heartbeat.Config, progress io.Writer) (*scaleReport, error) {
+	var calls atomic.Int64
+	cfg := clusterConfig{heartbeat: hb, hypervisor: simhv.Config{}, pingInterval: time.Hour, logger: slog.New(slog.DiscardHandler),
+		wrapStore: func(s heartbeat.Store) heartbeat.Store { return countingStore{Store: s, n: &calls} }}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	c, err := startCluster(ctx, clusterConfig{nodes: 1, heartbeat: cfg.heartbeat, hypervisor: cfg.hypervisor, pingInterval: cfg.pingInterval, logger: cfg.logger, wrapStore: cfg.wrapStore})
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	// The others join 8 at a time, as a fleet's processes start.
+	sem := make(chan struct{}, 8)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := 1; i < n; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.add(ctx, cfg, fmt.Sprintf("N%d", i)); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := c.await(ctx, "every ring holds every node", c.converged); err != nil {
+		return nil, err
+	}
+	r := &scaleReport{Nodes: n, HeartbeatMS: hb.Interval.Milliseconds(), EvictAfterMS: hb.EvictAfter.Milliseconds(), StartSeconds: time.Since(start).Seconds()}
+	fmt.Fprintf(progress, "scale: %d nodes agree after %.1fs; measuring the steady state for %s\n", n, r.StartSeconds, 4*hb.Interval)
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	r.HeapPerNodeKB = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n) / 1024
+	c0, t0 := calls.Load(), time.Now()
+	select {
+	case <-time.After(4 * hb.Interval):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	r.StoreCallsPerS = float64(calls.Load()-c0) / time.Since(t0).Seconds()
+
+	// storeKnows polls the store every millisecond until cond holds of
+	// node's record (present or not), and returns when it first did.
+	storeKnows := func(node string, present bool) (time.Time, error) {
+		for {
+			recs, err := c.hb.List(ctx)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if slices.ContainsFunc(recs, func(r heartbeat.Record) bool { return r.Node == node }) == present {
+				return time.Now(), nil
+			}
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				return time.Time{}, ctx.Err()
+			}
+		}
+	}
+	event := func(name string, began, knew time.Time) error {
+		if err := c.await(ctx, "every ring agrees after the "+name, c.converged); err != nil {
+			return err
+		}
+		agreed := time.Now()
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		r.Events = append(r.Events, scaleEvent{Event: name, StoreMS: ms(knew.Sub(began)), AgreedMS: ms(agreed.Sub(began)), AfterStoreMS: ms(agreed.Sub(knew))})
+		fmt.Fprintf(progress, "scale: %s: the store knew after %s, every ring agreed after %s\n", name, knew.Sub(began).Round(time.Millisecond), agreed.Sub(began).Round(time.Millisecond))
+		return nil
+	}
+
+	// A join: the store knows at the registration (the epoch is its time).
+	began := time.Now()
+	if err := c.add(ctx, cfg, "joiner"); err != nil {
+		return nil, err
+	}
+	joiner := c.all()[len(c.all())-1]
+	if err := event("join", began, heartbeat.Record{Epoch: joiner.node.Epoch()}.RegisteredAt()); err != nil {
+		return nil, err
+	}
+
+	// An orderly leave, then a kill, of nodes other than the first.
+	for _, name := range []string{"leave", "kill"} {
+		live := c.live()
+		m := live[len(live)/2]
+		id := m.node.UUID()
+		gone := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		began := time.Now()
+		go func() {
+			at, err := storeKnows(id, false)
+			if err != nil {
+				errc <- err
+				return
+			}
+			gone <- at
+		}()
+		if name == "leave" {
+			if err := m.node.Close(); err != nil {
+				return nil, fmt.Errorf("leave: %w", err)
+			}
+		} else {
+			c.kill(m)
+		}
+		var knew time.Time
+		select {
+		case knew = <-gone:
+		case err := <-errc:
+			return nil, err
+		}
+		if err := event(name, began, knew); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
