@@ -55,6 +55,12 @@ func routingCluster(t *testing.T, n int, h *refusing) ([]*service.Node, []*metri
 	t.Helper()
 	ctx := t.Context()
 	net, store, reg := membus.New(), memstore.New(memstore.Config{}), registry()
+	// Fast beats, so the nodes meet at once, but a long eviction: the
+	// test counts re-routes exactly, and a node stalled past
+	// TestConfig's 300 ms on a loaded machine would be evicted and
+	// refuse with not_owner once more.
+	steady := heartbeat.TestConfig()
+	steady.EvictAfter, steady.Lease = 30*time.Second, 0
 	var nodes []*service.Node
 	var ms []*metrics.Metrics
 	for range n {
@@ -63,7 +69,7 @@ func routingCluster(t *testing.T, n int, h *refusing) ([]*service.Node, []*metri
 		m, err := metrics.New(metrics.Config{Transport: tr})
 		require.NoError(t, err)
 		node, err := service.StartNode(ctx, service.Config{Node: id, Transport: tr, OwnTransport: true,
-			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.TestConfig(), Observer: m,
+			Store: store.For(id), Registry: reg, Heartbeat: steady, Observer: m,
 			Services: []service.Service{service.API(service1, h.mux())}})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = node.Close() })
