@@ -17,6 +17,7 @@ const benchMembers = 100
 // BenchmarkBuild measures building a ring of 100 members from scratch in one
 // step with ring.Sync (which uses Replace). Budget for the default: 100 ms.
 func BenchmarkBuild(b *testing.B) {
+	defer ring.ComputeEveryChange()()
 	members := ringtest.UUIDs(1, benchMembers)
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
@@ -30,6 +31,7 @@ func BenchmarkBuild(b *testing.B) {
 // BenchmarkBuildByAdd measures building a ring of 100 members with one Add
 // per member, as a node does when members join one at a time.
 func BenchmarkBuildByAdd(b *testing.B) {
+	defer ring.ComputeEveryChange()()
 	members := ringtest.UUIDs(1, benchMembers)
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
@@ -47,6 +49,7 @@ func BenchmarkBuildByAdd(b *testing.B) {
 // members; add-ns/op and remove-ns/op split the time. Budget for the
 // default: 20 ms each.
 func BenchmarkAddRemove(b *testing.B) {
+	defer ring.ComputeEveryChange()()
 	members := ringtest.UUIDs(1, benchMembers+1)
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
@@ -95,6 +98,7 @@ func BenchmarkLocate(b *testing.B) {
 // retains (bytes/copy; each node holds one copy). Budget for the default:
 // 1 MB.
 func BenchmarkCopyBytes(b *testing.B) {
+	defer ring.ComputeEveryChange()()
 	members := ringtest.UUIDs(1, benchMembers)
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {

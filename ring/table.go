@@ -13,8 +13,10 @@ import (
 // hashing under a load bound: no member owns more than 1.015 times the
 // mean share of partitions, and a change moves at most about 1.1 times the
 // keys of the member that joined or left (docs/design.md, "The ring").
-// The owners depend only on the members. Locate, Members and Fingerprint
-// never block. The zero Table is an empty ring with [DefaultConfig]; it
+// The owners depend only on the members, so the Tables of one process
+// share the snapshot of a member set one of them computed: many nodes in
+// one process (a test's cluster) compute each change once. Locate,
+// Members and Fingerprint never block. The zero Table is an empty ring with [DefaultConfig]; it
 // must not be copied after first use.
 type Table struct {
 	mu         sync.Mutex // serialises writers
@@ -73,9 +75,13 @@ func (t *Table) Add(member string) error {
 	if len(s.byIndex) >= MaxMembers {
 		return fmt.Errorf("ring: add %q: %d members: %w", member, len(s.byIndex), ErrTooManyMembers)
 	}
-	d := s.edit()
-	d.add(member)
-	t.cur.Store(d.freeze())
+	want := append(slices.Clone(s.names), member)
+	slices.Sort(want)
+	t.cur.Store(shared.get(s.shift, want, func() *snapshot {
+		d := s.edit()
+		d.add(member)
+		return d.freeze()
+	}))
 	return nil
 }
 
@@ -88,9 +94,12 @@ func (t *Table) Remove(member string) error {
 	if _, found := slices.BinarySearch(s.names, member); !found {
 		return fmt.Errorf("ring: remove %q: %w", member, ErrMemberNotFound)
 	}
-	d := s.edit()
-	d.remove(d.indexOf(member))
-	t.cur.Store(d.freeze())
+	want := slices.DeleteFunc(slices.Clone(s.names), func(n string) bool { return n == member })
+	t.cur.Store(shared.get(s.shift, want, func() *snapshot {
+		d := s.edit()
+		d.remove(d.indexOf(member))
+		return d.freeze()
+	}))
 	return nil
 }
 
@@ -118,18 +127,20 @@ func (t *Table) Replace(members []string) error {
 	if len(adds)+len(removes) == 0 {
 		return err
 	}
-	d := s.edit()
-	if 2*(len(adds)+len(removes)) < len(want) {
-		for _, m := range removes {
-			d.remove(d.indexOf(m))
+	t.cur.Store(shared.get(s.shift, want, func() *snapshot {
+		d := s.edit()
+		if 2*(len(adds)+len(removes)) < len(want) {
+			for _, m := range removes {
+				d.remove(d.indexOf(m))
+			}
+			for _, m := range adds {
+				d.add(m)
+			}
+		} else {
+			d.rebuild(want)
 		}
-		for _, m := range adds {
-			d.add(m)
-		}
-	} else {
-		d.rebuild(want)
-	}
-	t.cur.Store(d.freeze())
+		return d.freeze()
+	}))
 	return err
 }
 
