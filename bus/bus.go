@@ -63,6 +63,7 @@ type CloudBus struct {
 
 	lateReplies  atomic.Uint64
 	rejected     atomic.Uint64
+	handled      atomic.Uint64
 	late         atomic.Uint64 // refused: the deadline passed before the start
 	released     atomic.Uint64 // given back to the queue unanswered
 	lost         atomic.Uint64 // not run: the transport no longer held them
@@ -353,6 +354,9 @@ type Stats struct {
 	Queued int
 	// LateReplies counts replies that came after their call ended.
 	LateReplies uint64
+	// Handled counts the deliveries a handler ran for, whatever it
+	// returned.
+	Handled uint64
 	// Rejected counts deliveries refused before a handler ran, Late
 	// included.
 	Rejected uint64
@@ -396,6 +400,7 @@ func (b *CloudBus) Stats() Stats {
 		Failed:       b.failed.Load(),
 		Retried:      b.retried.Load(),
 		DeadLettered: b.deadLettered.Load(),
+		Handled:      b.handled.Load(),
 	}
 }
 

@@ -306,6 +306,7 @@ func checkResource(env *wire.Envelope, payload any) error {
 
 // invoke calls h, turning a panic into message.ErrInternal.
 func (b *CloudBus) invoke(ctx context.Context, h Handler, req *Request) (resp any, err error) {
+	defer b.handled.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
 			b.log.Error("handler panicked", "service", req.env.ServiceID, "type", req.env.Type,

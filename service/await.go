@@ -16,8 +16,15 @@ import (
 	"github.com/cloudbus-go/cloudbus/ring"
 )
 
-func (n *Node) ringState() wire.RingState {
-	return wire.RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
+func (n *Node) ringState(q wire.RingQuery) wire.RingState {
+	st := wire.RingState{Node: n.id, State: n.State().String(), Fingerprint: n.ring.Fingerprint().String(), Members: n.ring.Members()}
+	if q.Resource != "" {
+		st.Owner, _ = n.ring.Locate(q.Resource)
+	}
+	if b := n.Bus(); b != nil {
+		st.Handled = b.Stats().Handled
+	}
+	return st
 }
 
 // ErrNotRunning is returned by the waits of a node that stopped or never

@@ -230,8 +230,8 @@ func (n *Node) membershipHandler() bus.Handler {
 		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
 		return message.Empty{}, nil
 	})
-	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, _ wire.RingQuery) (wire.RingState, error) {
-		return n.ringState(), nil
+	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, q wire.RingQuery) (wire.RingState, error) {
+		return n.ringState(q), nil
 	})
 	return mux
 }

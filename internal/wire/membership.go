@@ -17,17 +17,22 @@ type LeaveNotice struct {
 const TypeLeaveNotice = "cloudbus.v1.LeaveNotice"
 
 // RingQuery asks a node for its ring copy; it replies with [RingState].
-type RingQuery struct{}
+type RingQuery struct {
+	// Resource, if set, asks which node the ring copy says owns it.
+	Resource string `json:"resource,omitempty"`
+}
 
 // TypeRingQuery is the registered name of [RingQuery].
 const TypeRingQuery = "cloudbus.v1.RingQuery"
 
 // RingState is a node's view of the cluster: its state and ring copy.
 type RingState struct {
-	Node        string   `json:"node"`        // the replying node
-	State       string   `json:"state"`       // its service.State name ("serving", ...)
-	Fingerprint string   `json:"fingerprint"` // the ring copy's fingerprint, in hexadecimal
-	Members     []string `json:"members"`     // the node UUIDs in the ring copy, sorted
+	Node        string   `json:"node"`            // the replying node
+	State       string   `json:"state"`           // its service.State name ("serving", ...)
+	Fingerprint string   `json:"fingerprint"`     // the ring copy's fingerprint, in hexadecimal
+	Members     []string `json:"members"`         // the node UUIDs in the ring copy, sorted
+	Owner       string   `json:"owner,omitempty"` // the owner of the query's resource by this ring copy
+	Handled     uint64   `json:"handled"`         // the messages the node's handlers ran since it joined
 }
 
 // TypeRingState is the registered name of [RingState].
