@@ -19,7 +19,9 @@ import (
 // while the node's loops are not stuck: see [Admin.Liveness]), GET
 // /readyz (200 while the node serves with its store, broker and ring in
 // order: see [Admin.Readiness]), GET /status (the node's state as JSON:
-// see [Status]), and with -pprof (Settings.Pprof) the profiles under
+// see [Status]), on a node opened by [Open] the live dashboard at GET /
+// (package dashboard, with GET /dashboard.json, /dashboard/events and
+// /dashboard/owner), and with -pprof (Settings.Pprof) the profiles under
 // /debug/pprof/. A program adds its own
 // routes with [Admin.Handle] and its own top-level /status sections with
 // [Admin.Section], before [Node.Run]. It is safe for concurrent use once

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/internal/sqlconn"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
+	"github.com/cloudbus-go/cloudbus/service/dashboard"
 	"github.com/cloudbus-go/cloudbus/service/metrics"
 	"github.com/cloudbus-go/cloudbus/service/tracing"
 )
@@ -62,6 +64,11 @@ type Config struct {
 	// Logger receives the node's logs. Default: text on stderr at
 	// Settings.LogLevel.
 	Logger *slog.Logger
+	// Dashboard adds the program's figures to the node's dashboard, at
+	// GET / of the admin listener (package dashboard): its Resources,
+	// Gauges and Counters (the kit adds "fence refusals"). Node,
+	// Interval and Logger are the kit's. Optional.
+	Dashboard dashboard.Config
 }
 
 // Node is a production node opened by [Open]: its database, broker
@@ -77,6 +84,7 @@ type Node struct {
 	tr       *amqpbus.Transport
 	node     *service.Node
 	admin    *Admin
+	dash     *dashboard.Dashboard
 	metrics  *metrics.Metrics
 	traces   *sdktrace.TracerProvider // nil: -trace none
 
@@ -211,6 +219,21 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	}
 	n.admin.node = n.node
 	n.metrics.SetNode(n.node)
+	dc := cfg.Dashboard
+	dc.Node, dc.Interval, dc.Logger = n.node, 0, cfg.Logger
+	counters := dc.Counters
+	dc.Counters = func() map[string]uint64 {
+		c := map[string]uint64{}
+		if counters != nil {
+			maps.Copy(c, counters())
+		}
+		c["fence refusals"] = n.fence.Stats().Stale
+		return c
+	}
+	if n.dash, err = dashboard.New(dc); err != nil {
+		return nil, err
+	}
+	n.dash.Register(n.admin.mux)
 	return n, nil
 }
 
@@ -298,6 +321,9 @@ func (n *Node) Close() error {
 	var errs []error
 	if n.node != nil {
 		errs = append(errs, n.node.Close())
+	}
+	if n.dash != nil {
+		errs = append(errs, n.dash.Close())
 	}
 	if n.tr != nil {
 		errs = append(errs, n.tr.Close())
