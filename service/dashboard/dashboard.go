@@ -194,8 +194,8 @@ type Member struct {
 	// Health is "healthy" (in the ring, beating, answering with this
 	// ring's fingerprint), "unhealthy" (its beat is older than the
 	// lease), "disagrees" (its ring differs), "unreachable" (it did not
-	// answer over the bus), "not in ring" (in the store only) or "no
-	// record" (in the ring only).
+	// answer over the bus) or "not in ring" (in the heartbeat store
+	// only).
 	Health string `json:"health"`
 	// State is its own service state, as it answered.
 	State string `json:"state,omitempty"`
@@ -371,9 +371,10 @@ func (d *Dashboard) build(ctx context.Context) *Snapshot {
 			why = append(why, fmt.Sprintf("node %s's ring differs", short(v.Node)))
 		}
 	}
-	// Members of this ring without a record (gone from the store, not
-	// yet out of this ring), and records without a ring member (joined
-	// the store, not yet this ring).
+	// Records without a ring member: joined the store, not yet this
+	// ring. (A member without a record in this node's last read of the
+	// store joined since, or was evicted and leaves this ring within an
+	// interval: its age shows -1.)
 	for _, r := range records {
 		m := member(r.Node)
 		m.Epoch, m.RegisteredAt, m.HeartbeatAgeMS = r.Epoch, r.RegisteredAt().UTC(), r.Age.Milliseconds()
@@ -383,14 +384,6 @@ func (d *Dashboard) build(ctx context.Context) *Snapshot {
 			why = append(why, fmt.Sprintf("node %s is in the heartbeat store, not in this ring", short(r.Node)))
 		case m.Health == "healthy" && r.Age > hb.Lease:
 			m.Health = "unhealthy"
-		}
-	}
-	if records != nil {
-		for id, m := range byNode {
-			if m.HeartbeatAgeMS < 0 && !m.Self {
-				m.Health = "no record"
-				why = append(why, fmt.Sprintf("node %s is in this ring, not in the heartbeat store", short(id)))
-			}
 		}
 	}
 	d.mu.Lock()

@@ -105,7 +105,18 @@ func TestDashboard(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	s := snapshot(t, srv)
+	// The node's view of the heartbeat store lags its ring by up to an
+	// interval (a join is broadcast): wait for every record.
+	var s dashboard.Snapshot
+	require.Eventually(t, func() bool {
+		s = snapshot(t, srv)
+		for _, m := range s.Members {
+			if m.Epoch == 0 {
+				return false
+			}
+		}
+		return len(s.Members) == 3
+	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, c.nodes[0].UUID(), s.Node)
 	assert.True(t, s.Agreed, s.Disagreement)
 	assert.Equal(t, "serving", s.State)
