@@ -12,8 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/rest"
+	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
+	"github.com/cloudbus-go/cloudbus/service/dashboard"
 )
 
 // maxEmbedded bounds -embedded.
@@ -78,10 +81,11 @@ type embeddedCluster struct {
 	wg      sync.WaitGroup
 }
 
-// embeddedAPI is one node's REST API.
+// embeddedAPI is one node's REST API, with its dashboard at /.
 type embeddedAPI struct {
 	m    *member
 	srv  *http.Server
+	dash *dashboard.Dashboard
 	addr net.Addr
 }
 
@@ -128,8 +132,14 @@ func newEmbeddedCluster(ctx context.Context, o serveOptions, log *slog.Logger) (
 			e.close()
 			return nil, err
 		}
+		d, err := dashboard.New(withNode(dashboardFigures(func() cloud.Store { return c.db }, func() *services.Set { return m.svc }), m.node, log))
+		if err != nil {
+			e.close()
+			return nil, err
+		}
 		srv, ln := a.Server(), lns[i]
-		e.apis = append(e.apis, embeddedAPI{m: m, srv: srv, addr: ln.Addr()})
+		srv.Handler = withDashboard(srv.Handler, d)
+		e.apis = append(e.apis, embeddedAPI{m: m, srv: srv, dash: d, addr: ln.Addr()})
 		e.wg.Go(func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				log.Warn("REST API", "node", m.node.UUID(), "err", err)
@@ -167,6 +177,9 @@ func (e *embeddedCluster) close() {
 		}
 	}
 	e.wg.Wait()
+	for _, a := range e.apis {
+		_ = a.dash.Close()
+	}
 	for _, cl := range e.clients {
 		_ = cl.Close()
 	}
@@ -194,7 +207,7 @@ func serveEmbedded(ctx context.Context, o serveOptions, stdout io.Writer, log *s
 	fmt.Fprintf(stdout, "embedded: %d nodes in this process on an in-memory bus and database (nothing is kept after exit), ready in %s\n",
 		o.embedded, e.started.Round(time.Millisecond))
 	for _, a := range e.apis {
-		fmt.Fprintf(stdout, "node %s:  %s  api: http://%s/v1/\n", a.m.label, a.m.node.UUID(), a.addr)
+		fmt.Fprintf(stdout, "node %s:  %s  api: http://%s/v1/  dashboard: http://%s/\n", a.m.label, a.m.node.UUID(), a.addr, a.addr)
 	}
 	if o.apiToken != "" {
 		fmt.Fprintln(stdout, "api:     a bearer token is required (-api-token)")

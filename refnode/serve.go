@@ -235,6 +235,7 @@ func serve(ctx context.Context, o serveOptions, stdout io.Writer, log *slog.Logg
 	)
 	n, err := nodekit.Open(ctx, nodekit.Config{
 		Name: "refnode", Command: "refnode serve", Node: id, Registry: reg, Observer: obs, Notes: notes, Stdout: stdout, Logger: log,
+		Dashboard: dashboardFigures(func() cloud.Store { return records }, func() *services.Set { return set }),
 		Services: func(ctx context.Context, env nodekit.Env) ([]service.Service, error) {
 			var err error
 			records, err = sqldb.Open(ctx, &sqlconn.Pool{DB: env.DB, URL: dbURL}, sqldb.Config{
