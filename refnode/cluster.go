@@ -146,6 +146,13 @@ func (c *cluster) all() []*member {
 	return slices.Clone(c.members)
 }
 
+// wasKilled reports whether m was killed.
+func (c *cluster) wasKilled(m *member) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m.killed
+}
+
 // live returns the members that were not killed and serve.
 func (c *cluster) live() []*member {
 	var out []*member

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,8 +128,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	shot("dashboard-before-kill.png")
 
-	// The kill: node C's process dies; A's page shows it leave.
-	e.kill(2)
+	// The kill, as the README's tour does it: node C dies; A's page
+	// shows it leave.
+	killC(t, a.addr.String(), http.StatusOK)
 	killed := time.Now()
 	poll(fmt.Sprintf(`document.querySelectorAll('#members tbody tr[data-node]').length === 2 && !document.querySelector('#members tbody tr[data-node=%q]') && document.getElementById('status').className === 'ok' && !!document.querySelector('#events li[data-kind="left"], #events li[data-kind="evicted"]')`, dead))
 	shown := time.Since(killed)
@@ -167,4 +171,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	answer, err := chromedp.Run(bctx, chromedp.Text("#owner-result"))
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(answer, "every node agrees"), answer)
+}
+
+// killC posts node=C to /embedded/kill at addr and checks the status.
+func killC(t *testing.T, addr string, want int) {
+	t.Helper()
+	resp, err := http.PostForm("http://"+addr+"/embedded/kill", url.Values{"node": {"C"}})
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, want, resp.StatusCode, "%s", body)
+}
+
+// TestEmbeddedKill: POST /embedded/kill crashes the node named, once;
+// an unknown name is 404.
+func TestEmbeddedKill(t *testing.T) {
+	so, err := parseServe([]string{"-embedded", "3", "-api-listen", "127.0.0.1:0", "-heartbeat", "50ms", "-evict-after", "300ms"}, func(string) string { return "" })
+	require.NoError(t, err)
+	require.NoError(t, validateEmbedded(&so, func(string) bool { return false }))
+	e, err := newEmbeddedCluster(t.Context(), so, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer e.close()
+	a := e.apis[0].addr.String()
+	resp, err := http.PostForm("http://"+a+"/embedded/kill", url.Values{"node": {"Z"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	killC(t, a, http.StatusOK)
+	killC(t, a, http.StatusConflict)
+	require.NoError(t, e.c.await(t.Context(), "the survivors' rings hold 2 nodes", func() bool {
+		return len(e.c.live()) == 2 && e.c.converged() && len(e.apis[0].m.node.Members()) == 2
+	}))
 }

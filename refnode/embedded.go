@@ -138,7 +138,10 @@ func newEmbeddedCluster(ctx context.Context, o serveOptions, log *slog.Logger) (
 			return nil, err
 		}
 		srv, ln := a.Server(), lns[i]
-		srv.Handler = withDashboard(srv.Handler, d)
+		h := http.NewServeMux()
+		h.Handle("/", withDashboard(srv.Handler, d))
+		h.HandleFunc("POST /embedded/kill", e.serveKill)
+		srv.Handler = h
 		e.apis = append(e.apis, embeddedAPI{m: m, srv: srv, dash: d, addr: ln.Addr()})
 		e.wg.Go(func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -165,6 +168,27 @@ func (e *embeddedCluster) kill(i int) {
 	a := e.apis[i]
 	_ = a.srv.Close()
 	e.c.kill(a.m)
+}
+
+// serveKill is POST /embedded/kill on every node's API address, for
+// demos: node=<label or UUID> (a form value) crashes that node as kill
+// -9 would a process, once the answer is sent.
+func (e *embeddedCluster) serveKill(w http.ResponseWriter, r *http.Request) {
+	want := r.FormValue("node")
+	for i, a := range e.apis {
+		if want == "" || (want != a.m.label && want != a.m.node.UUID()) {
+			continue
+		}
+		if e.c.wasKilled(a.m) {
+			http.Error(w, fmt.Sprintf("node %s was killed already", a.m.label), http.StatusConflict)
+			return
+		}
+		fmt.Fprintf(w, "killing node %s (%s): no goodbye, no more beats; the others evict it after -evict-after\n", a.m.label, a.m.node.UUID())
+		_ = http.NewResponseController(w).Flush()
+		e.wg.Go(func() { e.kill(i) }) // after this answer: the node may be this API's own
+		return
+	}
+	http.Error(w, fmt.Sprintf("no node %q: give node=A, B, … or a node UUID, as printed at the start", want), http.StatusNotFound)
 }
 
 // close stops the APIs, then every node (live ones leave in order).

@@ -56,7 +56,7 @@
 // The node prints what an operator needs on stdout:
 //
 //	node:    0b5f…
-//	admin:   http://127.0.0.1:41117 (GET /healthz, GET /status, GET /metrics)
+//	admin:   http://127.0.0.1:41117 (GET / the dashboard, GET /healthz, GET /status, GET /metrics)
 //	bus:     amqp://guest:xxxxx@127.0.0.1:5672/ (queues cloudbus.message.<service>.0b5f…)
 //	db:      postgres://app:xxxxx@db:5432/app (tables cloudbus_heartbeat, cloudbus_volume_*)
 //	serving: 2 nodes in the ring (fingerprint 3f2a…), ready in 412ms; SIGTERM or Ctrl-C leaves in order

@@ -140,7 +140,7 @@ func Open(ctx context.Context, cfg Config, s Settings) (_ *Node, err error) {
 	hbTable, tables := base+"_heartbeat", base+"_"+cfg.Name
 	out := cfg.Stdout
 	fmt.Fprintf(out, "node:    %s\n", id)
-	fmt.Fprintf(out, "admin:   http://%s (GET /healthz, GET /status, GET /metrics)\n", n.ln.Addr())
+	fmt.Fprintf(out, "admin:   http://%s (GET / the dashboard, GET /healthz, GET /status, GET /metrics)\n", n.ln.Addr())
 	qt, _ := amqpbus.ParseQueueType(s.QueueType)
 	fmt.Fprintf(out, "bus:     %s (%s queues %s.message.<service>.%s)\n", amqpbus.MaskURLs(s.Bus), qt, s.Prefix, id)
 	fmt.Fprintf(out, "db:      %s (tables %s, %s_*)\n", maskDB(s.DB), hbTable, tables)
