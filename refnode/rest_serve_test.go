@@ -125,7 +125,7 @@ func TestServeREST(t *testing.T) {
 	assert.NotContains(t, errOut.String()+out.String(), "t0ken", "the token is never logged")
 }
 
-var embeddedLine = regexp.MustCompile(`(?m)^node ([A-Z]): +([0-9a-f]{32}) +api: http://(\S+)/v1/$`)
+var embeddedLine = regexp.MustCompile(`(?m)^node ([A-Z]): +([0-9a-f]{32}) +api: http://(\S+)/v1/ +dashboard: http://\S+/$`)
 
 // TestServeEmbedded: refnode serve -embedded 3 runs three nodes in one
 // process, each serving the REST API: VMs created through one node's API
