@@ -142,6 +142,7 @@ func newEmbeddedCluster(ctx context.Context, o serveOptions, log *slog.Logger) (
 		h.Handle("/", withDashboard(srv.Handler, d))
 		h.HandleFunc("POST /embedded/kill", e.serveKill)
 		srv.Handler = h
+		srv.RegisterOnShutdown(func() { _ = d.Close() }) // ends the dashboard's live streams, which never idle
 		e.apis = append(e.apis, embeddedAPI{m: m, srv: srv, dash: d, addr: ln.Addr()})
 		e.wg.Go(func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

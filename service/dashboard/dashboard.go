@@ -122,7 +122,9 @@ func New(cfg Config) (*Dashboard, error) {
 }
 
 // Close stops the watch and ends the live updates under way. It is
-// idempotent and returns once the watch stopped.
+// idempotent and returns once the watch stopped. A live update's
+// connection never goes idle, so http.Server.Shutdown waits for it: give
+// Close to the server's RegisterOnShutdown.
 func (d *Dashboard) Close() error {
 	d.once.Do(func() { close(d.stop) })
 	<-d.done

@@ -196,7 +196,7 @@ func TestDashboard(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	events := sse(resp.Body)
+	events := sse(sctx, resp.Body)
 	first, ok := <-events
 	require.True(t, ok)
 	require.Len(t, first.Members, 3)
@@ -250,8 +250,9 @@ func hasCounter(s dashboard.Snapshot) bool {
 	return false
 }
 
-// sse decodes the snapshots of a server-sent event stream until it ends.
-func sse(r io.Reader) <-chan dashboard.Snapshot {
+// sse decodes the snapshots of a server-sent event stream until it ends
+// or ctx does.
+func sse(ctx context.Context, r io.Reader) <-chan dashboard.Snapshot {
 	out := make(chan dashboard.Snapshot)
 	go func() {
 		defer close(out)
@@ -263,8 +264,13 @@ func sse(r io.Reader) <-chan dashboard.Snapshot {
 				continue
 			}
 			var s dashboard.Snapshot
-			if json.Unmarshal([]byte(data), &s) == nil {
-				out <- s
+			if json.Unmarshal([]byte(data), &s) != nil {
+				continue
+			}
+			select {
+			case out <- s:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()
@@ -274,4 +280,26 @@ func sse(r io.Reader) <-chan dashboard.Snapshot {
 func TestNewRequiresANode(t *testing.T) {
 	_, err := dashboard.New(dashboard.Config{})
 	assert.ErrorIs(t, err, dashboard.ErrNoNode)
+}
+
+// TestShutdownEndsLiveUpdates: a server's Shutdown, with Close
+// registered, ends an open stream of live updates at once.
+func TestShutdownEndsLiveUpdates(t *testing.T) {
+	c := startCluster(t, 1)
+	d, err := dashboard.New(dashboard.Config{Node: c.nodes[0]})
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(d.Handler())
+	srv.Config.RegisterOnShutdown(func() { _ = d.Close() })
+	srv.Start()
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/dashboard/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, ok := <-sse(t.Context(), resp.Body)
+	require.True(t, ok, "a first snapshot")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, srv.Config.Shutdown(ctx))
+	assert.Less(t, time.Since(start), 2*time.Second, "Shutdown did not wait for the stream")
 }

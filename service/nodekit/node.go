@@ -263,6 +263,7 @@ func (n *Node) Addr() net.Addr { return n.ln.Addr() }
 func (n *Node) Run(ctx context.Context) error {
 	out, id := n.cfg.Stdout, n.cfg.Node
 	srv := &http.Server{Handler: n.admin, ReadHeaderTimeout: 5 * time.Second}
+	srv.RegisterOnShutdown(func() { _ = n.dash.Close() }) // ends the dashboards' live streams, which never idle
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(n.ln) }()
 	defer func() {
