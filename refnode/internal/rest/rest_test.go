@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cloudbus-go/cloudbus/fence/memfence"
+	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
@@ -79,6 +80,10 @@ func start(t *testing.T, nodes int, token string) *fixture {
 	f.c = servicetest.Start(t, servicetest.Options{
 		Nodes:    nodes,
 		Registry: reg,
+		// No test here kills a node: a long eviction keeps a node that a
+		// loaded machine stalled past the in-memory 300 ms in the ring
+		// (TestNodesStates once saw one live node of two).
+		Heartbeat: heartbeat.Config{EvictAfter: 30 * time.Second},
 		Services: func(int, nodekit.Env) []service.Service {
 			s, err := services.New(services.Config{Store: f.store, Hypervisor: hv, PingInterval: time.Hour})
 			if err != nil {
