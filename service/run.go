@@ -301,20 +301,20 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	n.mu.Lock()
 	n.epoch = epoch
 	n.mu.Unlock()
-	live := map[string]bool{n.id: true}
+	live := map[string]int64{}
 	for _, r := range records {
-		live[r.Node] = true
-		n.memberJoined(r.Node, r.Epoch, "membership")
+		live[r.Node] = r.Epoch
 	}
 	for _, m := range n.ring.Members() { // a rejoining node may have missed leaves
-		if !live[m] {
+		if _, ok := live[m]; !ok && m != n.id {
 			n.mu.Lock()
 			e := n.members[m]
 			n.mu.Unlock()
 			n.memberLeft(m, e, "not in the membership at rejoin", abandonCalls)
 		}
 	}
-	n.memberJoined(n.id, epoch, "self")
+	live[n.id] = epoch
+	n.membersJoined(live, "membership") // one ring change for every member
 	// The portal routes by the ring, so it starts once the ring is filled;
 	// nothing routes to a node's portal, so starting it late loses nothing.
 	if err := busx.Of(b).RegisterRaw(ctx, bus.APIPortal, handlerFunc(n.portal)); err != nil {
