@@ -37,6 +37,10 @@ type clusterConfig struct {
 	// wrapStore, optional, wraps each node's heartbeat store (to count
 	// its calls, say).
 	wrapStore func(heartbeat.Store) heartbeat.Store
+	// heartbeatStore, optional, returns the heartbeat store of the node
+	// with the given UUID, instead of the cluster's in-memory one (whose
+	// unreachability a kill still sets).
+	heartbeatStore func(node string) heartbeat.Store
 }
 
 // cluster is N management nodes in one process, each with refnode's
@@ -104,6 +108,9 @@ func (c *cluster) add(ctx context.Context, cfg clusterConfig, label string) erro
 		return err
 	}
 	var hbStore heartbeat.Store = c.hb.For(id)
+	if cfg.heartbeatStore != nil {
+		hbStore = cfg.heartbeatStore(id)
+	}
 	if cfg.wrapStore != nil {
 		hbStore = cfg.wrapStore(hbStore)
 	}
