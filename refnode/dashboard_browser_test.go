@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,6 +91,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
 	defer cancelTimeout()
 
+	// 30 VMs, so the page shows what each node owns.
+	post := func(path, body string) map[string]any {
+		resp, err := http.Post(fmt.Sprintf("http://%s%s", a.addr, path), "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusCreated, resp.StatusCode, "POST %s: %s", path, b)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(b, &out))
+		return out
+	}
+	for i := range 6 {
+		post("/v1/hosts", fmt.Sprintf(`{"name":"h%d"}`, i))
+	}
+	img := post("/v1/images", `{"name":"tour"}`)
+	const vms = 30
+	for range vms {
+		post("/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img["uuid"]))
+	}
+	// ownedVMs is the sum of the members table's VM counts.
+	const ownedVMs = `[...document.querySelectorAll('#members tbody tr[data-node]')].reduce((n, r) => n + Number((r.lastChild.textContent.match(/(\d+) VMs/) || [0, 0])[1]), 0)`
+
 	rows := func() []pageRow {
 		out, err := chromedp.Run(bctx, chromedp.Evaluate[[]pageRow](`[...document.querySelectorAll('#members tbody tr[data-node]')].map(r => ({node: r.dataset.node, health: r.dataset.health, share: r.querySelector('.share').textContent}))`))
 		require.NoError(t, err)
@@ -102,7 +125,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	started := time.Now()
 	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(fmt.Sprintf("http://%s/", a.addr))))
-	poll(`document.querySelectorAll('#members tbody tr[data-health="healthy"]').length === 3 && document.getElementById('status').className === 'ok'`)
+	poll(fmt.Sprintf(`document.querySelectorAll('#members tbody tr[data-health="healthy"]').length === 3 && document.getElementById('status').className === 'ok' && %s === %d`, ownedVMs, vms))
 	t.Logf("the page showed 3 healthy nodes %s after the browser started", time.Since(started).Round(time.Millisecond))
 	before := rows()
 	require.Len(t, before, 3)
@@ -133,7 +156,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	killC(t, a.addr.String(), http.StatusOK)
 	killed := time.Now()
 	poll(fmt.Sprintf(`document.querySelectorAll('#members tbody tr[data-node]').length === 2 && !document.querySelector('#members tbody tr[data-node=%q]') && document.getElementById('status').className === 'ok' && !!document.querySelector('#events li[data-kind="left"], #events li[data-kind="evicted"]')`, dead))
-	shown := time.Since(killed)
+	left := time.Since(killed)
+	shown := left
 	const update = 250 * time.Millisecond // the dashboard's least Interval
 	t.Logf("the page showed node C leave %s after its kill (evicted after %s, the page updated every %s)", shown.Round(time.Millisecond), evict, update)
 	assert.Less(t, shown, evict+update+2*time.Second, "within the eviction threshold plus an update (and 2 s for a loaded machine)")
@@ -148,6 +172,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		total += pct
 	}
 	assert.InDelta(t, 100, total, 0.1, "C's share moved to the survivors")
+	poll(fmt.Sprintf(`%s === %d`, ownedVMs, vms)) // the VM counts are read every 2 s
+	t.Logf("the page showed all %d VMs owned by the survivors %s after the kill", vms, time.Since(killed).Round(time.Millisecond))
 	eventsText, err := chromedp.Run(bctx, chromedp.Text("#events"))
 	require.NoError(t, err)
 	assert.Contains(t, eventsText, dead[:8], "the events list names the dead node")

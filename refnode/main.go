@@ -76,8 +76,8 @@ Usage:
                            or api.portal on its broker (ctl start-vm UUID, ...)
   refnode bench            create and start VMs through the REST API, C at a time, and
                            print throughput, latency percentiles, errors and retries
-  refnode scale            run 30 nodes in this process and time how every ring follows
-                           a join, a leave and a kill
+  refnode scale            run 30 nodes in this process (or -processes n serve processes) and
+                           time how every ring follows a join, a leave and a kill
   refnode help             show this help
 
 "refnode serve -h" and "refnode ctl -h" list their flags (REFNODE_BUS, REFNODE_DB, …).
