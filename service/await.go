@@ -22,7 +22,11 @@ func (n *Node) ringState(q wire.RingQuery) wire.RingState {
 		st.Owner, _ = n.ring.Locate(q.Resource)
 	}
 	if b := n.Bus(); b != nil {
-		st.Handled = b.Stats().Handled
+		// The services' messages: not the membership's own, such as the
+		// ring queries of a dashboard watching this node.
+		if h, i := b.Stats().Handled, n.internal.Load(); h > i {
+			st.Handled = h - i
+		}
 	}
 	return st
 }

@@ -278,11 +278,14 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 func (n *Node) membershipHandler() bus.Handler {
 	mux := bus.NewMux()
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, l wire.LeaveNotice) (message.Empty, error) {
+		n.internal.Add(1)
 		n.memberLeft(l.Node, l.Epoch, "leave notice", keepCalls)
 		return message.Empty{}, nil
 	})
 	bus.Handle(mux, func(ctx context.Context, _ *bus.Request, q wire.RingQuery) (wire.RingState, error) {
-		return n.ringState(q), nil
+		st := n.ringState(q) // before counting this query, which the bus counts once it returns
+		n.internal.Add(1)
+		return st, nil
 	})
 	return mux
 }

@@ -101,6 +101,7 @@ type Node struct {
 	monitor    atomic.Pointer[heartbeat.Monitor] // of the current life
 	hooks      *hooks
 	mstats     membershipCounters // MembershipStats
+	internal   atomic.Uint64      // messages of cloudbus-membership handled by this life's bus, left out of RingState.Handled
 }
 
 func (n *Node) setState(s State) {

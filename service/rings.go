@@ -25,8 +25,9 @@ type RingView struct {
 	// Owner is the owner of the resource asked about by its ring copy;
 	// "" if none was asked or its ring is empty.
 	Owner string
-	// Handled counts the messages its handlers ran in its current life
-	// (bus.Stats.Handled); it restarts at 0 when the node rejoins.
+	// Handled counts the messages its services' handlers ran in its
+	// current life (bus.Stats.Handled, without the membership's own,
+	// such as these queries); it restarts at 0 when the node rejoins.
 	Handled uint64
 	// Err is why the node gave no answer: it did not answer by ctx's
 	// deadline, or the bus refused the query.

@@ -246,6 +246,7 @@ func (n *Node) join(ctx context.Context, first bool) error {
 	if err != nil {
 		return fmt.Errorf("service: start node %s: %w", n.id, err)
 	}
+	n.internal.Store(0) // counts this bus's
 	n.bus.Store(b)
 
 	// Lifecycle events are hints: each is checked against the store,

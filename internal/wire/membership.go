@@ -32,7 +32,7 @@ type RingState struct {
 	Fingerprint string   `json:"fingerprint"`     // the ring copy's fingerprint, in hexadecimal
 	Members     []string `json:"members"`         // the node UUIDs in the ring copy, sorted
 	Owner       string   `json:"owner,omitempty"` // the owner of the query's resource by this ring copy
-	Handled     uint64   `json:"handled"`         // the messages the node's handlers ran since it joined
+	Handled     uint64   `json:"handled"`         // the messages the node's services ran since it joined
 }
 
 // TypeRingState is the registered name of [RingState].
