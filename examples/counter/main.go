@@ -70,10 +70,12 @@ func main() {
 	message.MustRegister[Count](reg, "counter.v1.Count")
 	net, store, counts := membus.New(), memstore.New(memstore.Config{}), &Counts{m: map[string]int64{}}
 	var nodes []*service.Node
-	for range 3 { // in production: one node per process, on RabbitMQ and a database
+	hb := heartbeat.TestConfig()             // fast beats for a demo...
+	hb.EvictAfter, hb.Lease = time.Second, 0 // ...and an eviction a loaded machine's stall does not trigger
+	for range 3 {                            // in production: one node per process, on RabbitMQ and a database
 		id := message.NewUUID()
 		n, err := service.StartNode(ctx, service.Config{Node: id, Prefix: "counter", Transport: net.Transport(id), OwnTransport: true,
-			Store: store.For(id), Registry: reg, Heartbeat: heartbeat.TestConfig(), Services: []service.Service{counts.Service()}})
+			Store: store.For(id), Registry: reg, Heartbeat: hb, Services: []service.Service{counts.Service()}})
 		if err != nil {
 			log.Fatal(err)
 		}
