@@ -248,7 +248,17 @@ func TestWithRetryAfterTheOwnerDies(t *testing.T) {
 						require.NotEmpty(t, first)
 						assert.Contains(t, l.idsOn(r.got.Node), first[0], "the new owner's handler saw the message id the dead owner saw")
 						if !fault.moved {
-							assert.Len(t, l.idsOn(r.got.Node), 1, "nothing but the retry reached the new owner")
+							// The retry, and rarely (once in CI's race step)
+							// the held message too: once the victim's link is
+							// deemed dead its unacknowledged delivery goes back
+							// to its queue, which a survivor drains to the new
+							// owner. Either way nothing but this message ran.
+							ids := l.idsOn(r.got.Node)
+							assert.NotEmpty(t, ids)
+							assert.LessOrEqual(t, len(ids), 2, "the retry, and at most the held message moved")
+							for _, id := range ids {
+								assert.Equal(t, first[0], id, "nothing but this message reached the new owner")
+							}
 						}
 						t.Logf("answered by the new owner %v after the call began", took)
 					})
