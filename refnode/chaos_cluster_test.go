@@ -108,28 +108,36 @@ func awaitDrained(ctx context.Context, fc *faultCluster, since time.Time) (time.
 			return err
 		}
 		var bad, ghosts []string
-		for _, q := range slices.Sorted(maps.Keys(qs)) {
-			dead := ""
+		for _, full := range slices.Sorted(maps.Keys(qs)) {
+			q := strings.TrimPrefix(full, fc.Prefix()+".") // the message names the prefix once
+			dead, of := "", ""
 			for id, label := range fc.Labels() {
 				if strings.HasSuffix(q, "."+id) && !live[id] {
 					dead = label
 				}
+				if strings.Contains(q, id) {
+					of = " (" + label + ")"
+				}
 			}
 			switch {
-			case dead != "" && qs[q].ghost && qs[q].messages == 0:
+			case dead != "" && qs[full].ghost && qs[full].messages == 0:
 				ghosts = append(ghosts, fmt.Sprintf("%s of %s", q, dead))
 			case dead != "":
-				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages, %s", q, dead, qs[q].messages, qs[q].consumerList()))
-			case qs[q].messages > 0:
-				bad = append(bad, fmt.Sprintf("%s: %d messages, %s", q, qs[q].messages, qs[q].consumerList()))
+				bad = append(bad, fmt.Sprintf("%s of %s, which is gone: %d messages, %s", q, dead, qs[full].messages, qs[full].consumerList()))
+			case qs[full].messages > 0:
+				bad = append(bad, fmt.Sprintf("%s%s: %d messages, %s", q, of, qs[full].messages, qs[full].consumerList()))
 			}
 		}
+		// What is left comes first: CI's brief of a failure keeps only
+		// the start of a long line.
 		state = fmt.Sprintf("%d queues", len(qs))
+		if len(bad) > 0 {
+			state = fmt.Sprintf("%d not drained: %s; of %s", len(bad), strings.Join(bad, "; "), state)
+		}
 		if len(ghosts) > 0 {
 			state += fmt.Sprintf(" (%d RabbitMQ ghost quorum queues of gone nodes, without a majority of their replicas running: %s)", len(ghosts), strings.Join(ghosts, "; "))
 		}
 		if len(bad) > 0 {
-			state += ": " + strings.Join(bad, "; ")
 			lastWait = fmt.Sprintf("+%s: %s", time.Since(since).Round(time.Millisecond), state)
 			return fmt.Errorf("%s", state)
 		}
