@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -122,37 +120,20 @@ func (n *Node) disagreement(ctx context.Context, m0 *heartbeat.Monitor, lists0 u
 		slices.Sort(live)
 		return fmt.Sprintf("this node's ring holds %s, the heartbeat store's live nodes are %s", strings.Join(members, ","), strings.Join(live, ","))
 	}
-	timeout := max(n.cfg.Heartbeat.EvictAfter, 100*time.Millisecond)
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		differ []string
-	)
-	for _, p := range members {
-		if p == n.id {
-			continue
+	cctx, cancel := context.WithTimeout(ctx, max(n.cfg.Heartbeat.EvictAfter, 100*time.Millisecond))
+	defer cancel()
+	var differ []string
+	for _, v := range n.Rings(cctx, "") {
+		switch {
+		case v.Node == n.id:
+		case v.Err != nil:
+			differ = append(differ, fmt.Sprintf("node %s did not answer: %v", v.Node, message.AsError(v.Err).Code))
+		case v.State != StateServing.String():
+			differ = append(differ, fmt.Sprintf("node %s is %s", v.Node, v.State))
+		case v.Fingerprint != fp.String():
+			differ = append(differ, fmt.Sprintf("node %s's ring holds %s", v.Node, strings.Join(v.Members, ",")))
 		}
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			st, err := bus.Call[wire.RingState](cctx, b, bus.ServiceID(membershipService, p), wire.RingQuery{})
-			var why string
-			switch {
-			case err != nil:
-				why = fmt.Sprintf("node %s did not answer: %v", p, message.AsError(err).Code)
-			case st.State != StateServing.String():
-				why = fmt.Sprintf("node %s is %s", p, st.State)
-			case st.Fingerprint != fp.String():
-				why = fmt.Sprintf("node %s's ring holds %s", p, strings.Join(st.Members, ","))
-			default:
-				return
-			}
-			mu.Lock()
-			differ = append(differ, why)
-			mu.Unlock()
-		})
 	}
-	wg.Wait()
 	if len(differ) == 0 {
 		return ""
 	}

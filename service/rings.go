@@ -51,7 +51,7 @@ func (n *Node) Rings(ctx context.Context, resource string) []RingView {
 	var wg sync.WaitGroup
 	for i, p := range members {
 		if p == n.id {
-			views[i] = viewOf(n.ringState(wire.RingQuery{Resource: resource}), nil)
+			views[i] = viewOf(n.ringState(wire.RingQuery{Resource: resource}))
 			continue
 		}
 		wg.Go(func() {
@@ -60,7 +60,7 @@ func (n *Node) Rings(ctx context.Context, resource string) []RingView {
 				views[i] = RingView{Node: p, Err: err}
 				return
 			}
-			views[i] = viewOf(st, nil)
+			views[i] = viewOf(st)
 		})
 	}
 	wg.Wait()
@@ -69,6 +69,6 @@ func (n *Node) Rings(ctx context.Context, resource string) []RingView {
 }
 
 // viewOf converts a wire answer.
-func viewOf(st wire.RingState, err error) RingView {
-	return RingView{Node: st.Node, State: st.State, Fingerprint: st.Fingerprint, Members: st.Members, Owner: st.Owner, Handled: st.Handled, Err: err}
+func viewOf(st wire.RingState) RingView {
+	return RingView{Node: st.Node, State: st.State, Fingerprint: st.Fingerprint, Members: st.Members, Owner: st.Owner, Handled: st.Handled}
 }
