@@ -132,7 +132,7 @@ func ctlCluster(t *testing.T) (*servicetest.Cluster, func(args ...string) (int, 
 	})
 	db.UseFence(c.Store(), memfence.Config{})
 	cl := c.Client(t)
-	a, err := rest.New(rest.Config{Caller: cl, Store: db, Logger: slog.New(slog.DiscardHandler), Node: c.Node(0), Bus: cl.Bus(), DeadLetters: c.Node(0)})
+	a, err := rest.New(rest.Config{Caller: cl, Store: db, Logger: slog.New(slog.DiscardHandler), Node: c.Node(0), DeadLetters: c.Node(0)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)

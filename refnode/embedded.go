@@ -127,7 +127,7 @@ func newEmbeddedCluster(ctx context.Context, o serveOptions, log *slog.Logger) (
 			return nil, err
 		}
 		e.clients = append(e.clients, cl)
-		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, Bus: cl.Bus(), DeadLetters: m.node})
+		a, err := rest.New(rest.Config{Caller: cl, Store: c.db, Token: o.apiToken, Logger: log, Node: m.node, DeadLetters: m.node})
 		if err != nil {
 			e.close()
 			return nil, err

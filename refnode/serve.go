@@ -290,7 +290,7 @@ func serveREST(ctx context.Context, n *nodekit.Node, reg *message.Registry, reco
 	if err != nil {
 		return nil, fmt.Errorf("REST API: open its client of the cluster: %w", err)
 	}
-	a, err := rest.New(rest.Config{Caller: cl, Store: records, Token: o.apiToken, Logger: log, Node: n.Service(), Bus: cl.Bus(), DeadLetters: n.Service()})
+	a, err := rest.New(rest.Config{Caller: cl, Store: records, Token: o.apiToken, Logger: log, Node: n.Service(), DeadLetters: n.Service()})
 	if err != nil {
 		_ = cl.Close()
 		return nil, err

@@ -317,27 +317,6 @@ type MigrationPrepared struct {
 	Handling
 }
 
-// GetOwner asks a node which node owns a resource on its ring copy: a
-// message about no resource, answered by the host service of the node it
-// is sent to (its queue, "host.<node>"), to compare the nodes' views.
-// Internal.
-type GetOwner struct {
-	// UUID is the resource's UUID.
-	UUID string `json:"uuid"`
-}
-
-// OwnerView answers GetOwner.
-type OwnerView struct {
-	// Owner is the node that owns the resource on the answering node's
-	// ring.
-	Owner string `json:"owner"`
-	// Fingerprint is the answering node's ring fingerprint.
-	Fingerprint string `json:"fingerprint"`
-	// Members is the number of members of that ring.
-	Members int `json:"members"`
-	Handling
-}
-
 // ResourceUUID returns the host's UUID: AddHost is message.Routed.
 func (m AddHost) ResourceUUID() string { return m.UUID }
 
@@ -410,8 +389,6 @@ func Register(reg *message.Registry) error {
 		message.Register[JobReply](reg, "refnode.v1.JobReply"),
 		message.Register[PrepareMigration](reg, "refnode.v1.PrepareMigration"),
 		message.Register[MigrationPrepared](reg, "refnode.v1.MigrationPrepared"),
-		message.Register[GetOwner](reg, "refnode.v1.GetOwner"),
-		message.Register[OwnerView](reg, "refnode.v1.OwnerView"),
 	} {
 		if err != nil {
 			return err

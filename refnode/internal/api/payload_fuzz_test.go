@@ -35,8 +35,6 @@ var decodeAs = map[string]func(*message.Registry, string, []byte) (any, error){
 	"refnode.v1.DestroyVm":         as[api.DestroyVm],
 	"refnode.v1.GetVm":             as[api.GetVm],
 	"refnode.v1.VmReply":           as[api.VmReply],
-	"refnode.v1.GetOwner":          as[api.GetOwner],
-	"refnode.v1.OwnerView":         as[api.OwnerView],
 	"refnode.v1.MigrateVm":         as[api.MigrateVm],
 	"refnode.v1.JobReply":          as[api.JobReply],
 	"refnode.v1.PrepareMigration":  as[api.PrepareMigration],

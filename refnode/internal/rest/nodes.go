@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
-	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -35,6 +32,9 @@ type Node interface {
 	StoreView() service.StoreView
 	// Heartbeat is its heartbeat timing.
 	Heartbeat() heartbeat.Config
+	// Rings asks every member of its ring for its ring copy and the
+	// owner of resource on it.
+	Rings(ctx context.Context, resource string) []service.RingView
 }
 
 var _ Node = (*service.Node)(nil)
@@ -44,7 +44,7 @@ type member struct {
 	UUID  string `json:"uuid"`
 	Epoch int64  `json:"epoch,omitempty"`
 	// State is "serving"; "UNHEALTHY" when its last beat is older than
-	// two heartbeat intervals; "joining_or_leaving" when the store has it
+	// its lease (heartbeat.Config.Lease: it has fenced itself); "joining_or_leaving" when the store has it
 	// live but the ring does not; "missing" for a ring member the store
 	// has no record of.
 	State          string `json:"state"`
@@ -90,7 +90,7 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 		noNode(w)
 		return
 	}
-	hb := n.Heartbeat()
+	hb := n.Heartbeat().WithDefaults()
 	view := n.StoreView()
 	ringMembers := n.Members()
 	shares := n.Shares()
@@ -117,7 +117,7 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 		m.Epoch, m.HeartbeatAgeMS, m.BusDownMS = rec.Epoch, rec.Age.Milliseconds(), rec.BusDown.Milliseconds()
 		m.RegisteredAt = rec.RegisteredAt().UTC()
 		m.State = "serving"
-		if rec.Age > 2*hb.Interval {
+		if rec.Age > hb.Lease { // as the dashboard: past its lease, it has fenced itself
 			m.State = "UNHEALTHY"
 		}
 	}
@@ -211,7 +211,8 @@ type ownerAnswer struct {
 const ownerAskTimeout = 2 * time.Second
 
 // owner serves GET /v1/owner/{uuid}: who owns the resource, on the
-// serving node's ring and on each member's, asked over the bus.
+// serving node's ring and on each member's, asked over the bus
+// (service.Node.Rings).
 func (a *API) owner(w http.ResponseWriter, r *http.Request) {
 	n := a.cfg.Node
 	if n == nil {
@@ -227,33 +228,18 @@ func (a *API) owner(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, message.ErrUnavailable.WithDetails(fmt.Sprintf("node %s has no ring yet: %v", n.UUID(), err)), false)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), ownerAskTimeout)
+	defer cancel()
 	out := ownerAnswer{UUID: id, Owner: owner, Node: n.UUID(), Agree: true}
-	members := n.Members()
-	out.Views = make([]ownerView, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		wg.Go(func() {
-			v := ownerView{Node: m}
-			if a.cfg.Bus == nil {
-				v.Error = "not asked: this API has no bus (Config.Bus)"
-			} else {
-				ctx, cancel := context.WithTimeout(r.Context(), ownerAskTimeout)
-				defer cancel()
-				rep, err := bus.Call[api.OwnerView](ctx, a.cfg.Bus, bus.ServiceID(api.HostService, m), api.GetOwner{UUID: id})
-				if err != nil {
-					v.Error = string(message.CodeOf(err)) + ": " + err.Error()
-				} else {
-					v.Owner, v.Fingerprint, v.Members = rep.Owner, rep.Fingerprint, rep.Members
-				}
-			}
-			out.Views[i] = v
-		})
-	}
-	wg.Wait()
-	for _, v := range out.Views {
-		if v.Error != "" || v.Owner != owner {
+	for _, v := range n.Rings(ctx, id) {
+		ov := ownerView{Node: v.Node, Owner: v.Owner, Fingerprint: v.Fingerprint, Members: len(v.Members)}
+		if v.Err != nil {
+			ov = ownerView{Node: v.Node, Error: string(message.CodeOf(v.Err)) + ": " + v.Err.Error()}
+		}
+		if ov.Error != "" || ov.Owner != owner {
 			out.Agree = false
 		}
+		out.Views = append(out.Views, ov)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -1,6 +1,7 @@
 package rest_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -41,7 +42,7 @@ func TestNodesAndOwner(t *testing.T) {
 			Owned        struct{ VMs int } `json:"owned"`
 		} `json:"members"`
 	}
-	// A beat late by two of the test cluster's short intervals (a loaded
+	// A beat later than the test cluster's short lease (a loaded
 	// machine, the race detector) shows a node UNHEALTHY for a moment:
 	// read until every node is seen serving, within 5 s.
 	for deadline := time.Now().Add(5 * time.Second); ; {
@@ -89,6 +90,7 @@ type fakeNode struct {
 	members []string
 	owner   string
 	view    service.StoreView
+	rings   func(ctx context.Context, resource string) []service.RingView // the peers' answers
 }
 
 func (n *fakeNode) UUID() string                  { return n.id }
@@ -100,6 +102,12 @@ func (n *fakeNode) StoreView() service.StoreView  { return n.view }
 func (n *fakeNode) Heartbeat() heartbeat.Config {
 	return heartbeat.Config{Interval: 100 * time.Millisecond, EvictAfter: time.Second}
 }
+func (n *fakeNode) Rings(ctx context.Context, resource string) []service.RingView {
+	if n.rings == nil {
+		return nil
+	}
+	return n.rings(ctx, resource)
+}
 func (n *fakeNode) Shares() map[string]float64 {
 	out := map[string]float64{}
 	for _, m := range n.members {
@@ -108,7 +116,7 @@ func (n *fakeNode) Shares() map[string]float64 {
 	return out
 }
 
-// TestNodesStates: a peer whose beat is older than two intervals is
+// TestNodesStates: a peer whose beat is older than its lease is
 // UNHEALTHY, one live in the store but not in the ring is joining or
 // leaving, a ring member the store lacks is missing; a node whose ring
 // names another owner than its peers' makes the owner view disagree.
@@ -119,7 +127,7 @@ func TestNodesStates(t *testing.T) {
 		LastBeat: time.Now(),
 		Records: []heartbeat.Record{
 			{Node: fresh, Epoch: 1, Age: 50 * time.Millisecond},
-			{Node: stale, Epoch: 2, Age: 250 * time.Millisecond, BusDown: time.Second},
+			{Node: stale, Epoch: 2, Age: 900 * time.Millisecond, BusDown: time.Second}, // past the lease (800 ms)
 			{Node: joining, Epoch: 3},
 		}}}
 	a, err := rest.New(rest.Config{Caller: f.c.Client(t), Store: memdb.New(), Node: n, Logger: slog.New(slog.DiscardHandler)})
@@ -145,7 +153,8 @@ func TestNodesStates(t *testing.T) {
 	// view names itself, so the views disagree.
 	cl := f.c.Client(t)
 	n.members = f.c.LiveUUIDs()
-	a, err = rest.New(rest.Config{Caller: cl, Store: memdb.New(), Node: n, Bus: cl.Bus(), Logger: slog.New(slog.DiscardHandler)})
+	n.rings = f.c.Node(0).Rings
+	a, err = rest.New(rest.Config{Caller: cl, Store: memdb.New(), Node: n, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	vm := message.NewUUID()
 	rec = httptest.NewRecorder()

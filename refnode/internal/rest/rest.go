@@ -100,9 +100,6 @@ type Config struct {
 	// JobDeadline is how long a job may stay pending before the
 	// resource's owner fails it (timeout). Default DefaultJobDeadline.
 	JobDeadline time.Duration
-	// Bus, optional, asks each node for its owner of a resource
-	// (GET /v1/owner/{uuid}): the Caller's bus (service.Client.Bus).
-	Bus *bus.CloudBus
 	// DeadLetters, optional, is the dead-letter queue GET /v1/dead-letters
 	// lists and POST /v1/dead-letters/replay replays: the node (a
 	// *service.Node); without it they answer 404.

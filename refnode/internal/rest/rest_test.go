@@ -95,7 +95,7 @@ func start(t *testing.T, nodes int, token string) *fixture {
 	db.UseFence(f.c.Store(), memfence.Config{})
 	cl := f.c.Client(t)
 	a, err := rest.New(rest.Config{Caller: cl, Store: f.store, Token: token, Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler),
-		Node: f.c.Node(0), Bus: cl.Bus(), DeadLetters: f.c.Node(0)})
+		Node: f.c.Node(0), DeadLetters: f.c.Node(0)})
 	require.NoError(t, err)
 	f.api = a
 	return f

@@ -70,22 +70,8 @@ func newHostService(cfg Config) *HostService {
 	bus.Handle(s.Mux, s.get)
 	bus.Handle(s.Mux, s.reconnectMsg)
 	bus.Handle(s.Mux, s.allocate)
-	bus.Handle(s.Mux, s.owner)
 	bus.Handle(s.Mux, s.prepare)
 	return s
-}
-
-// owner handles GetOwner: the resource's owner on this node's ring.
-func (s *HostService) owner(_ context.Context, _ *bus.Request, m api.GetOwner) (api.OwnerView, error) {
-	id, err := message.NormalizeUUID(m.UUID)
-	if err != nil {
-		return api.OwnerView{}, err
-	}
-	owner, err := s.node.Owner(id)
-	if err != nil {
-		return api.OwnerView{}, message.ErrUnavailable.WithDetails(fmt.Sprintf("node %s has no owner for %s: %v", s.node.UUID(), id, err))
-	}
-	return api.OwnerView{Owner: owner, Fingerprint: s.node.Fingerprint().String(), Members: len(s.node.Members()), Handling: api.Handling{Node: s.node.UUID()}}, nil
 }
 
 // Name returns "host".
