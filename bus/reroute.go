@@ -91,7 +91,16 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 				case env.Source == b.node && !b.drainPending(tok):
 					_ = d.Ack() // an earlier round's
 				default:
-					giveBack(d) // another drainer's: let it come back to it
+					// Another drainer's: let it come back to it, but not
+					// at once: given straight back, it would come back
+					// here in a hot loop while this round waits for its
+					// own marker (lost, say, if this node's traffic is).
+					select {
+					case <-back:
+					case <-ctx.Done():
+					case <-time.After(rerouteRoundPause):
+					}
+					giveBack(d)
 				}
 				return
 			}
