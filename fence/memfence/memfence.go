@@ -108,7 +108,8 @@ func (f *Fence) why(ctx context.Context, c fence.Claim) (string, error) {
 // delivery of the message waits; a finished one's reply is returned
 // without running fn), then fn stages its writes and returns them as
 // commit, which Do calls, with the reply recorded, only if the claim
-// still holds. If fn fails nothing is applied or recorded.
+// still holds and ctx has not ended (as a SQL transaction whose context
+// ends is rolled back). If fn fails nothing is applied or recorded.
 func (f *Fence) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tok fence.Token) (reply []byte, commit func(), err error)) ([]byte, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
@@ -144,6 +145,10 @@ func (f *Fence) do(ctx context.Context, w fence.Guard, fn func(ctx context.Conte
 	reply, commit, err := fn(ctx, tok)
 	if err == nil && len(reply) > f.cfg.MaxReply && rec != nil {
 		err = message.ErrTooLarge.WithDetails(fmt.Sprintf("memfence: the reply to message %s is %d bytes, over MaxReply %d; nothing was recorded", w.Key.ID, len(reply), f.cfg.MaxReply))
+	}
+	if err == nil && ctx.Err() != nil {
+		// As a SQL transaction whose context ends: rolled back.
+		err = fmt.Errorf("memfence: the transaction's context ended before it committed; nothing was applied: %w", context.Cause(ctx))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

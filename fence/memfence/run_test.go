@@ -128,3 +128,30 @@ func TestRun(t *testing.T) {
 		assert.Zero(t, calls)
 	})
 }
+
+// TestContextEndedBeforeCommit: a transaction whose context ends while
+// it stages its writes is not applied, nor its reply recorded, as a SQL
+// transaction whose context ends is rolled back; the message runs again
+// when delivered again.
+func TestContextEndedBeforeCommit(t *testing.T) {
+	members := memstore.New(memstore.Config{})
+	f := memfence.New(members, memfence.Config{MaxAge: time.Hour})
+	node := message.NewUUID()
+	epoch, err := members.Register(t.Context(), node)
+	require.NoError(t, err)
+	g := fence.Guard{Claim: fence.Claim{Resource: message.NewUUID(), Node: node, Epoch: epoch}, Key: fence.NewKey(message.NewUUID(), "test.v1.Start", []byte(`{}`))}
+	applied := 0
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = memfence.Run(ctx, f, g, func(context.Context, fence.Token) (started, func(), error) {
+		cancel() // the caller's deadline passes while the handler works
+		return started{State: "late"}, func() { applied++ }, nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, applied, "nothing applied")
+	rep, err := memfence.Run(t.Context(), f, g, func(context.Context, fence.Token) (started, func(), error) {
+		return started{State: "again"}, func() { applied++ }, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "again", rep.State, "nothing recorded: the next delivery runs")
+	assert.Equal(t, 1, applied)
+}
