@@ -66,6 +66,8 @@ func (s State) String() string {
 // [StartNode] or [NewNode]; [Node.Close] leaves in order. Its methods are
 // safe for concurrent use.
 type Node struct {
+	gate atomic.Pointer[func(ctx context.Context) error] // servicetest's pause (internal/svcx)
+
 	cfg      Config
 	id       string
 	log      *slog.Logger

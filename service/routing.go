@@ -255,6 +255,11 @@ func (n *Node) guard(s Service) bus.Handler {
 					busx.EnvelopeOf(r).ResourceUUID, claimed, n.ring.Fingerprint(), owner)))
 			}
 		}
+		if g := n.gate.Load(); g != nil {
+			if err := (*g)(ctx); err != nil {
+				return nil, err
+			}
+		}
 		if res := busx.EnvelopeOf(r).ResourceUUID; res != "" {
 			// The handler's writes check this claim in the database
 			// (package fence): the guard's checks hold when the handler

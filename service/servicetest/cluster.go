@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/bus/membus"
 	"github.com/cloudbus-go/cloudbus/heartbeat/memstore"
+	"github.com/cloudbus-go/cloudbus/internal/svcx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/ring"
 	"github.com/cloudbus-go/cloudbus/service"
@@ -42,6 +43,20 @@ type member struct {
 	killed     bool          // by Kill, for good
 	cut        bool          // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
 	parted     bool          // off the bus, from Partition(true) to Partition(false)
+	paused     chan struct{} // while paused (Pause): closed to resume
+}
+
+// gate holds the node's handlers while it is paused (internal/svcx).
+func (c *Cluster) gate(m *member) func(ctx context.Context) error {
+	return func(context.Context) error {
+		c.mu.Lock()
+		ch := m.paused
+		c.mu.Unlock()
+		if ch != nil {
+			<-ch // as a paused process: not even its context wakes it
+		}
+		return nil
+	}
 }
 
 // Start starts a cluster with [New], failing t if it cannot, and closes
@@ -159,6 +174,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		return nil, errors.Join(fmt.Errorf("servicetest: start node %d: %w", i, err), m.closeLinks())
 	}
 	m.node = n
+	svcx.SetGate(n, c.gate(m))
 	c.mu.Lock()
 	if c.closed { // Close ran while the node started
 		c.mu.Unlock()
@@ -244,7 +260,7 @@ func (c *Cluster) Live() []*service.Node {
 
 // liveLocked reports whether m is live; c.mu is held.
 func (m *member) liveLocked() bool {
-	return !m.killed && !m.cut && !m.parted && m.node.State() == service.StateServing && !m.node.LeaseExpired()
+	return !m.killed && !m.cut && !m.parted && m.paused == nil && m.node.State() == service.StateServing && !m.node.LeaseExpired()
 }
 
 // LiveUUIDs returns the live nodes' UUIDs, sorted.
@@ -310,14 +326,14 @@ func (c *Cluster) StopHeartbeat(id string) {
 // ResumeHeartbeat undoes StopHeartbeat. A node not yet evicted is live
 // again once its lease is renewed; an evicted one rejoins with a new epoch one
 // interval after its next beat, unless Options.NoRejoin. A killed node
-// stays dead. It panics if the cluster has no node id.
+// stays dead; a paused one beats again once unpaused. It panics if the cluster has no node id.
 func (c *Cluster) ResumeHeartbeat(id string) {
 	m := c.mustMember(id)
 	c.mu.Lock()
 	m.cut = false
-	killed := m.killed
+	held := m.killed || m.paused != nil
 	c.mu.Unlock()
-	if !killed {
+	if !held {
 		m.setCut(false)
 	}
 }
@@ -338,6 +354,47 @@ func (c *Cluster) Partition(id string, on bool) {
 	m.parted = on
 	c.mu.Unlock()
 	c.net.Partition(id, on)
+}
+
+// Pause freezes the node while on, as far as a node in the test's
+// process can stand for a paused one (SIGSTOP): it stops beating, as
+// with StopHeartbeat, and each of its handlers stops just before it runs,
+// once the node's checks passed (it serves, its lease holds, its ring
+// names it the resource's owner); neither its context nor its caller's
+// deadline wakes it. Unpaused, the held handlers run with what the node
+// decided before the pause, as in a process resumed after its peers
+// evicted it (a service that writes through its fence has those writes
+// refused), and its heartbeat resumes. It is not live while paused;
+// Close releases what is held. It panics if the cluster has no node id.
+func (c *Cluster) Pause(id string, on bool) {
+	m := c.mustMember(id)
+	c.mu.Lock()
+	var resume chan struct{}
+	switch {
+	case on && m.paused == nil:
+		m.paused = make(chan struct{})
+	case !on && m.paused != nil:
+		resume, m.paused = m.paused, nil
+	}
+	killed := m.killed
+	c.mu.Unlock()
+	if on {
+		m.setCut(true)
+		return
+	}
+	if !killed {
+		m.setCut(c.isCut(m))
+	}
+	if resume != nil {
+		close(resume)
+	}
+}
+
+// isCut reports whether StopHeartbeat holds m off the store.
+func (c *Cluster) isCut(m *member) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m.cut
 }
 
 // Stop closes the node in order: it is not live once it starts leaving,
@@ -390,6 +447,9 @@ func (c *Cluster) rings() string {
 		}
 		if m.parted {
 			faults += ", partitioned"
+		}
+		if m.paused != nil {
+			faults += ", paused"
 		}
 		if m.node.LeaseExpired() {
 			faults += ", lease expired"
@@ -506,6 +566,12 @@ func (c *Cluster) close() error {
 	}
 	c.closed = true
 	nodes := slices.Clone(c.nodes)
+	for _, m := range nodes {
+		if m.paused != nil { // its held handlers run, and end
+			close(m.paused)
+			m.paused = nil
+		}
+	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range nodes {

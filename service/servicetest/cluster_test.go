@@ -2,10 +2,12 @@ package servicetest_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
@@ -279,4 +281,39 @@ func TestKillEndsTheSession(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPause: a paused node is not live and holds the handler of a
+// message that passed its checks; its peers evict it; unpaused, the held
+// handler runs and answers, and the node rejoins with a new epoch.
+func TestPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 3, servicetest.Options{})
+		victim := c.Node(1)
+		epoch := victim.Epoch()
+		res := message.NewUUID()
+		for c.Owner(res) != victim.UUID() {
+			res = message.NewUUID()
+		}
+		c.Pause(victim.UUID(), true)
+		assert.NotContains(t, c.LiveUUIDs(), victim.UUID())
+		got := make(chan error, 1)
+		go func() {
+			_, err := bus.Call[Here](t.Context(), victim.Bus(), victim.Bus().LocalID("where"), Where{Resource: res},
+				bus.WithResource(res), bus.WithTimeout(10*time.Second))
+			got <- err
+		}()
+		c.WaitGone(t, victim.UUID(), hb.EvictAfter+2*hb.Interval)
+		synctest.Wait()
+		select {
+		case err := <-got:
+			t.Fatalf("the handler ran while its node was paused: %v", err)
+		default:
+		}
+		c.Pause(victim.UUID(), false)
+		require.NoError(t, <-got, "the held handler runs once unpaused")
+		c.WaitFor(t, 10*hb.EvictAfter, "the node rejoins", func() bool {
+			return victim.Epoch() != epoch && slices.Contains(c.LiveUUIDs(), victim.UUID())
+		})
+	})
 }
