@@ -65,6 +65,13 @@
 // open, so a handler still running on a killed node may try to commit,
 // and the fence refuses it.
 //
+// # Random faults, checked histories
+//
+// Package service/servicetest/chaos injects faults into a cluster at
+// random from a seed ([Cluster.Kill], Stop, StopHeartbeat, Partition,
+// Drop and [Cluster.Pause]), records what clients invoked and got, and
+// checks each resource's history for linearizability.
+//
 // # Network faults against real servers
 //
 // Package service/servicetest/proxy is a TCP proxy a test puts between
