@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,7 +76,9 @@ type Nemesis struct {
 	// Seed seeds the schedule. Default: drawn from the clock;
 	// [NemesisReport].Seed says which, to run the schedule again.
 	Seed uint64
-	// Faults are the kinds to draw from, each as likely. Default
+	// Faults are the kinds to draw from, in rounds: each kind once per
+	// round, in a shuffled order (a draw skipped is drawn again next), so
+	// that a run of len(Faults) faults injects every kind. Default
 	// [AllFaults].
 	Faults []Fault
 	// Every is the mean time between the starts of two faults, each gap
@@ -171,9 +174,14 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 		errs []error
 	)
 	stop := make(chan struct{}) // closed when ctx ends: every fault ends at once
+	var bag []Fault // the kinds not drawn yet in this round, shuffled
 	for k := 1; ; k++ {
 		gap := around(every)
-		f := faults[rng.IntN(len(faults))]
+		if len(bag) == 0 {
+			bag = slices.Clone(faults)
+			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		f := bag[0]
 		pick, lasts := rng.Uint64(), around(hold)
 		t := time.NewTimer(gap)
 		select {
@@ -194,10 +202,11 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 			}
 		}
 		if len(down) >= maxDown || len(free) == 0 {
-			rep.Skipped++
+			rep.Skipped++ // f stays first in the bag, for the next draw
 			mu.Unlock()
 			continue
 		}
+		bag = bag[1:]
 		id := free[pick%uint64(len(free))]
 		down[id] = true
 		rep.Injected[f]++
