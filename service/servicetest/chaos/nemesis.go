@@ -174,7 +174,7 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 		errs []error
 	)
 	stop := make(chan struct{}) // closed when ctx ends: every fault ends at once
-	var bag []Fault // the kinds not drawn yet in this round, shuffled
+	var bag []Fault             // the kinds not drawn yet in this round, shuffled
 	for k := 1; ; k++ {
 		gap := around(every)
 		if len(bag) == 0 {
