@@ -7,7 +7,10 @@
 // linearizable if every
 // operation can be placed at one instant between its invocation and its
 // return so that, in that order, each one returns what the register
-// would.
+// would. The [Recorder] is the SDK's (package service/servicetest/chaos,
+// the chaos kit for users' services) on one resource; the models keep
+// this package's outputs, whose Unknown flag refnode's process tests
+// record.
 //
 // The chaos test of refnode runs SetImageName (a write, or with if_name a
 // compare-and-set) and GetImage (a read) on a few images from several
