@@ -126,7 +126,8 @@ func TestChaos(t *testing.T) {
 	nrep := <-nemesis
 	rep, err := chaos.Check(volumeModel, rec, 30*time.Second, t.TempDir())
 	require.NoError(t, err)
-	t.Logf("%d operations in %s: %v; nemesis %s; %s", ops, time.Since(start).Round(time.Millisecond), rec.Counts(), nrep, rep)
+	t.Logf("%d operations in %s: %v, %d ended over 50 ms after their deadline; nemesis %s; %s", ops, time.Since(start).Round(time.Millisecond), rec.Counts(), rec.Overdue(50*time.Millisecond), nrep, rep)
 	assert.True(t, rep.OK(), "every volume's history is linearizable (-chaos.seed=%d repeats the schedule): %s", seed, rep)
 	assert.Positive(t, rec.Counts()[chaos.OK], "operations succeed between the faults")
+	assert.Zero(t, rec.Overdue(time.Second), "every call ends by its deadline (%d over it by more than 50 ms)", rec.Overdue(50*time.Millisecond))
 }

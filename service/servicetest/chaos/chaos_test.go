@@ -20,6 +20,9 @@ func TestRegisterUnderChaos(t *testing.T) {
 	if !res.check.OK() {
 		t.Errorf("not linearizable: %s", res.check)
 	}
+	if res.overdue > 0 {
+		t.Errorf("%d calls ended after their deadline", res.overdue)
+	}
 }
 
 // TestFlawsCaught: a register service with a deliberate mistake is

@@ -28,6 +28,9 @@
 //     its caller's deadline (a late execution) is caught once a later
 //     read shows it.
 //
+// [Recorder.Overdue] counts the calls whose caller did not learn their
+// outcome by its deadline.
+//
 // # What a history catches
 //
 // With a unique value per write, a register's history shows an

@@ -41,6 +41,16 @@ func TestEndSortsOutcomes(t *testing.T) {
 	assert.Equal(t, map[chaos.Outcome]int{chaos.OK: 1, chaos.Failed: 2, chaos.Unknown: 3}, rec.Counts())
 	assert.Len(t, rec.Operations("k"), 4, "the failed ones are left out")
 	assert.Panics(t, func() { rec.Fail(0) }, "an operation ends once")
+
+	c := &clock{now: time.Unix(0, 0)}
+	rec = chaos.NewRecorder(c.tick)
+	onTime := rec.Invoke(0, "k", chaos.RegisterOp{Kind: chaos.Read})
+	late := rec.Invoke(1, "k", chaos.RegisterOp{Kind: chaos.Read})
+	rec.End(onTime, chaos.RegisterOutput{}, nil, c.now.Add(time.Second))
+	c.now = c.now.Add(2 * time.Second)
+	rec.End(late, nil, message.ErrTimeout, c.now.Add(-time.Second))
+	assert.Equal(t, 1, rec.Overdue(0), "the call that ended a second after its deadline")
+	assert.Zero(t, rec.Overdue(2*time.Second))
 }
 
 // TestModels: each ready model accepts a legal history and refuses one

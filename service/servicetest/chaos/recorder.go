@@ -97,6 +97,8 @@ type record struct {
 	in, out   any
 	call, ret stamp
 	outcome   Outcome
+	deadline  time.Time // End's; zero if ended otherwise
+	ended     time.Time // when its end was recorded
 }
 
 // NewRecorder returns an empty recorder that stamps events with now
@@ -130,18 +132,37 @@ func (r *Recorder) Invoke(client int, key string, in any) Op {
 // (message.RetrySafe or RetryNever); unknown otherwise, taking effect at
 // any instant up to deadline, the latest its caller allowed it to run, or
 // never. It returns the outcome recorded.
+//
+// End also keeps deadline, for [Recorder.Overdue].
 func (r *Recorder) End(op Op, out any, err error, deadline time.Time) Outcome {
 	switch {
 	case err == nil:
-		r.Return(op, out)
+		r.end(op, OK, out, stamp{}, deadline)
 		return OK
 	case failedClass(err):
-		r.Fail(op)
+		r.end(op, Failed, nil, stamp{}, deadline)
 		return Failed
 	default:
-		r.Unknown(op, deadline)
+		r.end(op, Unknown, nil, stamp{at: deadline, seq: afterAll}, deadline)
 		return Unknown
 	}
+}
+
+// Overdue returns how many operations ended through [Recorder.End] more
+// than grace after their deadline: calls whose caller did not learn
+// their outcome by its deadline. A call through cloudbus returns by its
+// context's deadline; inside a testing/synctest bubble, at that very
+// instant (grace 0); in real time, a few milliseconds later.
+func (r *Recorder) Overdue(grace time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.ops {
+		if !rec.deadline.IsZero() && rec.ended.Sub(rec.deadline) > grace {
+			n++
+		}
+	}
+	return n
 }
 
 // failedClass reports whether err says the operation did not run.
@@ -158,13 +179,14 @@ func failedClass(err error) bool {
 }
 
 // end records how op ended; it panics if op is unknown or ended before.
-func (r *Recorder) end(op Op, o Outcome, out any, ret stamp) {
+func (r *Recorder) end(op Op, o Outcome, out any, ret stamp, deadline time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if op < 0 || int(op) >= len(r.ops) || r.ops[op].outcome != Pending {
 		panic(fmt.Sprintf("chaos: operation %d was not invoked or has ended", op))
 	}
 	rec := &r.ops[op]
+	rec.deadline, rec.ended = deadline, r.now()
 	if ret.seq == 0 {
 		ret = r.stampLocked()
 	}
@@ -175,18 +197,18 @@ func (r *Recorder) end(op Op, o Outcome, out any, ret stamp) {
 }
 
 // Return records that op returned out now: the reply said what happened.
-func (r *Recorder) Return(op Op, out any) { r.end(op, OK, out, stamp{}) }
+func (r *Recorder) Return(op Op, out any) { r.end(op, OK, out, stamp{}, time.Time{}) }
 
 // Unknown records that op ended without saying whether it took effect:
 // the check lets it take effect at any instant from its invocation up to
 // deadline, or never.
 func (r *Recorder) Unknown(op Op, deadline time.Time) {
-	r.end(op, Unknown, nil, stamp{at: deadline, seq: afterAll})
+	r.end(op, Unknown, nil, stamp{at: deadline, seq: afterAll}, time.Time{})
 }
 
 // Fail records that op did not take effect; it is left out of the
 // history.
-func (r *Recorder) Fail(op Op) { r.end(op, Failed, nil, stamp{}) }
+func (r *Recorder) Fail(op Op) { r.end(op, Failed, nil, stamp{}, time.Time{}) }
 
 // Keys returns the resources operated on, sorted.
 func (r *Recorder) Keys() []string {

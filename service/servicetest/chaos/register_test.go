@@ -169,6 +169,7 @@ type runResult struct {
 	check    chaos.Report
 	nemesis  chaos.NemesisReport
 	outcomes map[chaos.Outcome]int
+	overdue  int // calls that ended after their deadline
 }
 
 func (rn run) do(t *testing.T) runResult {
@@ -250,5 +251,5 @@ func (rn run) do(t *testing.T) runResult {
 	if err != nil {
 		t.Errorf("check: %v", err)
 	}
-	return runResult{check: rep, nemesis: nrep, outcomes: rec.Counts()}
+	return runResult{check: rep, nemesis: nrep, outcomes: rec.Counts(), overdue: rec.Overdue(0)}
 }
