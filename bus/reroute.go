@@ -66,10 +66,19 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 				close(back)
 			})
 		}
+		// held are the deliveries that arrive once this round is ending:
+		// given back at once, they would come round to it again in a hot
+		// loop until its consumer is cancelled; they go back after.
+		var held []driver.Delivery
+		hold := func(d driver.Delivery) {
+			mu.Lock()
+			held = append(held, d)
+			mu.Unlock()
+		}
 		c, err := b.tr.Consume(ctx, queue, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d driver.Delivery) {
 			select {
 			case <-back: // ending: leave the rest for the next round
-				giveBack(d)
+				hold(d)
 				return
 			default:
 			}
@@ -91,16 +100,19 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 				case env.Source == b.node && !b.drainPending(tok):
 					_ = d.Ack() // an earlier round's
 				default:
-					// Another drainer's: let it come back to it, but not
-					// at once: given straight back, it would come back
-					// here in a hot loop while this round waits for its
-					// own marker (lost, say, if this node's traffic is).
+					// Another drainer's: let it come back to that
+					// drainer, but not at once: given straight back, it
+					// would come back here in a hot loop while this round
+					// waits for its own marker (lost, say, if this node's
+					// traffic is).
 					select {
-					case <-back:
-					case <-ctx.Done():
 					case <-time.After(rerouteRoundPause):
+						giveBack(d)
+					case <-back:
+						hold(d)
+					case <-ctx.Done():
+						hold(d)
 					}
-					giveBack(d)
 				}
 				return
 			}
@@ -160,17 +172,27 @@ func (b *CloudBus) reroute(ctx context.Context, queue string, route func(env *wi
 		if err == nil {
 			err = b.tr.Publish(ctx, queue, data)
 		}
-		if err != nil {
+		giveHeldBack := func() {
 			_ = c.Cancel()
+			mu.Lock()
+			for _, d := range held {
+				giveBack(d)
+			}
+			held = nil
+			mu.Unlock()
+		}
+		if err != nil {
+			end(nil)
+			giveHeldBack()
 			return snapshot(), fmt.Errorf("bus: reroute %s: put the end marker: %w", queue, err)
 		}
 		select {
 		case <-back:
 		case <-ctx.Done():
 		case <-time.After(markerWait): // the next round puts a new marker
-			end(nil)
 		}
-		_ = c.Cancel()
+		end(nil)
+		giveHeldBack()
 		select {
 		case err := <-stop:
 			return snapshot(), err
