@@ -37,13 +37,19 @@ const (
 	// ([servicetest.Cluster.Pause]); the held handlers run when it ends,
 	// usually after the peers evicted the node.
 	Pause
+	// StoreOutage cuts every live node off from the heartbeat store while
+	// the fault lasts, as a database outage does; it is drawn only while
+	// no other fault is on.
+	StoreOutage
 )
 
 // AllFaults returns every kind of fault.
-func AllFaults() []Fault { return []Fault{Kill, Stop, StopHeartbeat, Partition, Drop, Pause} }
+func AllFaults() []Fault {
+	return []Fault{Kill, Stop, StopHeartbeat, Partition, Drop, Pause, StoreOutage}
+}
 
 // String returns the fault's name: "kill", "stop", "stop-heartbeat",
-// "partition", "drop", "pause", or "Fault(n)".
+// "partition", "drop", "pause", "store-outage", or "Fault(n)".
 func (f Fault) String() string {
 	switch f {
 	case Kill:
@@ -58,6 +64,8 @@ func (f Fault) String() string {
 		return "drop"
 	case Pause:
 		return "pause"
+	case StoreOutage:
+		return "store-outage"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -201,18 +209,26 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 				free = append(free, m.UUID())
 			}
 		}
-		if len(down) >= maxDown || len(free) == 0 {
+		if len(down) >= maxDown || len(free) == 0 || (f == StoreOutage && len(down) > 0) {
 			rep.Skipped++ // f stays first in the bag, for the next draw
 			mu.Unlock()
 			continue
 		}
 		bag = bag[1:]
-		id := free[pick%uint64(len(free))]
-		down[id] = true
+		targets := []string{free[pick%uint64(len(free))]}
+		if f == StoreOutage {
+			targets = free
+		}
+		for _, id := range targets {
+			down[id] = true
+		}
 		rep.Injected[f]++
 		mu.Unlock()
-		logf("chaos: fault %d: %s node %s for %s", k, f, id, lasts)
-		heal := n.inject(f, id)
+		logf("chaos: fault %d: %s %v for %s", k, f, targets, lasts)
+		var heals []func() error
+		for _, id := range targets {
+			heals = append(heals, n.inject(f, id))
+		}
 		wg.Go(func() {
 			t := time.NewTimer(lasts)
 			defer t.Stop()
@@ -220,13 +236,18 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 			case <-t.C:
 			case <-stop:
 			}
-			err := heal()
-			if err != nil {
-				err = fmt.Errorf("chaos: end fault %d (%s node %s): %w", k, f, id, err)
+			var err error
+			for _, heal := range heals {
+				err = errors.Join(err, heal())
 			}
-			logf("chaos: fault %d ended: %s node %s (%v)", k, f, id, err)
+			if err != nil {
+				err = fmt.Errorf("chaos: end fault %d (%s %v): %w", k, f, targets, err)
+			}
+			logf("chaos: fault %d ended: %s %v (%v)", k, f, targets, err)
 			mu.Lock()
-			delete(down, id)
+			for _, id := range targets {
+				delete(down, id)
+			}
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -267,6 +288,9 @@ func (n *Nemesis) inject(f Fault, id string) (heal func() error) {
 	case Pause:
 		c.Pause(id, true)
 		return func() error { c.Pause(id, false); return nil }
+	case StoreOutage: // on each node
+		c.StopHeartbeat(id)
+		return func() error { c.ResumeHeartbeat(id); return nil }
 	}
 	return func() error { return fmt.Errorf("chaos: unknown fault %v", f) }
 }
