@@ -678,7 +678,18 @@ func (m *nemesis) stallPause(t *testing.T, ctx context.Context, vm int, hold tim
 		if len(ls) == 0 {
 			return fmt.Errorf("node %s holds no VM operation yet", c.label)
 		}
-		st.triggered, st.held, st.holding = true, logAttr(ls[0].Text, "vm"), ls[0].At
+		vm := logAttr(ls[0].Text, "vm")
+		if len(c.logLinesFrom(from, "test stall: over", "vm="+vm)) > 0 {
+			// Its call's deadline ended the stall already (CI once saw
+			// it end within the 15 ms before the pause): arm it again,
+			// for an operation the pause will find held.
+			from = c.stderrSize()
+			if err := armStall(c, st.length); err != nil {
+				return err
+			}
+			return fmt.Errorf("node %s's stall of vm %s ended before the pause; armed again", c.label, vm)
+		}
+		st.triggered, st.held, st.holding = true, vm, ls[0].At
 		return nil
 	})
 	cancel()
