@@ -16,9 +16,12 @@ func TestRegisterUnderChaos(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		res = run{flaw: correct, seed: 1, nodes: 5, clients: 8, ops: 10000, keys: 8, hold: 2 * time.Second, dir: t.TempDir()}.do(t)
 	})
-	t.Logf("%s in %s real time; outcomes %v; nemesis %s", res.check, time.Since(start).Round(time.Millisecond), res.outcomes, res.nemesis)
+	t.Logf("%s in %s real time; outcomes %v; nemesis %s; audit: %s", res.check, time.Since(start).Round(time.Millisecond), res.outcomes, res.nemesis, res.audit)
 	if !res.check.OK() {
 		t.Errorf("not linearizable: %s", res.check)
+	}
+	if !res.audit.OK() || res.audit.Commits == 0 {
+		t.Errorf("the audit: %s", res.audit)
 	}
 	if res.overdue > 0 {
 		t.Errorf("%d calls ended after their deadline", res.overdue)
@@ -43,8 +46,8 @@ func TestFlawsCaught(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					res = run{flaw: tc.flaw, seed: seed, nodes: 5, clients: 8, ops: 5000, keys: 4, hold: 2 * time.Second}.do(t)
 				})
-				if !res.check.OK() {
-					t.Logf("caught at seed %d (nemesis %s; outcomes %v): %s", seed, res.nemesis, res.outcomes, res.check)
+				if !res.check.OK() || !res.audit.OK() {
+					t.Logf("caught at seed %d (nemesis %s; outcomes %v): %s; audit: %s", seed, res.nemesis, res.outcomes, res.check, res.audit)
 					return
 				}
 			}
@@ -64,8 +67,8 @@ func TestCorrectAcrossSeeds(t *testing.T) {
 	for seed := uint64(1); seed <= seeds; seed++ {
 		synctest.Test(t, func(t *testing.T) {
 			res := run{flaw: correct, seed: seed, nodes: 5, clients: 8, ops: 2000, keys: 4, hold: 2 * time.Second}.do(t)
-			if !res.check.OK() {
-				t.Errorf("seed %d (nemesis %s): %s", seed, res.nemesis, res.check)
+			if !res.check.OK() || !res.audit.OK() {
+				t.Errorf("seed %d (nemesis %s): %s; audit: %s", seed, res.nemesis, res.check, res.audit)
 			}
 		})
 	}
@@ -73,21 +76,27 @@ func TestCorrectAcrossSeeds(t *testing.T) {
 
 // TestRetriedWithoutItsID: an add retried after an unknown outcome under
 // its first message id runs once (the fence records it); retried under a
-// new id it may run twice, and the counter's history shows it.
+// new id it may run twice, and the counter's history shows it. The
+// audit names the commits under no operation's id.
 func TestRetriedWithoutItsID(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		synctest.Test(t, func(t *testing.T) {
-			if rep, nrep := countRun(t, seed, 2000, false); !rep.OK() {
-				t.Errorf("retried with its id, seed %d (nemesis %s): %s", seed, nrep, rep)
+			rep, audit, nrep := countRun(t, seed, 2000, false)
+			if !rep.OK() || !audit.OK() || audit.Commits == 0 {
+				t.Errorf("retried with its id, seed %d (nemesis %s): %s; audit: %s", seed, nrep, rep, audit)
 			}
 		})
 	}
 	for seed := uint64(1); seed <= 20; seed++ {
 		var rep chaos.Report
+		var audit chaos.Audit
 		var nrep chaos.NemesisReport
-		synctest.Test(t, func(t *testing.T) { rep, nrep = countRun(t, seed, 2000, true) })
+		synctest.Test(t, func(t *testing.T) { rep, audit, nrep = countRun(t, seed, 2000, true) })
 		if !rep.OK() {
-			t.Logf("caught at seed %d (nemesis %s): %s", seed, nrep, rep)
+			t.Logf("caught at seed %d (nemesis %s): %s; audit: %s", seed, nrep, rep, audit)
+			if audit.Phantom == 0 {
+				t.Errorf("the audit counts no commit under a new id: %s", audit)
+			}
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -96,10 +97,7 @@ func Check(model porcupine.Model, rec *Recorder, timeout time.Duration, dir stri
 		}
 		r.Illegal = append(r.Illegal, v)
 	}
-	if len(errs) > 0 {
-		return r, fmt.Errorf("%w", errs[0])
-	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 // violation describes key's illegal history: the longest partial

@@ -51,7 +51,7 @@ type counters struct {
 func (s *counters) Name() string       { return "counters" }
 func (s *counters) APIMessages() []any { return []any{Add{}, Get{}} }
 
-func newCounters(fp *atomic.Pointer[memfence.Fence], db *counters) *counters {
+func newCounters(fp *atomic.Pointer[memfence.Fence], db *counters, rec *chaos.Recorder) *counters {
 	s := &counters{Mux: bus.NewMux(), fence: fp}
 	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, m Add) (Count, error) {
 		return memfence.Run(ctx, fp.Load(), fence.For(ctx, r), func(context.Context, fence.Token) (Count, func(), error) {
@@ -59,6 +59,7 @@ func newCounters(fp *atomic.Pointer[memfence.Fence], db *counters) *counters {
 				db.mu.Lock()
 				db.vals[m.Key] += m.N
 				db.mu.Unlock()
+				rec.Commit(r.ID(), time.Now())
 			}, nil
 		})
 	})
@@ -76,21 +77,21 @@ func newCounters(fp *atomic.Pointer[memfence.Fence], db *counters) *counters {
 // each add whose outcome is unknown is sent again, up to 3 times, with
 // its first message id, or with a new one if newIDs (the flaw: a retry
 // that is not idempotent).
-func countRun(t *testing.T, seed uint64, ops int, newIDs bool) (chaos.Report, chaos.NemesisReport) {
+func countRun(t *testing.T, seed uint64, ops int, newIDs bool) (chaos.Report, chaos.Audit, chaos.NemesisReport) {
 	var fp atomic.Pointer[memfence.Fence]
 	db := &counters{vals: map[string]int64{}}
+	rec := chaos.NewRecorder(nil)
 	reg := message.NewRegistry()
 	message.MustRegister[Add](reg, "chaostest.v1.Add")
 	message.MustRegister[Get](reg, "chaostest.v1.Get")
 	message.MustRegister[Count](reg, "chaostest.v1.Count")
 	c := servicetest.Start(t, servicetest.Options{
 		Nodes: 5, Registry: reg,
-		Services: func(int, nodekit.Env) []service.Service { return []service.Service{newCounters(&fp, db)} },
+		Services: func(int, nodekit.Env) []service.Service { return []service.Service{newCounters(&fp, db, rec)} },
 	})
 	fp.Store(memfence.New(c.Store(), memfence.Config{MaxAge: c.Node(0).Heartbeat().Lease}))
 	cl := c.Client(t)
 	keys := []string{message.NewUUID(), message.NewUUID()}
-	rec := chaos.NewRecorder(nil)
 	ctx, stop := context.WithCancel(t.Context())
 	nem := &chaos.Nemesis{Cluster: c, Seed: seed, Hold: 2 * time.Second}
 	var nrep chaos.NemesisReport
@@ -114,7 +115,7 @@ func countRun(t *testing.T, seed uint64, ops int, newIDs bool) (chaos.Report, ch
 					msg = Add{Key: key, N: in.Add}
 				}
 				op := rec.Invoke(client, key, in)
-				id := message.NewUUID()
+				id := rec.ID(op)
 				var out Count
 				var err error
 				var deadline time.Time
@@ -141,5 +142,6 @@ func countRun(t *testing.T, seed uint64, ops int, newIDs bool) (chaos.Report, ch
 	if err != nil {
 		t.Error(err)
 	}
-	return rep, nrep
+	adds := func(in, _ any) bool { return in.(chaos.CounterOp).Add != 0 } // a read commits nothing
+	return rep, rec.Audit(0, adds), nrep
 }

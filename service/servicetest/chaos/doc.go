@@ -31,6 +31,18 @@
 // [Recorder.Overdue] counts the calls whose caller did not learn their
 // outcome by its deadline.
 //
+// # The audit
+//
+// Beside the histories, [Recorder.Audit] counts Jepsen-style anomalies
+// from the commits the service reports ([Recorder.Commit], keyed by
+// message id: send each operation with bus.WithID([Recorder.ID])), each
+// kind apart, each 0 in a correct run: acknowledged writes lost, writes
+// committed twice, committed though refused, committed under no
+// operation's id, committed after their caller's deadline (late), a
+// write of the past landing over a newer one (stale), and calls
+// overdue. The commits come from the handlers as they commit, or from
+// an end-state read of the store after the run.
+//
 // # What a history catches
 //
 // With a unique value per write, a register's history shows an

@@ -17,26 +17,31 @@ import (
 )
 
 // Five nodes of a register service (register_test.go: Write and Read
-// through its fence) under random faults, four clients writing unique
-// values and reading them back, every register's history checked. In a
-// test, run it inside synctest.Test: thousands of operations take a
-// second. This example runs in real time, for about 2 s.
+// through its fence, each commit told to the recorder) under random
+// faults, four clients writing unique values and reading them back,
+// every register's history checked and its commits audited. In a test,
+// run it inside synctest.Test: thousands of operations take a second.
+// This example runs in real time, for about 2 s.
 func Example() {
-	ctx := context.Background()
+	ctx, rec, key := context.Background(), chaos.NewRecorder(nil), message.NewUUID()
 	var fp atomic.Pointer[memfence.Fence]
 	db := &table{vals: map[string]string{}}
-	c, err := servicetest.New(ctx, servicetest.Options{Nodes: 5, Registry: registry(),
-		Services: func(int, nodekit.Env) []service.Service { return []service.Service{newRegisters(correct, &fp, db)} }})
+	newNode := func(int, nodekit.Env) []service.Service {
+		return []service.Service{newRegisters(correct, &fp, db, rec)}
+	}
+	c, err := servicetest.New(ctx, servicetest.Options{Nodes: 5, Registry: registry(), Services: newNode})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer c.Close()
 	fp.Store(memfence.New(c.Store(), memfence.Config{MaxAge: c.Node(0).Heartbeat().Lease}))
-	cl, _ := c.NewClient(ctx)
+	cl, err := c.NewClient(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer cl.Close()
-
-	rec, key := chaos.NewRecorder(nil), message.NewUUID()
 	nctx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
 	healed := make(chan error)
@@ -53,7 +58,7 @@ func Example() {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
 				deadline, _ := cctx.Deadline()
 				op := rec.Invoke(client, key, in)
-				rep, err := service.Call[Reply](cctx, cl, msg, bus.WithResource(key))
+				rep, err := service.Call[Reply](cctx, cl, msg, bus.WithResource(key), bus.WithID(rec.ID(op)))
 				rec.End(op, chaos.RegisterOutput{Value: rep.Value}, err, deadline)
 				cancel()
 			}
@@ -64,6 +69,6 @@ func Example() {
 		fmt.Println(err)
 	}
 	report, _ := chaos.Check(chaos.Register(""), rec, 10*time.Second, "")
-	fmt.Println("linearizable:", report.OK())
-	// Output: linearizable: true
+	fmt.Println("linearizable:", report.OK(), "audit clean:", rec.Audit(time.Second, nil).OK())
+	// Output: linearizable: true audit clean: true
 }

@@ -66,9 +66,11 @@ type Result struct {
 type Recorder struct {
 	now func() time.Time
 
-	mu  sync.Mutex
-	seq int64 // events recorded so far
-	ops []record
+	mu      sync.Mutex
+	seq     int64 // events recorded so far
+	ops     []record
+	byID    map[string]Op // each operation's message id
+	commits []commit      // from Commit, in the order recorded
 }
 
 // Op identifies an operation of a [Recorder], from [Recorder.Invoke].
@@ -94,6 +96,7 @@ func (a stamp) compare(b stamp) int {
 type record struct {
 	client    int
 	key       string
+	id        string // its message id (ID)
 	in, out   any
 	call, ret stamp
 	outcome   Outcome
@@ -123,8 +126,26 @@ func (r *Recorder) stampLocked() stamp {
 func (r *Recorder) Invoke(client int, key string, in any) Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ops = append(r.ops, record{client: client, key: key, in: in, call: r.stampLocked()})
-	return Op(len(r.ops) - 1)
+	id := message.NewUUID()
+	r.ops = append(r.ops, record{client: client, key: key, id: id, in: in, call: r.stampLocked()})
+	op := Op(len(r.ops) - 1)
+	if r.byID == nil {
+		r.byID = map[string]Op{}
+	}
+	r.byID[id] = op
+	return op
+}
+
+// ID returns op's message id, a fresh UUID: send op's message with
+// bus.WithID(rec.ID(op)), and retry it under the same id, so that the
+// commits [Recorder.Commit] records name the operation they ran.
+func (r *Recorder) ID(op Op) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if op < 0 || int(op) >= len(r.ops) {
+		panic(fmt.Sprintf("chaos: operation %d was not invoked", op))
+	}
+	return r.ops[op].id
 }
 
 // End records how op ended, from the call's result: ok if err is nil, with

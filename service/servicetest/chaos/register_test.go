@@ -97,14 +97,15 @@ type registers struct {
 	flaw  flaw
 	fence *atomic.Pointer[memfence.Fence]
 	db    *table
-	mem   *table // the node's own, for the nodeMemory flaw
+	mem   *table          // the node's own, for the nodeMemory flaw
+	rec   *chaos.Recorder // told of each commit, if not nil
 }
 
 func (s *registers) Name() string       { return "registers" }
 func (s *registers) APIMessages() []any { return []any{Write{}, CAS{}, Read{}} }
 
-func newRegisters(f flaw, fp *atomic.Pointer[memfence.Fence], db *table) *registers {
-	s := &registers{Mux: bus.NewMux(), flaw: f, fence: fp, db: db, mem: &table{vals: map[string]string{}}}
+func newRegisters(f flaw, fp *atomic.Pointer[memfence.Fence], db *table, rec *chaos.Recorder) *registers {
+	s := &registers{Mux: bus.NewMux(), flaw: f, fence: fp, db: db, mem: &table{vals: map[string]string{}}, rec: rec}
 	bus.Handle(s.Mux, func(ctx context.Context, r *bus.Request, m Write) (Reply, error) {
 		return s.run(ctx, r, m.Key, func(old string) (string, Reply) { return m.Value, Reply{} })
 	})
@@ -125,10 +126,16 @@ func newRegisters(f flaw, fp *atomic.Pointer[memfence.Fence], db *table) *regist
 // run applies op to register key: it reads the old value, and writes
 // the new one if it differs, under the fence.
 func (s *registers) run(ctx context.Context, r *bus.Request, key string, op func(old string) (string, Reply)) (Reply, error) {
+	committed := func() {
+		if s.rec != nil {
+			s.rec.Commit(r.ID(), time.Now())
+		}
+	}
 	switch s.flaw {
 	case nodeMemory:
 		nv, rep := op(s.mem.get(key))
 		s.mem.set(key, nv)
+		committed()
 		return rep, nil
 	case unfenced:
 		old := s.db.get(key)
@@ -136,6 +143,7 @@ func (s *registers) run(ctx context.Context, r *bus.Request, key string, op func
 		if nv != old {
 			s.db.set(key, nv)
 		}
+		committed()
 		return rep, nil
 	}
 	return memfence.Run(ctx, s.fence.Load(), fence.For(ctx, r), func(context.Context, fence.Token) (Reply, func(), error) {
@@ -145,6 +153,7 @@ func (s *registers) run(ctx context.Context, r *bus.Request, key string, op func
 			if nv != old {
 				s.db.set(key, nv)
 			}
+			committed()
 		}, nil
 	})
 }
@@ -167,6 +176,7 @@ type run struct {
 
 type runResult struct {
 	check    chaos.Report
+	audit    chaos.Audit
 	nemesis  chaos.NemesisReport
 	outcomes map[chaos.Outcome]int
 	overdue  int // calls that ended after their deadline
@@ -176,11 +186,12 @@ func (rn run) do(t *testing.T) runResult {
 	t.Helper()
 	var fp atomic.Pointer[memfence.Fence]
 	db := &table{vals: map[string]string{}}
+	rec := chaos.NewRecorder(nil)
 	c := servicetest.Start(t, servicetest.Options{
 		Nodes:    rn.nodes,
 		Registry: registry(),
 		Services: func(int, nodekit.Env) []service.Service {
-			return []service.Service{newRegisters(rn.flaw, &fp, db)}
+			return []service.Service{newRegisters(rn.flaw, &fp, db, rec)}
 		},
 	})
 	hb := c.Node(0).Heartbeat()
@@ -191,7 +202,6 @@ func (rn run) do(t *testing.T) runResult {
 	for i := range keys {
 		keys[i] = message.NewUUID()
 	}
-	rec := chaos.NewRecorder(nil)
 	ctx, stop := context.WithCancel(t.Context())
 	nem := &chaos.Nemesis{Cluster: c, Seed: rn.seed, Faults: rn.faults, Hold: rn.hold}
 	var nrep chaos.NemesisReport
@@ -225,7 +235,7 @@ func (rn run) do(t *testing.T) runResult {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
 				deadline, _ := cctx.Deadline()
 				op := rec.Invoke(client, key, in)
-				rep, err := service.Call[Reply](cctx, cl, msg, bus.WithResource(key))
+				rep, err := service.Call[Reply](cctx, cl, msg, bus.WithResource(key), bus.WithID(rec.ID(op)))
 				cancel()
 				out := chaos.RegisterOutput{Value: rep.Value, Swapped: rep.Swapped}
 				if in.Kind == chaos.Read && err == nil {
@@ -251,5 +261,5 @@ func (rn run) do(t *testing.T) runResult {
 	if err != nil {
 		t.Errorf("check: %v", err)
 	}
-	return runResult{check: rep, nemesis: nrep, outcomes: rec.Counts(), overdue: rec.Overdue(0)}
+	return runResult{check: rep, audit: rec.Audit(0, nil), nemesis: nrep, outcomes: rec.Counts(), overdue: rec.Overdue(0)}
 }
