@@ -45,7 +45,12 @@ func NewClockSync(now func() time.Time) *ClockSync {
 }
 
 // Sample records a round trip: sent and received locally, remote read
-// in between with error remoteErr. It ignores received before sent.
+// in between with error remoteErr. It ignores received before sent. A
+// sample whose offset disagrees with an older one by more than both
+// their bounds says that one of the clocks stepped (a wall-clock
+// correction): the older samples are dropped, so that the estimate
+// follows the step at once instead of for as long as an older sample
+// keeps the smaller bound.
 func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Duration) {
 	rtt := received.Sub(sent)
 	if rtt < 0 {
@@ -54,9 +59,19 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 	mid := sent.Add(rtt / 2)
 	s := clockSample{at: received, offset: remote.Sub(mid), bound: rtt/2 + max(remoteErr, 0)}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, old := range c.samples {
+		if old.at.IsZero() {
+			continue
+		}
+		b := old.bound + time.Duration(float64(max(received.Sub(old.at), 0))*MaxClockDrift)
+		if d := s.offset - old.offset; d > s.bound+b || -d > s.bound+b {
+			c.samples, c.next = [clockSamples]clockSample{}, 0 // a step
+			break
+		}
+	}
 	c.samples[c.next] = s
 	c.next = (c.next + 1) % clockSamples
-	c.mu.Unlock()
 }
 
 // Now returns the estimated reference time and its error bound; ok is

@@ -120,3 +120,32 @@ func TestSyncClockBeforeJoin(t *testing.T) {
 		assert.NoError(t, m.SyncClock(t.Context()), "known already: no round trip")
 	})
 }
+
+// TestClockSyncFollowsAStep: once a sample disagrees with the estimate
+// by more than both bounds, a clock stepped: the estimate follows the
+// new sample even if an older one had the smaller bound.
+func TestClockSyncFollowsAStep(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	c := heartbeat.NewClockSync(func() time.Time { return now })
+	c.Sample(now, now.Add(2*time.Millisecond), now.Add(time.Millisecond), 0) // offset 0, bound 1 ms
+	now = now.Add(time.Second)
+
+	// A slower round trip that agrees within the bounds leaves the
+	// better sample in charge.
+	c.Sample(now, now.Add(20*time.Millisecond), now.Add(15*time.Millisecond), 0) // offset +5 ms, bound 10 ms
+	now = now.Add(20 * time.Millisecond)
+	off, bound, ok := c.Offset()
+	require.True(t, ok)
+	assert.Equal(t, time.Duration(0), off)
+	assert.Less(t, bound, 2*time.Millisecond)
+
+	// The local clock steps 1 min back: the reference now reads 1 min
+	// ahead of it, well past both bounds.
+	now = now.Add(time.Second)
+	c.Sample(now, now.Add(20*time.Millisecond), now.Add(time.Minute+10*time.Millisecond), 0)
+	now = now.Add(20 * time.Millisecond)
+	off, bound, ok = c.Offset()
+	require.True(t, ok)
+	assert.Equal(t, time.Minute, off, "the estimate follows the step")
+	assert.Equal(t, 10*time.Millisecond, bound)
+}
