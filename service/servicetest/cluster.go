@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ type member struct {
 	cut        bool          // off the heartbeat store, from StopHeartbeat to ResumeHeartbeat
 	parted     bool          // off the bus, from Partition(true) to Partition(false)
 	paused     chan struct{} // while paused (Pause): closed to resume
+	offset     atomic.Int64  // its clock's offset in ns (ClockOffset)
 }
 
 // gate holds the node's handlers while it is paused (internal/svcx).
@@ -130,7 +132,13 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 	c.mu.Unlock()
 	id := message.NewUUID()
 	m := &member{}
-	env := nodekit.Env{Node: id, Heartbeat: c.opts.Heartbeat.WithDefaults(), Logger: c.opts.Logger}
+	hb := c.opts.Heartbeat
+	base := hb.Now
+	if base == nil {
+		base = time.Now
+	}
+	hb.Now = func() time.Time { return base().Add(time.Duration(m.offset.Load())) } // ClockOffset
+	env := nodekit.Env{Node: id, Heartbeat: hb.WithDefaults(), Logger: c.opts.Logger}
 	if c.sql == nil {
 		env.Store = c.store.For(id)
 		m.setCut = func(on bool) { c.store.SetUnreachable(id, on) }
@@ -161,7 +169,7 @@ func (c *Cluster) Add(ctx context.Context) (*service.Node, error) {
 		Registry:  c.opts.Registry,
 		Ring:      r,
 		Services:  svcs,
-		Heartbeat: c.opts.Heartbeat,
+		Heartbeat: hb,
 		Limits:    c.opts.Limits,
 		Logger:    c.opts.Logger,
 		NoRejoin:  c.opts.NoRejoin,
@@ -376,25 +384,30 @@ func (c *Cluster) Pause(id string, on bool) {
 	case !on && m.paused != nil:
 		resume, m.paused = m.paused, nil
 	}
-	killed := m.killed
+	killed, cut := m.killed, m.cut
 	c.mu.Unlock()
 	if on {
 		m.setCut(true)
 		return
 	}
 	if !killed {
-		m.setCut(c.isCut(m))
+		m.setCut(cut)
 	}
 	if resume != nil {
 		close(resume)
 	}
 }
 
-// isCut reports whether StopHeartbeat holds m off the store.
-func (c *Cluster) isCut(m *member) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return m.cut
+// ClockOffset sets the node's clock d ahead of the true time (behind if
+// d is negative; 0 puts it right): the clock its heartbeat monitor reads
+// (heartbeat.Config.Now), for its lease and its estimate of the cluster
+// time, which the deadlines it writes and reads are converted with. The
+// change is a step, seen by the durations the node measures across it
+// as well: a forward step is what a paused process sees; a backward
+// one is harsher than a machine's wall-clock step, which Go's monotonic
+// clock hides from durations. It panics if the cluster has no node id.
+func (c *Cluster) ClockOffset(id string, d time.Duration) {
+	c.mustMember(id).offset.Store(int64(d))
 }
 
 // Stop closes the node in order: it is not live once it starts leaving,

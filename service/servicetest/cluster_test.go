@@ -317,3 +317,28 @@ func TestPause(t *testing.T) {
 		})
 	})
 }
+
+// TestClockOffset: a node's clock steps an hour ahead; its estimate of
+// the cluster time follows at its next heartbeat, within its bound, and
+// it stays live; put right, it follows back.
+func TestClockOffset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := start(t, 3, servicetest.Options{})
+		n := c.Node(1)
+		within := func(what string) {
+			t.Helper()
+			c.WaitFor(t, 3*hb.Interval, what, func() bool {
+				now, bound, ok := n.ClusterTime()
+				d := now.Sub(time.Now()) // the store's clock is the bubble's
+				return ok && d <= bound && -d <= bound
+			})
+		}
+		within("the cluster time before the step")
+		c.ClockOffset(n.UUID(), time.Hour)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), n.Heartbeat().Now(), time.Millisecond, "the node's clock reads an hour ahead")
+		within("the cluster time an hour after the step")
+		c.ClockOffset(n.UUID(), 0)
+		within("the cluster time once the clock is put right")
+		assert.Contains(t, c.LiveUUIDs(), n.UUID())
+	})
+}

@@ -1,6 +1,7 @@
 // Package chaos checks a user's services under faults: a seeded
 // [Nemesis] injects faults into a servicetest cluster (kills, stops,
-// heartbeat cuts, partitions, dropped traffic, pauses), a [Recorder] records
+// heartbeat cuts, partitions, dropped traffic, pauses, store outages,
+// clock offsets), a [Recorder] records
 // what concurrent clients invoked and how each call ended, and [Check]
 // proves every resource's history linearizable with porcupine
 // (github.com/anishathalye/porcupine) against a sequential model: one of

@@ -41,15 +41,20 @@ const (
 	// the fault lasts, as a database outage does; it is drawn only while
 	// no other fault is on.
 	StoreOutage
+	// ClockOffset steps the node's clock ahead or behind (at random, by
+	// [Nemesis].Offset on average) while the fault lasts, and back when it
+	// ends ([servicetest.Cluster.ClockOffset]).
+	ClockOffset
 )
 
 // AllFaults returns every kind of fault.
 func AllFaults() []Fault {
-	return []Fault{Kill, Stop, StopHeartbeat, Partition, Drop, Pause, StoreOutage}
+	return []Fault{Kill, Stop, StopHeartbeat, Partition, Drop, Pause, StoreOutage, ClockOffset}
 }
 
 // String returns the fault's name: "kill", "stop", "stop-heartbeat",
-// "partition", "drop", "pause", "store-outage", or "Fault(n)".
+// "partition", "drop", "pause", "store-outage", "clock-offset", or
+// "Fault(n)".
 func (f Fault) String() string {
 	switch f {
 	case Kill:
@@ -66,6 +71,8 @@ func (f Fault) String() string {
 		return "pause"
 	case StoreOutage:
 		return "store-outage"
+	case ClockOffset:
+		return "clock-offset"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -97,6 +104,10 @@ type Nemesis struct {
 	// 3·Hold/2]. Default twice the cluster's EvictAfter: most faults last
 	// long enough for the peers to evict the node.
 	Hold time.Duration
+	// Offset is the mean size of a ClockOffset fault's step, drawn from
+	// [Offset/2, 3·Offset/2], ahead or behind. Default twice the
+	// cluster's EvictAfter.
+	Offset time.Duration
 	// MaxDown is the most nodes under a fault at once; a fault drawn
 	// while that many are is skipped. Default: a minority of the nodes
 	// live at the start, at least 1.
@@ -157,12 +168,15 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 	if len(faults) == 0 {
 		faults = AllFaults()
 	}
-	every, hold, maxDown := n.Every, n.Hold, n.MaxDown
+	every, hold, offset, maxDown := n.Every, n.Hold, n.Offset, n.MaxDown
 	if every <= 0 {
 		every = 2 * evict
 	}
 	if hold <= 0 {
 		hold = 2 * evict
+	}
+	if offset <= 0 {
+		offset = 2 * evict
 	}
 	if maxDown <= 0 {
 		maxDown = max(1, (len(live)-1)/2)
@@ -191,6 +205,13 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 		}
 		f := bag[0]
 		pick, lasts := rng.Uint64(), around(hold)
+		var step time.Duration // ClockOffset's
+		if f == ClockOffset {
+			step = around(offset)
+			if rng.IntN(2) == 0 {
+				step = -step
+			}
+		}
 		t := time.NewTimer(gap)
 		select {
 		case <-ctx.Done():
@@ -224,10 +245,14 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 		}
 		rep.Injected[f]++
 		mu.Unlock()
-		logf("chaos: fault %d: %s %v for %s", k, f, targets, lasts)
+		if f == ClockOffset {
+			logf("chaos: fault %d: %s %v by %s for %s", k, f, targets, step, lasts)
+		} else {
+			logf("chaos: fault %d: %s %v for %s", k, f, targets, lasts)
+		}
 		var heals []func() error
 		for _, id := range targets {
-			heals = append(heals, n.inject(f, id))
+			heals = append(heals, n.inject(f, id, step))
 		}
 		wg.Go(func() {
 			t := time.NewTimer(lasts)
@@ -256,8 +281,9 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 	}
 }
 
-// inject starts fault f on node id and returns what ends it.
-func (n *Nemesis) inject(f Fault, id string) (heal func() error) {
+// inject starts fault f on node id (a ClockOffset by step) and returns
+// what ends it.
+func (n *Nemesis) inject(f Fault, id string, step time.Duration) (heal func() error) {
 	c := n.Cluster
 	replace := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -291,6 +317,9 @@ func (n *Nemesis) inject(f Fault, id string) (heal func() error) {
 	case StoreOutage: // on each node
 		c.StopHeartbeat(id)
 		return func() error { c.ResumeHeartbeat(id); return nil }
+	case ClockOffset:
+		c.ClockOffset(id, step)
+		return func() error { c.ClockOffset(id, 0); return nil }
 	}
 	return func() error { return fmt.Errorf("chaos: unknown fault %v", f) }
 }

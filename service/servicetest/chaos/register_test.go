@@ -172,6 +172,7 @@ type run struct {
 	dir     string // for visualizations
 	faults  []chaos.Fault
 	hold    time.Duration // the nemesis's Hold
+	offset  time.Duration // the nemesis's Offset
 }
 
 type runResult struct {
@@ -203,7 +204,7 @@ func (rn run) do(t *testing.T) runResult {
 		keys[i] = message.NewUUID()
 	}
 	ctx, stop := context.WithCancel(t.Context())
-	nem := &chaos.Nemesis{Cluster: c, Seed: rn.seed, Faults: rn.faults, Hold: rn.hold}
+	nem := &chaos.Nemesis{Cluster: c, Seed: rn.seed, Faults: rn.faults, Hold: rn.hold, Offset: rn.offset}
 	var nrep chaos.NemesisReport
 	var nerr error
 	nemDone := make(chan struct{})
