@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -92,9 +93,10 @@ type Nemesis struct {
 	// [NemesisReport].Seed says which, to run the schedule again.
 	Seed uint64
 	// Faults are the kinds to draw from, in rounds: each kind once per
-	// round, in a shuffled order (a draw skipped is drawn again next), so
-	// that a run of len(Faults) faults injects every kind. Default
-	// [AllFaults].
+	// round, in a shuffled order (a draw skipped is drawn again next; a
+	// store outage drawn while another fault is on lets the next kind go
+	// first), so that a run of len(Faults) faults injects every kind.
+	// Default [AllFaults].
 	Faults []Fault
 	// Every is the mean time between the starts of two faults, each gap
 	// drawn from [Every/2, 3·Every/2]. Default twice the cluster's
@@ -115,6 +117,33 @@ type Nemesis struct {
 	// Logf, optional, is told of each fault as it starts and ends (pass
 	// t.Logf).
 	Logf func(format string, args ...any)
+
+	mu  sync.Mutex
+	rep NemesisReport // so far, for Report
+}
+
+// Report returns what Run did so far: a test may run its clients until
+// every kind was injected. It is safe to call while Run runs.
+func (n *Nemesis) Report() NemesisReport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := n.rep
+	r.Injected = maps.Clone(n.rep.Injected)
+	return r
+}
+
+// Covered reports whether every kind of faults (Faults, or AllFaults)
+// was injected at least once.
+func (r NemesisReport) Covered(faults []Fault) bool {
+	if len(faults) == 0 {
+		faults = AllFaults()
+	}
+	for _, f := range faults {
+		if r.Injected[f] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // NemesisReport is what a [Nemesis] did.
@@ -189,6 +218,13 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 	around := func(d time.Duration) time.Duration { return d/2 + time.Duration(rng.Int64N(int64(d)+1)) }
 
 	rep := NemesisReport{Seed: seed, Injected: map[Fault]int{}}
+	publish := func() { // rep as Report returns it; under mu
+		n.mu.Lock()
+		n.rep = rep
+		n.rep.Injected = maps.Clone(rep.Injected)
+		n.mu.Unlock()
+	}
+	publish()
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -203,14 +239,10 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 			bag = slices.Clone(faults)
 			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
 		}
-		f := bag[0]
 		pick, lasts := rng.Uint64(), around(hold)
-		var step time.Duration // ClockOffset's
-		if f == ClockOffset {
-			step = around(offset)
-			if rng.IntN(2) == 0 {
-				step = -step
-			}
+		step := around(offset) // a ClockOffset's
+		if rng.IntN(2) == 0 {
+			step = -step
 		}
 		t := time.NewTimer(gap)
 		select {
@@ -230,8 +262,13 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 				free = append(free, m.UUID())
 			}
 		}
+		if len(bag) > 1 && bag[0] == StoreOutage && len(down) > 0 {
+			bag[0], bag[1] = bag[1], bag[0] // the outage waits for a quiet cluster; the next kind goes first
+		}
+		f := bag[0]
 		if len(down) >= maxDown || len(free) == 0 || (f == StoreOutage && len(down) > 0) {
 			rep.Skipped++ // f stays first in the bag, for the next draw
+			publish()
 			mu.Unlock()
 			continue
 		}
@@ -244,6 +281,7 @@ func (n *Nemesis) Run(ctx context.Context) (NemesisReport, error) {
 			down[id] = true
 		}
 		rep.Injected[f]++
+		publish()
 		mu.Unlock()
 		if f == ClockOffset {
 			logf("chaos: fault %d: %s %v by %s for %s", k, f, targets, step, lasts)
