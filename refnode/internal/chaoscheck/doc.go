@@ -10,7 +10,10 @@
 // would. The [Recorder] is the SDK's (package service/servicetest/chaos,
 // the chaos kit for users' services) on one resource; the models keep
 // this package's outputs, whose Unknown flag refnode's process tests
-// record.
+// record. The in-memory tests of package services record with the kit's
+// chaos.Recorder directly and check with chaos.Check: an image's names
+// against the kit's chaos.Register, a VM's history against [VMModel],
+// the [VM] model built with chaos.Model.
 //
 // The chaos test of refnode runs SetImageName (a write, or with if_name a
 // compare-and-set) and GetImage (a read) on a few images from several

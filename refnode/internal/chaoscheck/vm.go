@@ -6,6 +6,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
 // VMInput is an operation on one VM as a client invoked it.
@@ -59,40 +60,73 @@ func VM(init cloud.VMState) porcupine.Model {
 	return nm.ToModel()
 }
 
-// vmStep returns every state the VM may be in after in returned out from
-// state s; none if it cannot have.
-func vmStep(s cloud.VMState, in VMInput, out VMOutput) []any {
+// VMModel is [VM] for the SDK's chaos kit: the model, built with
+// [chaos.Model], of one VM whose record is in state init at first, for
+// [chaos.Check] on the histories of a [chaos.Recorder]. Their Inputs are
+// [VMInput]s, and the Value of a [chaos.Result] is a [VMOutput] with
+// Unknown unset (the Result says whether the outcome is unknown): the
+// VM's state after an operation that took effect or as read, or only
+// Refused (State empty) for an operation refused as not allowed from the
+// VM's state. It follows cloud.Transition as [VM] does; the model is
+// safe for concurrent use.
+func VMModel(init cloud.VMState) porcupine.Model {
+	return chaos.Model(init, vmNext)
+}
+
+// vmNext is the VM's sequential behaviour: the state in leads to from s,
+// and what it returns.
+func vmNext(s cloud.VMState, in VMInput) (cloud.VMState, VMOutput) {
 	if in.Op == "" {
-		if out.Unknown || out.State == s {
-			return []any{s}
-		}
-		return nil
+		return s, VMOutput{State: s}
 	}
 	_, after, err := cloud.Transition(s, in.Op)
+	if err != nil {
+		return s, VMOutput{Refused: true}
+	}
+	return after, VMOutput{State: after}
+}
+
+// vmStep returns every state the VM may be in after in returned out from
+// state s; none if it cannot have. A refused operation's out.State, and
+// an unknown one's, mean nothing.
+func vmStep(s cloud.VMState, in VMInput, out VMOutput) []any {
+	next, want := vmNext(s, in)
 	switch {
-	case out.Unknown && err != nil:
+	case out.Unknown && next == s:
 		return []any{s}
 	case out.Unknown:
-		return []any{s, after} // taken effect or not
-	case out.Refused && err != nil:
+		return []any{s, next} // taken effect or not
+	case in.Op == "":
+		if out.State == s {
+			return []any{s}
+		}
+	case out.Refused && want.Refused:
 		return []any{s}
-	case !out.Refused && err == nil && out.State == after:
-		return []any{after}
+	case !out.Refused && !want.Refused && out.State == want.State:
+		return []any{next}
 	}
 	return nil
 }
 
-func describeVM(in VMInput, out VMOutput) string {
-	call := string(in.Op)
+// String describes in as "start()", "stop()" and so on, or "read()".
+func (in VMInput) String() string {
 	if in.Op == "" {
-		call = "read"
+		return "read()"
 	}
-	ret := string(out.State)
+	return string(in.Op) + "()"
+}
+
+// String describes out as the VM's state, "refused" or "unknown".
+func (out VMOutput) String() string {
 	switch {
 	case out.Unknown:
-		ret = "unknown"
+		return "unknown"
 	case out.Refused:
-		ret = "refused"
+		return "refused"
 	}
-	return call + "() -> " + ret
+	return string(out.State)
+}
+
+func describeVM(in VMInput, out VMOutput) string {
+	return in.String() + " -> " + out.String()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudbus-go/cloudbus/refnode/internal/chaoscheck"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
 func vmOp(op cloud.VMOp) chaoscheck.VMInput { return chaoscheck.VMInput{Op: op} }
@@ -113,17 +114,36 @@ func TestVM(t *testing.T) {
 		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res := porcupine.CheckOperationsTimeout(chaoscheck.VM(cloud.VMCreated), c.history, 10*time.Second)
 			want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[c.legal]
-			assert.Equal(t, want, res, "linearizable: %t", c.legal)
+			res := porcupine.CheckOperationsTimeout(chaoscheck.VM(cloud.VMCreated), c.history, 10*time.Second)
+			assert.Equal(t, want, res, "VM: linearizable: %t", c.legal)
+			res = porcupine.CheckOperationsTimeout(chaoscheck.VMModel(cloud.VMCreated), asResults(c.history), 10*time.Second)
+			assert.Equal(t, want, res, "VMModel: linearizable: %t", c.legal)
 		})
 	}
+}
+
+// asResults turns a history of VMOutputs into one for [chaoscheck.VMModel]:
+// each Output a chaos.Result, unknown or with the VMOutput as its Value.
+func asResults(h []porcupine.Operation) []porcupine.Operation {
+	out := make([]porcupine.Operation, len(h))
+	for i, o := range h {
+		out[i] = o
+		if v := o.Output.(chaoscheck.VMOutput); v.Unknown {
+			out[i].Output = chaos.Result{Unknown: true}
+		} else {
+			out[i].Output = chaos.Result{Value: v}
+		}
+	}
+	return out
 }
 
 func TestVMInit(t *testing.T) {
 	h := []porcupine.Operation{vop(0, vmOp(cloud.VMOpStart), vmIs(cloud.VMRunning), 0, 1)}
 	assert.True(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMStopped), h))
 	assert.False(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMRunning), h))
+	assert.True(t, porcupine.CheckOperations(chaoscheck.VMModel(cloud.VMStopped), asResults(h)))
+	assert.False(t, porcupine.CheckOperations(chaoscheck.VMModel(cloud.VMRunning), asResults(h)))
 }
 
 func TestDescribeVM(t *testing.T) {
@@ -132,6 +152,12 @@ func TestDescribeVM(t *testing.T) {
 	assert.Equal(t, "stop() -> refused", m.DescribeOperation(vmOp(cloud.VMOpStop), vmRefused))
 	assert.Equal(t, "read() -> stopped", m.DescribeOperation(vmRead, vmIs(cloud.VMStopped)))
 	assert.Equal(t, "start() -> unknown", m.DescribeOperation(vmOp(cloud.VMOpStart), vmUnknown))
+
+	m = chaoscheck.VMModel(cloud.VMCreated) // the kit's "input -> output", with VMInput's and VMOutput's String
+	assert.Equal(t, "start() -> running", m.DescribeOperation(vmOp(cloud.VMOpStart), chaos.Result{Value: vmIs(cloud.VMRunning)}))
+	assert.Equal(t, "stop() -> refused", m.DescribeOperation(vmOp(cloud.VMOpStop), chaos.Result{Value: vmRefused}))
+	assert.Equal(t, "read() -> stopped", m.DescribeOperation(vmRead, chaos.Result{Value: vmIs(cloud.VMStopped)}))
+	assert.Equal(t, "start() -> unknown", m.DescribeOperation(vmOp(cloud.VMOpStart), chaos.Result{Unknown: true}))
 }
 
 // TestRecorderVM records a VM's history: an unknown start ends at its
@@ -165,4 +191,36 @@ func TestRecorderVM(t *testing.T) {
 	r.ReturnVM(r.InvokeVM(2, vmRead), vmIs(cloud.VMRunning)) // the stalled start repaired after the read of stopped
 	assert.False(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMCreated), r.Operations()),
 		"a destroy still pending could not have made it running")
+}
+
+// TestVMModelChecked records a VM's history with the kit's recorder, as
+// refnode's in-memory repair test does, and checks it with chaos.Check:
+// an unknown start may take effect up to its deadline, a refused
+// operation is left out; a repair of the stalled start after a read of
+// stopped is caught and named.
+func TestVMModelChecked(t *testing.T) {
+	c := &clock{t: time.Unix(100, 0)}
+	r := chaos.NewRecorder(c.now)
+	const vm = "vm-1"
+	stalled := r.Invoke(0, vm, vmOp(cloud.VMOpStart))
+	r.Unknown(stalled, c.t.Add(2*time.Second))
+	c.t = c.t.Add(time.Second)
+	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStart)), vmIs(cloud.VMRunning))
+	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStop)), vmIs(cloud.VMStopped))
+	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStop)), vmRefused)
+	r.Fail(r.Invoke(1, vm, vmOp(cloud.VMOpReboot)))
+	c.t = c.t.Add(2 * time.Second) // past the stalled start's deadline
+	r.Return(r.Invoke(2, vm, vmRead), vmIs(cloud.VMStopped))
+
+	rep, err := chaos.Check(chaoscheck.VMModel(cloud.VMCreated), r, 10*time.Second, "")
+	require.NoError(t, err)
+	assert.True(t, rep.OK(), "%s", rep)
+	assert.Equal(t, 5, rep.Operations, "the failed operation is left out")
+
+	r.Return(r.Invoke(2, vm, vmRead), vmIs(cloud.VMRunning)) // the stalled start repaired after the read of stopped
+	rep, err = chaos.Check(chaoscheck.VMModel(cloud.VMCreated), r, 10*time.Second, "")
+	require.NoError(t, err)
+	require.Len(t, rep.Illegal, 1, "%s", rep)
+	assert.Equal(t, vm, rep.Illegal[0].Key)
+	assert.Contains(t, rep.String(), "read() -> running")
 }

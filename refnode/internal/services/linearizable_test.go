@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"github.com/cloudbus-go/cloudbus/heartbeat"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/api"
-	"github.com/cloudbus-go/cloudbus/refnode/internal/chaoscheck"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/memdb"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
@@ -31,6 +29,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
 // The chaos test's sizes: small enough for porcupine to decide each
@@ -42,7 +41,7 @@ const (
 	chaosMaxPause   = 20 * time.Millisecond  // between a client's calls, at random
 	chaosFaultHold  = 600 * time.Millisecond // how long each fault lasts
 	chaosInitName   = "init"
-	chaosCheckLimit = time.Minute // porcupine's limit per image; Unknown fails the test
+	chaosCheckLimit = time.Minute // porcupine's limit per image; an inconclusive check fails the test
 )
 
 // chaosCluster is a 3-node in-memory cluster whose nodes reach one memdb
@@ -148,7 +147,8 @@ func (g *gate) open() {
 	g.closed = nil
 }
 
-// outcomes counts how the calls ended, by kind of call and outcome.
+// outcomes counts how the calls ended, by kind of call and reply (a
+// finer count than the recorder's, by outcome).
 type outcomes struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -170,15 +170,20 @@ func (o *outcomes) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// chaosClient runs calls on one image until stop ends, recording each:
-// reads (GetImage), writes of unique names (SetImageName) and
-// compare-and-sets from the last name it saw (SetImageName with
-// if_name). Client 0 calls without retries, so it sees node_left; the
-// others let the portal resend a call whose owner left (bus.WithRetry).
-// A call that failed before it ran (message.RetrySafe or RetryNever) is
-// left out of the history; one whose outcome is unknown is recorded as
-// possibly applied up to its deadline.
-func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img string, client int, g *gate, rec *chaoscheck.Recorder, out *outcomes, rng *rand.Rand) {
+// kindNames names the register operations in the counts of outcomes.
+var kindNames = map[chaos.RegisterKind]string{chaos.Read: "read", chaos.Write: "write", chaos.CAS: "cas"}
+
+// chaosClient runs calls on one image until stop ends, recording each
+// in rec under the image's UUID: reads (GetImage), writes of unique
+// names (SetImageName) and compare-and-sets from the last name it saw
+// (SetImageName with if_name). Client 0 calls without retries, so it
+// sees node_left; the others let the portal resend a call whose owner
+// left (bus.WithRetry). [chaos.Recorder.End] sorts each call's end by
+// its error's retry class: one that failed before it ran
+// (message.RetrySafe or RetryNever) is left out of the history, one
+// whose outcome is unknown is recorded as possibly applied up to its
+// deadline.
+func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img string, client int, g *gate, rec *chaos.Recorder, out *outcomes, rng *rand.Rand) {
 	last := chaosInitName
 	var opts []bus.Option
 	if client > 0 {
@@ -190,56 +195,56 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), chaosOpTimeout)
 		deadline, _ := ctx.Deadline()
 		value := fmt.Sprintf("c%d.%d", client, n)
-		var in chaoscheck.Input
+		var in chaos.RegisterOp
 		switch p := rng.IntN(10); {
 		case p < 4:
-			in = chaoscheck.Input{Kind: chaoscheck.Read}
+			in = chaos.RegisterOp{Kind: chaos.Read}
 		case p < 7:
-			in = chaoscheck.Input{Kind: chaoscheck.Write, Value: value}
+			in = chaos.RegisterOp{Kind: chaos.Write, Value: value}
 		default:
-			in = chaoscheck.Input{Kind: chaoscheck.CAS, Expect: last, Value: value}
+			in = chaos.RegisterOp{Kind: chaos.CAS, Expect: last, Value: value}
 		}
-		op := rec.Invoke(client, in)
-		var res chaoscheck.Output
+		op := rec.Invoke(client, img, in)
+		var res chaos.RegisterOutput
 		var err error
-		if in.Kind == chaoscheck.Read {
+		if in.Kind == chaos.Read {
 			var rep api.ImageReply
 			rep, err = service.Call[api.ImageReply](ctx, cl, api.GetImage{UUID: img}, opts...)
 			res.Value, last = rep.Image.Name, rep.Image.Name
 		} else {
 			m := api.SetImageName{UUID: img, Name: in.Value}
-			if in.Kind == chaoscheck.CAS {
+			if in.Kind == chaos.CAS {
 				m.IfName = &in.Expect
 			}
 			var rep api.ImageNameSet
 			rep, err = service.Call[api.ImageNameSet](ctx, cl, m, opts...)
-			res.Swapped, last = rep.Set, rep.Image.Name
+			if in.Kind == chaos.CAS {
+				res.Swapped = rep.Set // a write returns the zero RegisterOutput
+			}
+			last = rep.Image.Name
 		}
 		cancel()
 		g.leave()
-		kind := in.Kind.String()
-		switch code := message.CodeOf(err); {
-		case err == nil:
-			rec.Return(op, res)
+		kind := kindNames[in.Kind]
+		switch rec.End(op, res, err, deadline) {
+		case chaos.OK:
 			switch {
-			case in.Kind != chaoscheck.CAS:
+			case in.Kind != chaos.CAS:
 				out.add(kind + " ok")
 			case res.Swapped:
 				out.add("cas swapped")
 			default:
 				out.add("cas not swapped")
 			}
-		case code.Retry() == message.RetrySafe:
-			rec.Fail(op)
+		case chaos.Failed:
+			code := message.CodeOf(err)
 			out.add(kind + " " + string(code))
-		case code.Retry() == message.RetryNever:
-			rec.Fail(op)
-			out.add(kind + " " + string(code))
-			t.Errorf("%s on image %s failed with %s, which no fault should cause: %v", kind, img, code, err)
+			if message.AsError(err).Retry() == message.RetryNever {
+				t.Errorf("%s on image %s failed with %s, which no fault should cause: %v", kind, img, code, err)
+			}
 		default:
-			rec.Unknown(op, deadline)
-			out.add(kind + " " + string(code))
-			if in.Kind != chaoscheck.Read {
+			out.add(kind + " " + string(message.CodeOf(err)))
+			if in.Kind != chaos.Read {
 				last = "" // unknown
 			}
 		}
@@ -254,9 +259,10 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 // replaced), partitioned off the bus, cut off the heartbeat store and
 // silently lose their traffic, and a writer is paused inside its
 // transaction while its node is evicted. Every call is recorded (unknown
-// outcomes as possibly applied up to their deadline) and each image's
-// history must be linearizable (package chaoscheck, porcupine). It runs
-// on each ring a node can use.
+// outcomes as possibly applied up to their deadline) in one
+// chaos.Recorder, keyed by image, and each image's history must be
+// linearizable against the chaos kit's register (chaos.Check, with
+// porcupine). It runs on each ring a node can use.
 func TestImageNamesLinearizable(t *testing.T) {
 	for _, r := range ringtest.Kinds() {
 		t.Run(r.Name, func(t *testing.T) { imageNamesLinearizable(t, r.New) })
@@ -266,7 +272,8 @@ func TestImageNamesLinearizable(t *testing.T) {
 func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	recs := make([]*chaoscheck.Recorder, chaosImages)
+	rec := chaos.NewRecorder(time.Now) // inside the bubble, its clock
+	var imgs []string
 	out := &outcomes{n: map[string]int{}}
 	var virtual time.Duration
 	synctest.Test(t, func(t *testing.T) {
@@ -290,14 +297,13 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 		ctx := t.Context()
 		// One image owned by each node, so that each fault below hits
 		// another node.
-		imgs := make([]string, chaosImages)
+		imgs = make([]string, chaosImages)
 		for k := range imgs {
 			for imgs[k] == "" || cc.c.Owner(imgs[k]) != cc.c.Node(k%3).UUID() {
 				imgs[k] = message.NewUUID()
 			}
 			_, err := service.Call[api.ImageReply](ctx, admin, api.AddImage{UUID: imgs[k], Name: chaosInitName})
 			require.NoError(t, err)
-			recs[k] = chaoscheck.NewRecorder(time.Now)
 		}
 
 		began := time.Now()
@@ -308,7 +314,7 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 			for j := range chaosClients {
 				cl := cc.c.Client(t)
 				rng := rand.New(rand.NewPCG(seed, uint64(k*chaosClients+j)))
-				wg.Go(func() { chaosClient(t, stop, cl, img, j, &gates[k], recs[k], out, rng) })
+				wg.Go(func() { chaosClient(t, stop, cl, img, j, &gates[k], rec, out, rng) })
 			}
 		}
 
@@ -367,53 +373,51 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 		// runs it; the image's clients wait meanwhile, so that a read right
 		// after a refusal would show the write had it been applied.
 		k := 2
-		rec, g := recs[k], &gates[k]
+		g := &gates[k]
 		g.close()
 		paused := cc.c.Owner(imgs[k])
 		const stallName, takeoverName = "stalled-write", "takeover-write"
 		st.arm(stallName)
-		op := rec.Invoke(chaosClients, chaoscheck.Input{Kind: chaoscheck.Write, Value: stallName})
+		op := rec.Invoke(chaosClients, imgs[k], chaos.RegisterOp{Kind: chaos.Write, Value: stallName})
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		deadline, _ := sctx.Deadline()
 		type result struct {
-			rep api.ImageNameSet
-			err error
+			rep     api.ImageNameSet
+			err     error
+			outcome chaos.Outcome
 		}
 		done := make(chan result, 1)
-		go func() {
+		go func() { // its end recorded as it returns, which may be before the takeover write below does
 			rep, err := service.Call[api.ImageNameSet](sctx, cc.c.NodeByUUID(paused), api.SetImageName{UUID: imgs[k], Name: stallName})
-			done <- result{rep, err}
+			done <- result{rep, err, rec.End(op, chaos.RegisterOutput{}, err, deadline)}
 		}()
 		<-st.stalled
 		cc.c.StopHeartbeat(paused)
 		settle("paused inside a SetImageName transaction, then cut off the heartbeat store", paused)
-		op2 := rec.Invoke(chaosClients+1, chaoscheck.Input{Kind: chaoscheck.Write, Value: takeoverName})
+		op2 := rec.Invoke(chaosClients+1, imgs[k], chaos.RegisterOp{Kind: chaos.Write, Value: takeoverName})
 		_, err = service.Call[api.ImageNameSet](ctx, admin, api.SetImageName{UUID: imgs[k], Name: takeoverName})
 		require.NoError(t, err, "the new owner writes the image while the old one is paused in its transaction")
-		rec.Return(op2, chaoscheck.Output{})
+		rec.Return(op2, chaos.RegisterOutput{})
 		st.free()
 		r := <-done
 		code := message.CodeOf(r.err)
-		switch {
-		case r.err == nil:
+		switch r.outcome {
+		case chaos.OK:
 			require.NotEqual(t, paused, r.rep.Node, "the paused node's write is refused: the write that succeeded ran on the new owner")
-			rec.Return(op, chaoscheck.Output{})
 			t.Logf("the paused writer's call was re-routed to the new owner %s, and ran there, %s after the start", r.rep.Node[:8], time.Since(began))
-		case code.Retry() == message.RetrySafe:
-			rec.Fail(op)
+		case chaos.Failed:
 			got, err := cc.db.Image(ctx, imgs[k])
 			require.NoError(t, err)
 			assert.Equal(t, takeoverName, got.Name, "the paused node's refused write was not applied")
 			t.Logf("the paused writer's call was refused (%s) %s after the start, and wrote nothing", code, time.Since(began))
 		default:
-			rec.Unknown(op, deadline)
 			t.Logf("the paused writer's call ended %s %s after the start: %v", code, time.Since(began), r.err)
 		}
-		op = rec.Invoke(chaosClients+1, chaoscheck.Input{Kind: chaoscheck.Read})
+		op = rec.Invoke(chaosClients+1, imgs[k], chaos.RegisterOp{Kind: chaos.Read})
 		rep, err := service.Call[api.ImageReply](ctx, admin, api.GetImage{UUID: imgs[k]})
 		require.NoError(t, err)
-		rec.Return(op, chaoscheck.Output{Value: rep.Image.Name})
+		rec.Return(op, chaos.RegisterOutput{Value: rep.Image.Name})
 		g.open()
 		cc.c.ResumeHeartbeat(paused)
 		cc.c.WaitFor(t, 2*time.Second, "the paused node rejoined", func() bool { return slices.Contains(cc.c.LiveUUIDs(), paused) })
@@ -424,53 +428,47 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 		wg.Wait()
 		// A last read of each image, after everything settled.
 		for k, img := range imgs {
-			op := recs[k].Invoke(chaosClients, chaoscheck.Input{Kind: chaoscheck.Read})
+			op := rec.Invoke(chaosClients, img, chaos.RegisterOp{Kind: chaos.Read})
 			rep, err := service.Call[api.ImageReply](ctx, admin, api.GetImage{UUID: img})
 			require.NoError(t, err, "the last read of image %d", k)
-			recs[k].Return(op, chaoscheck.Output{Value: rep.Image.Name})
+			rec.Return(op, chaos.RegisterOutput{Value: rep.Image.Name})
 		}
 		virtual = time.Since(began)
 	})
 
-	total := 0
-	for _, r := range recs {
-		total += r.Len()
+	t.Logf("%d calls in %s of virtual time; outcomes %v: %s", rec.Len(), virtual.Round(time.Millisecond), rec.Counts(), out)
+	assert.Zero(t, rec.Overdue(0), "calls that ended after their deadline: in virtual time a call returns by it")
+	for k, img := range imgs {
+		t.Logf("image %d (%s): %d operations in its history", k, img[:8], len(rec.Operations(img)))
 	}
-	t.Logf("%d calls in %s of virtual time: %s", total, virtual.Round(time.Millisecond), out)
-	model := chaoscheck.Register(chaosInitName)
-	for k, r := range recs {
-		ops := r.Operations()
-		began := time.Now()
-		res := porcupine.CheckOperationsTimeout(model, ops, chaosCheckLimit)
-		took := time.Since(began)
-		t.Logf("image %d: %d operations in the history, porcupine: %s in %s", k, len(ops), res, took.Round(time.Microsecond))
-		if res != porcupine.Ok {
-			_, info := porcupine.CheckOperationsVerbose(model, ops, chaosCheckLimit)
-			path := filepath.Join(t.ArtifactDir(), fmt.Sprintf("image-%d.html", k))
-			if err := porcupine.VisualizePath(model, info, path); err == nil {
-				t.Logf("image %d: the history and its longest linearizable prefixes: %s", k, path)
-			}
-		}
-		require.Equal(t, porcupine.Ok, res, "image %d: the history of its names must be linearizable (Illegal: a violation; Unknown: porcupine's limit %s was too short)", k, chaosCheckLimit)
-	}
+	model := chaos.Register(chaosInitName)
+	began := time.Now()
+	report, err := chaos.Check(model, rec, chaosCheckLimit, t.ArtifactDir())
+	require.NoError(t, err)
+	t.Logf("porcupine in %s: %s", time.Since(began).Round(time.Microsecond), report)
+	require.Equal(t, chaosImages, report.Keys)
+	require.True(t, report.OK(), "each image's history of names must be linearizable (inconclusive: porcupine's limit %s was too short): %s", chaosCheckLimit, report)
 
 	t.Run("StaleReadIsCaught", func(t *testing.T) {
 		// The check can fail: a read appended after everything that
 		// returns a name overwritten by a later acknowledged write must
 		// make the recorded history illegal.
-		ops := recs[0].Operations()
+		ops := rec.Operations(imgs[0])
 		var end int64
 		for _, op := range ops {
 			end = max(end, op.Return)
 		}
+		acked := func(o porcupine.Operation) bool {
+			return o.Input.(chaos.RegisterOp).Kind == chaos.Write && !o.Output.(chaos.Result).Unknown
+		}
 		var stale string
 		for _, a := range ops {
-			if a.Input.(chaoscheck.Input).Kind != chaoscheck.Write || a.Output.(chaoscheck.Output).Unknown {
+			if !acked(a) {
 				continue
 			}
 			for _, b := range ops {
-				if b.Input.(chaoscheck.Input).Kind == chaoscheck.Write && !b.Output.(chaoscheck.Output).Unknown && b.Call > a.Return {
-					stale = a.Input.(chaoscheck.Input).Value
+				if acked(b) && b.Call > a.Return {
+					stale = a.Input.(chaos.RegisterOp).Value
 				}
 			}
 			if stale != "" {
@@ -478,8 +476,8 @@ func imageNamesLinearizable(t *testing.T, newRing func() ring.Ring) {
 			}
 		}
 		require.NotEmpty(t, stale, "the history has two acknowledged writes one after the other")
-		ops = append(ops, porcupine.Operation{ClientId: chaosClients, Input: chaoscheck.Input{Kind: chaoscheck.Read},
-			Output: chaoscheck.Output{Value: stale}, Call: end + 1, Return: end + 2})
+		ops = append(ops, porcupine.Operation{ClientId: chaosClients, Input: chaos.RegisterOp{Kind: chaos.Read},
+			Output: chaos.Result{Value: chaos.RegisterOutput{Value: stale}}, Call: end + 1, Return: end + 2})
 		require.Equal(t, porcupine.Illegal, porcupine.CheckOperationsTimeout(model, ops, chaosCheckLimit),
 			"a read of %q, overwritten by a later acknowledged write, after everything", stale)
 	})

@@ -11,7 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/cloudbus-go/cloudbus/service"
 	"github.com/cloudbus-go/cloudbus/service/nodekit"
 	"github.com/cloudbus-go/cloudbus/service/servicetest"
+	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
 // logBuffer collects the services' log lines, from many goroutines.
@@ -160,13 +160,14 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		// The StartVm that X stalls in, after its hypervisor call.
 		began := time.Now()
 		st.arm(vm)
-		hist := chaoscheck.NewRecorder(time.Now)
-		read := func() { // the record, read directly, is a read of the VM
+		hist := chaos.NewRecorder(time.Now) // the VM's history, keyed by its UUID
+		// The record, read directly, is a read of the VM.
+		read := func() {
 			t.Helper()
-			i := hist.InvokeVM(2, chaoscheck.VMInput{})
+			i := hist.Invoke(2, vm, chaoscheck.VMInput{})
 			rec, err := db.VM(ctx, vm)
 			require.NoError(t, err)
-			hist.ReturnVM(i, chaoscheck.VMOutput{State: rec.State})
+			hist.Return(i, chaoscheck.VMOutput{State: rec.State})
 		}
 		type result struct {
 			rep api.VmReply
@@ -176,7 +177,7 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		deadline, _ := sctx.Deadline()
-		stalledOp := hist.InvokeVM(0, chaoscheck.VMInput{Op: cloud.VMOpStart})
+		stalledOp := hist.Invoke(0, vm, chaoscheck.VMInput{Op: cloud.VMOpStart})
 		go func() {
 			rep, err := service.Call[api.VmReply](sctx, cl, api.StartVm{UUID: vm}, bus.WithTimeout(5*time.Second))
 			done <- result{rep, err}
@@ -193,24 +194,20 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		owner := c.Owner(vm)
 		require.NotEqual(t, x, owner)
 		r := <-done
-		switch code := message.CodeOf(r.err); {
-		case r.err == nil:
-			t.Fatalf("the stalled StartVm answered %+v while its handler stalled", r.rep)
-		case code.Retry() == message.RetryUnknown:
-			hist.Unknown(stalledOp, deadline.Add(2*time.Second)) // it may take effect until then
-		default:
-			t.Fatalf("the stalled StartVm ended %s, which says it did not run; it did: %v", code, r.err)
-		}
+		require.Error(t, r.err, "the stalled StartVm answered %+v while its handler stalled", r.rep)
+		// It may take effect until 2 s past its deadline.
+		require.Equal(t, chaos.Unknown, hist.End(stalledOp, nil, r.err, deadline.Add(2*time.Second)),
+			"the stalled StartVm ended %s, which says it did not run; it did: %v", message.CodeOf(r.err), r.err)
 		t.Logf("X %s evicted; the stalled StartVm ended %s %s after it was sent", x[:8], message.CodeOf(r.err), time.Since(began))
 
 		// The new owner starts and stops the VM: both acknowledged.
 		for _, op := range []cloud.VMOp{cloud.VMOpStart, cloud.VMOpStop} {
 			msg := map[cloud.VMOp]any{cloud.VMOpStart: api.StartVm{UUID: vm}, cloud.VMOpStop: api.StopVm{UUID: vm}}[op]
-			i := hist.InvokeVM(1, chaoscheck.VMInput{Op: op})
+			i := hist.Invoke(1, vm, chaoscheck.VMInput{Op: op})
 			rep, err := service.Call[api.VmReply](ctx, cl, msg)
 			require.NoError(t, err, "%s through the new owner", op)
 			require.Equal(t, owner, rep.Node)
-			hist.ReturnVM(i, chaoscheck.VMOutput{State: rep.VM.State})
+			hist.Return(i, chaoscheck.VMOutput{State: rep.VM.State})
 		}
 		read()
 		rec, err := db.VM(ctx, vm)
@@ -258,14 +255,15 @@ func TestStaleJournalNotApplied(t *testing.T) {
 		stats := xs.Stats()
 		assert.Equal(t, services.VMStats{Sweeps: stats.Sweeps, StaleJournal: 1}, stats, "no repair, no entry left, one dropped")
 
-		i := hist.InvokeVM(1, chaoscheck.VMInput{})
+		i := hist.Invoke(1, vm, chaoscheck.VMInput{})
 		rep, err := service.Call[api.VmReply](ctx, cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
-		hist.ReturnVM(i, chaoscheck.VMOutput{State: rep.VM.State})
-		ops := hist.Operations()
-		res := porcupine.CheckOperationsTimeout(chaoscheck.VM(cloud.VMCreated), ops, 10*time.Second)
-		assert.Equal(t, porcupine.Ok, res, "the VM's history is linearizable: %d operations", len(ops))
-		t.Logf("%s of virtual time; porcupine on %d operations: %s", time.Since(began), len(ops), res)
+		hist.Return(i, chaoscheck.VMOutput{State: rep.VM.State})
+		report, err := chaos.Check(chaoscheck.VMModel(cloud.VMCreated), hist, 10*time.Second, t.ArtifactDir())
+		require.NoError(t, err)
+		assert.Equal(t, 8, report.Operations, "the stalled start, the new owner's start and stop, four reads of the record and a GetVm")
+		assert.True(t, report.OK(), "the VM's history is linearizable: %s", report)
+		t.Logf("%s of virtual time; outcomes %v; %s", time.Since(began), hist.Counts(), report)
 	})
 }
 
