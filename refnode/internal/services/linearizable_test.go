@@ -170,9 +170,6 @@ func (o *outcomes) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// kindNames names the register operations in the counts of outcomes.
-var kindNames = map[chaos.RegisterKind]string{chaos.Read: "read", chaos.Write: "write", chaos.CAS: "cas"}
-
 // chaosClient runs calls on one image until stop ends, recording each
 // in rec under the image's UUID: reads (GetImage), writes of unique
 // names (SetImageName) and compare-and-sets from the last name it saw
@@ -225,7 +222,7 @@ func chaosClient(t *testing.T, stop context.Context, cl *service.Client, img str
 		}
 		cancel()
 		g.leave()
-		kind := kindNames[in.Kind]
+		kind := in.Kind.String()
 		switch rec.End(op, res, err, deadline) {
 		case chaos.OK:
 			switch {

@@ -64,6 +64,19 @@ const (
 	CAS
 )
 
+// String returns "read", "write", "cas", or "RegisterKind(n)".
+func (k RegisterKind) String() string {
+	switch k {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case CAS:
+		return "cas"
+	}
+	return fmt.Sprintf("RegisterKind(%d)", int(k))
+}
+
 // RegisterOp is an operation on a register, the Input of [Register]'s
 // histories.
 type RegisterOp struct {
@@ -96,6 +109,16 @@ type RegisterOutput struct {
 	Value string
 	// Swapped is whether a CAS wrote.
 	Swapped bool
+}
+
+// String describes out as a violation shows it: "swapped" for a CAS
+// that wrote, else the value read, quoted ("" for a write, or a CAS
+// that did not).
+func (out RegisterOutput) String() string {
+	if out.Swapped {
+		return "swapped"
+	}
+	return fmt.Sprintf("%q", out.Value)
 }
 
 // Register returns the model of a register holding init at first, with

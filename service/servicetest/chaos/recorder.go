@@ -148,11 +148,13 @@ func (r *Recorder) ID(op Op) string {
 	return r.ops[op].id
 }
 
-// End records how op ended, from the call's result: ok if err is nil, with
-// out as its output; failed if err is a coded error saying nothing ran
-// (message.RetrySafe or RetryNever); unknown otherwise, taking effect at
-// any instant up to deadline, the latest its caller allowed it to run, or
-// never. It returns the outcome recorded.
+// End records how op ended, from the call's result, at the instant it
+// is called: call it where the call returns, in the goroutine that made
+// it. It sorts the result so: ok if err is nil, with out as its output;
+// failed if err is a coded error saying nothing ran (message.RetrySafe
+// or RetryNever); unknown otherwise, taking effect at any instant up to
+// deadline, the latest its caller allowed it to run, or never. It
+// returns the outcome recorded.
 //
 // End also keeps deadline, for [Recorder.Overdue].
 func (r *Recorder) End(op Op, out any, err error, deadline time.Time) Outcome {
