@@ -53,6 +53,10 @@ const (
 	// snippet, the example's test: a fragment of one of its test files.
 	testSnippetBegin = "<!-- snippet:test:begin -->"
 	testSnippetEnd   = "<!-- snippet:test:end -->"
+	// The markers around the third snippet, the example's chaos test:
+	// fragments of its model and of its test, elisions between.
+	chaosSnippetBegin = "<!-- snippet:chaos:begin -->"
+	chaosSnippetEnd   = "<!-- snippet:chaos:end -->"
 )
 
 // readDoc returns the lines of the document at path, relative to this
@@ -166,6 +170,14 @@ func TestReadmeSnippet(t *testing.T) {
 // CI runs.
 func TestReadmeTestSnippet(t *testing.T) {
 	snippet, err := markedSnippet(readDoc(t, readmePath), testSnippetBegin, testSnippetEnd)
+	require.NoError(t, err)
+	findFragment(t, snippet)
+}
+
+// TestReadmeChaosSnippet: the README's chaos snippet appears, run by
+// run between its elisions, in a test file of examples/volume.
+func TestReadmeChaosSnippet(t *testing.T) {
+	snippet, err := markedSnippet(readDoc(t, readmePath), chaosSnippetBegin, chaosSnippetEnd)
 	require.NoError(t, err)
 	findFragment(t, snippet)
 }
