@@ -135,7 +135,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	for id, n := range events {
 		for range n {
-			rec.Commit(id, time.Time{}) // the table does not say when
+			rec.Commit(id, "", time.Time{}) // the table does not say when
 		}
 	}
 	audit := rec.Audit(time.Second, func(in, _ any) bool { return in.(volumeOp).Kind != "get" })

@@ -10,23 +10,25 @@ import (
 
 // commit is one commit a service reported.
 type commit struct {
-	id string
-	at time.Time // zero: unknown
+	id   string
+	node string    // the node that committed it; "" if unknown
+	at   time.Time // zero: unknown
 }
 
-// Commit records that the message id committed its effect at at: the
-// write it made became durable (a read: the value it returned was
-// taken). Call it once per commit, where the service commits (inside a
-// fence's commit function, after a SQL transaction's Commit returned),
-// or after the run from an end-state read of the store with at zero
-// when the store does not say when (the volume example keeps one event
-// row per applied write, with its message id). id is the message's
-// (bus.Request.ID); the operations sent with bus.WithID([Recorder.ID])
-// are matched by it. It is safe for concurrent use.
-func (r *Recorder) Commit(id string, at time.Time) {
+// Commit records that the message id committed its effect on node at
+// at: the write it made became durable (a read: the value it returned
+// was taken). Call it once per commit, where the service commits (inside
+// a fence's commit function, after a SQL transaction's Commit returned:
+// rec.Commit(r.ID(), r.Node(), time.Now()) with the handler's
+// *bus.Request r), or after the run from an end-state read of the store,
+// with node "" and at zero when the store does not say (the volume
+// example keeps one event row per applied write, with its message id).
+// The operations sent with bus.WithID([Recorder.ID]) are matched by
+// their id. It is safe for concurrent use.
+func (r *Recorder) Commit(id, node string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.commits = append(r.commits, commit{id: id, at: at})
+	r.commits = append(r.commits, commit{id: id, node: node, at: at})
 }
 
 // Audit is what the commits recorded with [Recorder.Commit] say beside
@@ -110,29 +112,40 @@ func (r *Recorder) Audit(grace time.Duration, wrote func(in, out any) bool) Audi
 		return fmt.Sprintf("client %d, %s on %s (id %s, %s)", rec.client, fmt.Sprint(rec.in), rec.key, rec.id, rec.outcome)
 	}
 
-	n := make([]int, len(r.ops)) // commits per operation
+	n := make([]int, len(r.ops))          // commits per operation
+	nodes := make([][]string, len(r.ops)) // the nodes that committed each
 	type timed struct {
-		op Op
-		at time.Time
+		op   Op
+		node string
+		at   time.Time
+	}
+	by := func(node string) string {
+		if node == "" {
+			return ""
+		}
+		return " by node " + node
 	}
 	perKey := map[string][]timed{}
 	for _, c := range r.commits {
 		op, ok := r.byID[c.id]
 		if !ok {
 			a.Phantom++
-			note("a commit under message id %s, which no operation was sent with", c.id)
+			note("a commit%s under message id %s, which no operation was sent with", by(c.node), c.id)
 			continue
 		}
 		n[op]++
+		if c.node != "" {
+			nodes[op] = append(nodes[op], c.node)
+		}
 		rec := r.ops[op]
 		if c.at.IsZero() {
 			continue
 		}
 		a.Timed++
-		perKey[rec.key] = append(perKey[rec.key], timed{op, c.at})
+		perKey[rec.key] = append(perKey[rec.key], timed{op, c.node, c.at})
 		if !rec.deadline.IsZero() && c.at.Sub(rec.deadline) > grace {
 			a.Late++
-			note("committed %s after its caller's deadline: %s", c.at.Sub(rec.deadline), describe(op))
+			note("committed%s %s after its caller's deadline: %s", by(c.node), c.at.Sub(rec.deadline), describe(op))
 		}
 	}
 	for i, rec := range r.ops {
@@ -140,10 +153,10 @@ func (r *Recorder) Audit(grace time.Duration, wrote func(in, out any) bool) Audi
 		switch {
 		case n[i] > 1:
 			a.Twice++
-			note("committed %d times: %s", n[i], describe(op))
+			note("committed %d times%s: %s", n[i], by(strings.Join(nodes[i], ", ")), describe(op))
 		case n[i] > 0 && rec.outcome == Failed:
 			a.Refused++
-			note("committed though its call failed saying nothing ran: %s", describe(op))
+			note("committed%s though its call failed saying nothing ran: %s", by(strings.Join(nodes[i], ", ")), describe(op))
 		case n[i] == 0 && rec.outcome == OK && (wrote == nil || wrote(rec.in, rec.out)):
 			a.Lost++
 			note("acknowledged, never committed: %s", describe(op))
@@ -164,7 +177,7 @@ func (r *Recorder) Audit(grace time.Duration, wrote func(in, out any) bool) Audi
 			}
 			if newest >= 0 && rec.outcome != Pending && !end.IsZero() && r.ops[newest].call.at.After(end) {
 				a.Stale++
-				note("committed at %s over %s, invoked %s after it ended: %s", c.at.Format("15:04:05.000"),
+				note("committed%s at %s over %s, invoked %s after it ended: %s", by(c.node), c.at.Format("15:04:05.000"),
 					describe(newest), r.ops[newest].call.at.Sub(end), describe(c.op))
 			}
 			if newest < 0 || rec.call.at.After(r.ops[newest].call.at) {

@@ -21,7 +21,7 @@ func TestAudit(t *testing.T) {
 	dl := at(1000) // every call's deadline
 
 	ok := rec.Invoke(0, "k", write("ok")) // committed once, acknowledged: fine
-	rec.Commit(rec.ID(ok), at(5))
+	rec.Commit(rec.ID(ok), "n1", at(5))
 	c.now = at(10)
 	rec.End(ok, chaos.RegisterOutput{}, nil, dl)
 
@@ -32,16 +32,16 @@ func TestAudit(t *testing.T) {
 	rec.End(read, chaos.RegisterOutput{}, nil, dl)
 
 	twice := rec.Invoke(2, "k", write("twice"))
-	rec.Commit(rec.ID(twice), at(11))
-	rec.Commit(rec.ID(twice), time.Time{}) // from an end-state read
+	rec.Commit(rec.ID(twice), "n1", at(11))
+	rec.Commit(rec.ID(twice), "", time.Time{}) // from an end-state read
 	c.now = at(12)
 	rec.End(twice, chaos.RegisterOutput{}, nil, dl)
 
 	refused := rec.Invoke(3, "k", write("refused")) // said nothing ran, ran
 	rec.End(refused, nil, message.ErrNotOwner, dl)
-	rec.Commit(rec.ID(refused), at(13))
+	rec.Commit(rec.ID(refused), "n1", at(13))
 
-	rec.Commit(message.NewUUID(), at(14)) // a retry under a new id
+	rec.Commit(message.NewUUID(), "n1", at(14)) // a retry under a new id
 
 	// An unknown write that commits after its deadline, over the
 	// commit of a write invoked after that deadline: late and stale.
@@ -51,10 +51,10 @@ func TestAudit(t *testing.T) {
 	rec.End(old, nil, message.ErrTimeout, at(1000))
 	c.now = at(1500)
 	later := rec.Invoke(5, "k2", write("later"))
-	rec.Commit(rec.ID(later), at(1501))
+	rec.Commit(rec.ID(later), "n1", at(1501))
 	c.now = at(1502)
 	rec.End(later, chaos.RegisterOutput{}, nil, at(2500))
-	rec.Commit(rec.ID(old), at(1600))
+	rec.Commit(rec.ID(old), "n2", at(1600)) // a node that held it past the deadline
 
 	// An unknown write committed before its deadline, after a later
 	// call ended early: neither late nor stale.
@@ -64,12 +64,12 @@ func TestAudit(t *testing.T) {
 	rec.End(early, nil, message.ErrInternal, at(4000)) // ended before its deadline, outcome unknown
 	c.now = at(3020)
 	next := rec.Invoke(7, "k3", write("next"))
-	rec.Commit(rec.ID(next), at(3021))
+	rec.Commit(rec.ID(next), "n1", at(3021))
 	c.now = at(3022)
 	rec.End(next, chaos.RegisterOutput{}, nil, at(4000))
-	rec.Commit(rec.ID(early), at(3500)) // up to its deadline: allowed, but over a write invoked after it ended?
 	// "early" ended unknown, so it may take effect up to its deadline:
-	// "next", invoked before that deadline, may come first.
+	// "next", invoked before that deadline, may commit first.
+	rec.Commit(rec.ID(early), "n1", at(3500))
 
 	wrote := func(in, _ any) bool { return in.(chaos.RegisterOp).Kind != chaos.Read }
 	a := rec.Audit(0, wrote)
@@ -84,6 +84,7 @@ func TestAudit(t *testing.T) {
 	assert.Equal(t, 0, a.Overdue)
 	assert.False(t, a.OK())
 	assert.Len(t, a.First, 5, "the first five anomalies")
+	assert.Contains(t, a.First[1], "committed by node n2 600ms after its caller's deadline", "the late commit, with its node")
 	s := a.String()
 	assert.Contains(t, s, "1 acknowledged writes lost, 1 committed twice, 1 committed though refused, 1 under no operation's id; of 7 timed, 1 late, 1 stale; 0 calls overdue")
 	assert.Equal(t, 6, strings.Count(s, "\n")+1, "a line, then one per anomaly shown")

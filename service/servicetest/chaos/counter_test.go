@@ -59,7 +59,7 @@ func newCounters(fp *atomic.Pointer[memfence.Fence], db *counters, rec *chaos.Re
 				db.mu.Lock()
 				db.vals[m.Key] += m.N
 				db.mu.Unlock()
-				rec.Commit(r.ID(), time.Now())
+				rec.Commit(r.ID(), r.Node(), time.Now())
 			}, nil
 		})
 	})

@@ -128,7 +128,7 @@ func newRegisters(f flaw, fp *atomic.Pointer[memfence.Fence], db *table, rec *ch
 func (s *registers) run(ctx context.Context, r *bus.Request, key string, op func(old string) (string, Reply)) (Reply, error) {
 	committed := func() {
 		if s.rec != nil {
-			s.rec.Commit(r.ID(), time.Now())
+			s.rec.Commit(r.ID(), r.Node(), time.Now())
 		}
 	}
 	switch s.flaw {
