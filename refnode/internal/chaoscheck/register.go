@@ -5,35 +5,23 @@ import (
 	"hash/maphash"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
-// Kind is the kind of a register operation.
-type Kind int
+// Kind is the kind of a register operation: the chaos kit's.
+type Kind = chaos.RegisterKind
 
 // The register operations.
 const (
 	// Read returns the register's value.
-	Read Kind = iota + 1
+	Read = chaos.Read
 	// Write sets the value.
-	Write
+	Write = chaos.Write
 	// CAS sets the value to Input.Value if it is Input.Expect, and
 	// returns whether it did (Output.Swapped).
-	CAS
+	CAS = chaos.CAS
 )
-
-// String returns "read", "write", "cas", or "Kind(n)" for a value this
-// package does not define.
-func (k Kind) String() string {
-	switch k {
-	case Read:
-		return "read"
-	case Write:
-		return "write"
-	case CAS:
-		return "cas"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
 
 // Input is a register operation as a client invoked it.
 type Input struct {

@@ -133,7 +133,7 @@ func TestKindString(t *testing.T) {
 	assert.Equal(t, "read", chaoscheck.Read.String())
 	assert.Equal(t, "write", chaoscheck.Write.String())
 	assert.Equal(t, "cas", chaoscheck.CAS.String())
-	assert.Equal(t, "Kind(9)", chaoscheck.Kind(9).String())
+	assert.Equal(t, "RegisterKind(9)", chaoscheck.Kind(9).String())
 }
 
 func TestDescribe(t *testing.T) {
