@@ -329,7 +329,7 @@ func TestClockOffset(t *testing.T) {
 			t.Helper()
 			c.WaitFor(t, 3*hb.Interval, what, func() bool {
 				now, bound, ok := n.ClusterTime()
-				d := now.Sub(time.Now()) // the store's clock is the bubble's
+				d := time.Until(now) // the store's clock is the bubble's
 				return ok && d <= bound && -d <= bound
 			})
 		}
