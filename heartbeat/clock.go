@@ -20,6 +20,7 @@ type ClockSync struct {
 	mu      sync.Mutex
 	samples [clockSamples]clockSample
 	next    int
+	held    clockSample // a sample that disagreed with the kept ones; zero if none
 }
 
 type clockSample struct {
@@ -45,11 +46,17 @@ func NewClockSync(now func() time.Time) *ClockSync {
 }
 
 // Sample records a round trip: sent and received locally, remote read
-// in between with error remoteErr. It ignores received before sent. A
-// sample whose offset disagrees with an older one by more than both
-// their bounds says that one of the clocks stepped (a wall-clock
-// correction): the older samples are dropped, so that the estimate
-// follows the step at once instead of for as long as an older sample
+// in between with error remoteErr. It ignores received before sent.
+//
+// A sample whose offset disagrees with a kept one by more than both
+// their bounds says that a clock stepped (a wall-clock correction), or
+// that the remote misread its own clock (a node whose clock just
+// stepped reports a bound that does not cover it). It is held aside:
+// if the next sample agrees with it, the step is confirmed, the kept
+// samples are dropped and the estimate follows the step; if the next
+// one agrees with the kept samples instead, the odd one is forgotten.
+// So one bad reading never moves the estimate, and a real step moves
+// it within two readings instead of for as long as an older sample
 // keeps the smaller bound.
 func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Duration) {
 	rtt := received.Sub(sent)
@@ -60,18 +67,44 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 	s := clockSample{at: received, offset: remote.Sub(mid), bound: rtt/2 + max(remoteErr, 0)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	odd := false
 	for _, old := range c.samples {
-		if old.at.IsZero() {
-			continue
-		}
-		b := old.bound + time.Duration(float64(max(received.Sub(old.at), 0))*MaxClockDrift)
-		if d := s.offset - old.offset; d > s.bound+b || -d > s.bound+b {
-			c.samples, c.next = [clockSamples]clockSample{}, 0 // a step
+		if !old.at.IsZero() && !agree(s, old) {
+			odd = true
 			break
 		}
 	}
+	if odd {
+		held := c.held
+		c.held = s
+		if held.at.IsZero() || !agree(s, held) {
+			return // held aside until the next sample says which is right
+		}
+		c.samples, c.next = [clockSamples]clockSample{}, 0 // a step, confirmed
+		c.samples[c.next] = held
+		c.next++
+	}
+	c.held = clockSample{}
 	c.samples[c.next] = s
 	c.next = (c.next + 1) % clockSamples
+}
+
+// doubting reports whether a sample is held aside, waiting for the next
+// one to confirm or contradict it: the monitor then reads the store's
+// clock at its next round.
+func (c *ClockSync) doubting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.held.at.IsZero()
+}
+
+// agree reports whether s and an earlier sample e can both be right:
+// their offsets differ by no more than their bounds, e's grown by drift
+// since it was taken.
+func agree(s, e clockSample) bool {
+	b := s.bound + e.bound + time.Duration(float64(max(s.at.Sub(e.at), 0))*MaxClockDrift)
+	d := s.offset - e.offset
+	return d <= b && -d <= b
 }
 
 // Now returns the estimated reference time and its error bound; ok is

@@ -121,31 +121,49 @@ func TestSyncClockBeforeJoin(t *testing.T) {
 	})
 }
 
-// TestClockSyncFollowsAStep: once a sample disagrees with the estimate
-// by more than both bounds, a clock stepped: the estimate follows the
-// new sample even if an older one had the smaller bound.
+// TestClockSyncFollowsAStep: a sample that disagrees with the estimate
+// by more than both bounds is held aside; confirmed by the next one, a
+// clock stepped and the estimate follows it, even if an older sample had
+// the smaller bound; contradicted, it was a bad reading and is
+// forgotten.
 func TestClockSyncFollowsAStep(t *testing.T) {
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	c := heartbeat.NewClockSync(func() time.Time { return now })
-	c.Sample(now, now.Add(2*time.Millisecond), now.Add(time.Millisecond), 0) // offset 0, bound 1 ms
+	sample := func(offset, rtt time.Duration) {
+		c.Sample(now, now.Add(rtt), now.Add(rtt/2+offset), 0)
+		now = now.Add(rtt)
+	}
+	sample(0, 2*time.Millisecond) // offset 0, bound 1 ms
 	now = now.Add(time.Second)
 
 	// A slower round trip that agrees within the bounds leaves the
 	// better sample in charge.
-	c.Sample(now, now.Add(20*time.Millisecond), now.Add(15*time.Millisecond), 0) // offset +5 ms, bound 10 ms
-	now = now.Add(20 * time.Millisecond)
+	sample(5*time.Millisecond, 20*time.Millisecond) // offset +5 ms, bound 10 ms
 	off, bound, ok := c.Offset()
 	require.True(t, ok)
 	assert.Equal(t, time.Duration(0), off)
 	assert.Less(t, bound, 2*time.Millisecond)
 
-	// The local clock steps 1 min back: the reference now reads 1 min
-	// ahead of it, well past both bounds.
+	// One reading a minute off (a remote that misread its own clock),
+	// then readings that agree with the estimate: the odd one is
+	// forgotten.
 	now = now.Add(time.Second)
-	c.Sample(now, now.Add(20*time.Millisecond), now.Add(time.Minute+10*time.Millisecond), 0)
-	now = now.Add(20 * time.Millisecond)
+	sample(time.Minute, 2*time.Millisecond)
+	off, _, _ = c.Offset()
+	assert.Equal(t, time.Duration(0), off, "one odd reading does not move the estimate")
+	now = now.Add(time.Second)
+	sample(0, 20*time.Millisecond)
+	now = now.Add(time.Second)
+	sample(time.Minute, 2*time.Millisecond) // odd again, but not confirmed by the one before
+	off, _, _ = c.Offset()
+	assert.Equal(t, time.Duration(0), off, "odd readings apart do not confirm each other")
+
+	// The local clock steps 1 min back: two readings in a row say the
+	// reference is 1 min ahead, well past the bounds.
+	now = now.Add(time.Second)
+	sample(time.Minute, 20*time.Millisecond)
 	off, bound, ok = c.Offset()
 	require.True(t, ok)
-	assert.Equal(t, time.Minute, off, "the estimate follows the step")
-	assert.Equal(t, 10*time.Millisecond, bound)
+	assert.Equal(t, time.Minute, off, "the step confirmed: the estimate follows it")
+	assert.Less(t, bound, 2*time.Millisecond, "the better of the two readings of the step")
 }

@@ -217,10 +217,11 @@ func (m *Monitor) ClusterTime() (now time.Time, bound time.Duration, ok bool) {
 const clockSampleEvery = 4
 
 // sampleClock reads the store's clock every clockSampleEvery rounds, or
-// every round while the cluster time is unknown.
+// every round while the cluster time is unknown or a reading that
+// disagreed with the estimate waits for the next to confirm it.
 func (m *Monitor) sampleClock(ctx context.Context) {
 	m.clockRounds++
-	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 {
+	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 && !m.clock.doubting() {
 		return
 	}
 	_ = m.readClock(ctx)

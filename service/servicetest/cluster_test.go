@@ -319,15 +319,16 @@ func TestPause(t *testing.T) {
 }
 
 // TestClockOffset: a node's clock steps an hour ahead; its estimate of
-// the cluster time follows at its next heartbeat, within its bound, and
-// it stays live; put right, it follows back.
+// the cluster time follows once two readings of the store's clock
+// confirm the step, within its bound, and it stays live; put right, it
+// follows back.
 func TestClockOffset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := start(t, 3, servicetest.Options{})
 		n := c.Node(1)
 		within := func(what string) {
 			t.Helper()
-			c.WaitFor(t, 3*hb.Interval, what, func() bool {
+			c.WaitFor(t, 2*4*hb.Interval, what, func() bool { // two readings of the store's clock, one every fourth round
 				now, bound, ok := n.ClusterTime()
 				d := time.Until(now) // the store's clock is the bubble's
 				return ok && d <= bound && -d <= bound

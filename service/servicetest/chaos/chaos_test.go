@@ -106,10 +106,11 @@ func TestRetriedWithoutItsID(t *testing.T) {
 // TestClockOffsets: nodes whose clocks step a minute ahead or behind,
 // past every call's deadline, and back: every history stays
 // linearizable, no commit lands after its caller's deadline, and the
-// stepped nodes follow their step at their next heartbeat, so that few
-// calls are lost to deadlines misread (heartbeat.ClockSync drops the
-// samples a step contradicts; while it kept them, seed 1 ended 650 of
-// the 3,000 calls unknown, the refused as expired among them).
+// stepped nodes follow their step once two readings of the store's
+// clock confirm it, so that few calls are lost to deadlines misread
+// (while heartbeat.ClockSync kept the samples a step contradicts, seed 1
+// ended 650 of the 3,000 calls unknown, the refused as expired among
+// them).
 func TestClockOffsets(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		synctest.Test(t, func(t *testing.T) {
