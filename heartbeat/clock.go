@@ -89,10 +89,10 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 	c.next = (c.next + 1) % clockSamples
 }
 
-// doubting reports whether a sample is held aside, waiting for the next
-// one to confirm or contradict it: the monitor then reads the store's
-// clock at its next round.
-func (c *ClockSync) doubting() bool {
+// Doubting reports whether a sample is held aside, waiting for the next
+// one to confirm or contradict it: sample again soon (the monitor reads
+// the store's clock at its next round).
+func (c *ClockSync) Doubting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.held.at.IsZero()

@@ -151,8 +151,10 @@ func TestClockSyncFollowsAStep(t *testing.T) {
 	sample(time.Minute, 2*time.Millisecond)
 	off, _, _ = c.Offset()
 	assert.Equal(t, time.Duration(0), off, "one odd reading does not move the estimate")
+	assert.True(t, c.Doubting(), "held aside: sample again soon")
 	now = now.Add(time.Second)
 	sample(0, 20*time.Millisecond)
+	assert.False(t, c.Doubting(), "contradicted: forgotten")
 	now = now.Add(time.Second)
 	sample(time.Minute, 2*time.Millisecond) // odd again, but not confirmed by the one before
 	off, _, _ = c.Offset()
@@ -165,5 +167,6 @@ func TestClockSyncFollowsAStep(t *testing.T) {
 	off, bound, ok = c.Offset()
 	require.True(t, ok)
 	assert.Equal(t, time.Minute, off, "the step confirmed: the estimate follows it")
+	assert.False(t, c.Doubting())
 	assert.Less(t, bound, 2*time.Millisecond, "the better of the two readings of the step")
 }

@@ -221,7 +221,7 @@ const clockSampleEvery = 4
 // disagreed with the estimate waits for the next to confirm it.
 func (m *Monitor) sampleClock(ctx context.Context) {
 	m.clockRounds++
-	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 && !m.clock.doubting() {
+	if _, _, known := m.clock.Offset(); known && m.clockRounds%clockSampleEvery != 1 && !m.clock.Doubting() {
 		return
 	}
 	_ = m.readClock(ctx)

@@ -55,7 +55,9 @@ func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
 
 // run measures every period; after a failed measurement (a broker
 // fault, no node with cluster time) it tries again after retry, doubling
-// up to period, so the estimate is fresh again soon after the fault.
+// up to period, so the estimate is fresh again soon after the fault; after
+// a measurement the estimate doubts (it disagrees with the samples kept),
+// again after retry, to confirm or forget it.
 func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Duration) {
 	wait := period
 	if _, _, ok := c.sync.Now(); !ok {
@@ -68,6 +70,8 @@ func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Durat
 		case <-time.After(wait):
 		}
 		switch err := c.sample(ctx, timeout); {
+		case err == nil && c.sync.Doubting():
+			wait = retry
 		case err == nil:
 			wait = period
 		case wait == period:
