@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
@@ -38,11 +39,28 @@ func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 }
 
 type clientClock struct {
-	sync *heartbeat.ClockSync
-	b    *bus.CloudBus
+	sync      *heartbeat.ClockSync
+	b         *bus.CloudBus
+	measuring atomic.Int32 // measurements in flight
+}
+
+// now is the client bus's clock: the estimate, but none while a
+// measurement is in flight. The query then carries only its time left:
+// written with a wrong estimate (a client that believed a node which had
+// just stepped its clock), its absolute deadline could have passed
+// already, every node would refuse it as late, and the client could
+// never measure again. Calls sent meanwhile carry their time left too,
+// which a receiver counts from their arrival.
+func (c *clientClock) now() (time.Time, time.Duration, bool) {
+	if c.measuring.Load() > 0 {
+		return time.Time{}, 0, false
+	}
+	return c.sync.Now()
 }
 
 func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
+	c.measuring.Add(1)
+	defer c.measuring.Add(-1)
 	sent := time.Now()
 	t, err := bus.Call[wire.ClusterTime](ctx, c.b, bus.APIPortal, wire.ClusterTimeQuery{}, bus.WithTimeout(timeout))
 	received := time.Now()

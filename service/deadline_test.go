@@ -33,6 +33,33 @@ func TestClusterTime(t *testing.T) {
 	})
 }
 
+// TestClientRecoversFromAMisreadClock: a client whose estimate of the
+// cluster time went a minute behind (it believed a node that had just
+// stepped its clock) writes deadlines that passed already, and its calls
+// are refused as late. Its next measurement carries only its time left,
+// so a node answers it, and two agreeing measurements bring the estimate
+// back: its calls run again.
+func TestClientRecoversFromAMisreadClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := startCluster(t, 3, newJournal(), servicetest.Options{})
+		client := c.Client(t)
+		client.MisreadClusterTime(-time.Minute)
+		now, _, ok := client.ClusterTime()
+		require.True(t, ok)
+		require.WithinDuration(t, time.Now().Add(-time.Minute), now, time.Millisecond, "the client believes the misreading")
+		call := func() error {
+			_, err := service.Call[Touched](t.Context(), client, APITouch{Resource: message.NewUUID()}, bus.WithTimeout(time.Second))
+			return err
+		}
+		require.ErrorIs(t, call(), message.ErrTimeout, "a deadline a minute in the past: refused as late")
+		start := time.Now()
+		c.WaitFor(t, time.Minute, "the client's calls run again", func() bool { return call() == nil })
+		t.Logf("the client's calls ran again %s later", time.Since(start))
+		now, _, _ = client.ClusterTime()
+		assert.WithinDuration(t, time.Now(), now, time.Millisecond, "the estimate is right again")
+	})
+}
+
 // TestLateAPIMessagesNeverRun: API calls made while no portal could take
 // them (every node cut off from the broker) wait in api.portal; their
 // callers time out; when the nodes come back, those messages are

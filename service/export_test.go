@@ -1,6 +1,9 @@
 package service
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // DropMemberOnStaleView removes member from n's ring as reconciling from
 // a stale read of the store would (a read that started before the
@@ -19,3 +22,13 @@ func (n *Node) RerouteOwn(ctx context.Context, q string) (int, error) {
 
 // KickSweep asks n's sweep of absent nodes' queues to run now, for tests.
 func (n *Node) KickSweep() { n.kickSweep() }
+
+// MisreadClusterTime feeds c's clock two measurements saying the cluster
+// time is off from this process's clock by off, as a client that
+// believed a node which had just stepped its clock, for tests.
+func (c *Client) MisreadClusterTime(off time.Duration) {
+	for range 2 {
+		now := time.Now()
+		c.clock.sync.Sample(now, now, now.Add(off), 0)
+	}
+}
