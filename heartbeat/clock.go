@@ -69,7 +69,7 @@ func (c *ClockSync) Sample(sent, received, remote time.Time, remoteErr time.Dura
 	defer c.mu.Unlock()
 	odd := false
 	for _, old := range c.samples {
-		if !old.at.IsZero() && !agree(s, old) {
+		if !old.at.IsZero() && received.Sub(old.at) <= clockSampleTTL && !agree(s, old) { // an expired one is no estimate to disagree with
 			odd = true
 			break
 		}

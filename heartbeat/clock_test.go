@@ -168,5 +168,14 @@ func TestClockSyncFollowsAStep(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, time.Minute, off, "the step confirmed: the estimate follows it")
 	assert.False(t, c.Doubting())
+
+	// Samples older than ten minutes are no estimate: a sample an hour
+	// off after eleven minutes without any is taken at once.
+	now = now.Add(11 * time.Minute)
+	sample(time.Hour, 2*time.Millisecond)
+	off, _, ok = c.Offset()
+	require.True(t, ok)
+	assert.Equal(t, time.Hour, off)
+	assert.False(t, c.Doubting())
 	assert.Less(t, bound, 2*time.Millisecond, "the better of the two readings of the step")
 }
