@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 )
 
@@ -55,6 +56,9 @@ func (b *CloudBus) stampDeadline(ctx context.Context, env *wire.Envelope) error 
 		return ctxError(ctx)
 	}
 	b.stampLeft(env, left)
+	if busx.IsTimeLeftOnly(ctx) {
+		env.Deadline = 0
+	}
 	return nil
 }
 

@@ -81,7 +81,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		Logger:     cfg.Logger,
 		Observer:   cfg.Observer,
 		Tracer:     cfg.Tracer,
-		Clock:      clockFunc(cc.now),
+		Clock:      clockFunc(cc.sync.Now),
 	})
 	if err != nil {
 		return nil, err

@@ -3,11 +3,11 @@ package service
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/heartbeat"
+	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
 )
@@ -39,28 +39,17 @@ func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 }
 
 type clientClock struct {
-	sync      *heartbeat.ClockSync
-	b         *bus.CloudBus
-	measuring atomic.Int32 // measurements in flight
+	sync *heartbeat.ClockSync
+	b    *bus.CloudBus
 }
 
-// now is the client bus's clock: the estimate, but none while a
-// measurement is in flight. The query then carries only its time left:
-// written with a wrong estimate (a client that believed a node which had
-// just stepped its clock), its absolute deadline could have passed
-// already, every node would refuse it as late, and the client could
-// never measure again. Calls sent meanwhile carry their time left too,
-// which a receiver counts from their arrival.
-func (c *clientClock) now() (time.Time, time.Duration, bool) {
-	if c.measuring.Load() > 0 {
-		return time.Time{}, 0, false
-	}
-	return c.sync.Now()
-}
-
+// sample measures the cluster time once. Its query carries only its time
+// left: its absolute deadline, written with a wrong estimate (a client
+// that believed a node which had just stepped its clock), could have
+// passed already, every node would refuse it as late, and the client
+// could never measure again.
 func (c *clientClock) sample(ctx context.Context, timeout time.Duration) error {
-	c.measuring.Add(1)
-	defer c.measuring.Add(-1)
+	ctx = busx.TimeLeftOnly(ctx)
 	sent := time.Now()
 	t, err := bus.Call[wire.ClusterTime](ctx, c.b, bus.APIPortal, wire.ClusterTimeQuery{}, bus.WithTimeout(timeout))
 	received := time.Now()

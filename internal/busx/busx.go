@@ -196,3 +196,20 @@ func ResourceOf(msg any, o CallOptions) (string, error) {
 	}
 	return id, nil
 }
+
+// leftOnlyKey marks a context whose messages carry only their time left.
+type leftOnlyKey struct{}
+
+// TimeLeftOnly returns ctx marked so that the messages sent with it carry
+// only their time left, no absolute deadline in cluster time: for the
+// query that measures the cluster time, whose absolute deadline, written
+// with a wrong estimate, could have passed already.
+func TimeLeftOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leftOnlyKey{}, true)
+}
+
+// IsTimeLeftOnly reports whether ctx was marked by TimeLeftOnly.
+func IsTimeLeftOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(leftOnlyKey{}).(bool)
+	return v
+}
