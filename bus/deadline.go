@@ -56,7 +56,7 @@ func (b *CloudBus) stampDeadline(ctx context.Context, env *wire.Envelope) error 
 		return ctxError(ctx)
 	}
 	b.stampLeft(env, left)
-	if busx.IsTimeLeftOnly(ctx) {
+	if env.Deadline != 0 && busx.IsTimeLeftOnly(ctx) {
 		env.Deadline = 0
 	}
 	return nil
