@@ -15,4 +15,10 @@ func init() {
 		}
 		n.gate.Store(&gate)
 	}
+	svcx.SaidGoodbye = func(node any, member string) bool {
+		n := node.(*Node)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.goodbye[member]
+	}
 }

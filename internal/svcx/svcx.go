@@ -1,5 +1,6 @@
 // Package svcx is the plumbing of a service.Node that only the SDK's own
-// packages use: package servicetest pauses a node's handlers through it.
+// packages use: package servicetest pauses a node's handlers through it,
+// package dashboard tells a leave from an eviction.
 // Package service installs its hooks when it is initialized.
 package svcx
 
@@ -13,3 +14,8 @@ import "context"
 // error from gate fails the message with it instead. Set by package
 // service.
 var SetGate func(node any, gate func(ctx context.Context) error)
+
+// SaidGoodbye reports whether member's last life, as node (a
+// *service.Node) saw it, ended in a goodbye (an orderly leave) rather
+// than an eviction. Set by package service.
+var SaidGoodbye func(node any, member string) bool

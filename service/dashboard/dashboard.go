@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/internal/svcx"
 	"github.com/cloudbus-go/cloudbus/message"
 	"github.com/cloudbus-go/cloudbus/service"
 )
@@ -227,8 +228,9 @@ type Event struct {
 	// Time is when the dashboard saw it (within an Interval of when it
 	// happened).
 	Time time.Time `json:"time"`
-	// Kind is "joined", "left", "evicted" (left, and this node's monitor
-	// evicted it), "lease expired", "lease renewed", "state" (this node's
+	// Kind is "joined", "left" (it said goodbye), "evicted" (it left
+	// without a goodbye this node heard: this node or a peer evicted it),
+	// "lease expired", "lease renewed", "state" (this node's
 	// state changed) or "counter" (a Config.Counters count rose).
 	Kind string `json:"kind"`
 	// Node is the node concerned, if any.
@@ -244,7 +246,6 @@ func (d *Dashboard) watch() {
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	members := d.node.Members()
-	evicted := d.node.MembershipStats().Evicted
 	lease, state := d.node.LeaseExpired(), d.node.State()
 	c0 := d.readCounters()
 	d.mu.Lock()
@@ -260,7 +261,6 @@ func (d *Dashboard) watch() {
 		case <-t.C:
 		}
 		now := d.node.Members()
-		ev := d.node.MembershipStats().Evicted
 		for _, m := range now {
 			if !slices.Contains(members, m) {
 				d.record(Event{Kind: "joined", Node: m})
@@ -268,14 +268,14 @@ func (d *Dashboard) watch() {
 		}
 		for _, m := range members {
 			if !slices.Contains(now, m) {
-				kind := "left"
-				if ev > evicted {
-					kind = "evicted"
+				kind := "evicted"
+				if svcx.SaidGoodbye(d.node, m) {
+					kind = "left"
 				}
 				d.record(Event{Kind: kind, Node: m})
 			}
 		}
-		members, evicted = now, ev
+		members = now
 		if l := d.node.LeaseExpired(); l != lease {
 			lease = l
 			kind := "lease renewed"

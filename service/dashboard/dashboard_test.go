@@ -209,13 +209,13 @@ func TestDashboard(t *testing.T) {
 	var last dashboard.Snapshot
 	for s := range events {
 		last = s
-		if len(s.Members) == 2 && s.Agreed && hasEvent(s, dead) && hasCounter(s) {
+		if len(s.Members) == 2 && s.Agreed && hasEvent(s, dead, "evicted") && hasCounter(s) {
 			break
 		}
 	}
 	require.Len(t, last.Members, 2, "the killed node left: %+v", last)
 	assert.True(t, last.Agreed, last.Disagreement)
-	assert.True(t, hasEvent(last, dead), "its leaving is among the events: %+v", last.Events)
+	assert.True(t, hasEvent(last, dead, "evicted"), "its eviction is among the events: %+v", last.Events)
 	assert.True(t, hasCounter(last), "the takeovers are among the events: %+v", last.Events)
 	t.Logf("the page showed the kill %s after it (eviction after %s)", time.Since(killed).Round(time.Millisecond), time.Second)
 
@@ -232,9 +232,9 @@ func slicesIndex(ms []dashboard.Member, node string) int {
 	return -1
 }
 
-func hasEvent(s dashboard.Snapshot, node string) bool {
+func hasEvent(s dashboard.Snapshot, node, kind string) bool {
 	for _, e := range s.Events {
-		if e.Node == node && (e.Kind == "left" || e.Kind == "evicted") {
+		if e.Node == node && e.Kind == kind {
 			return true
 		}
 	}
@@ -275,6 +275,41 @@ func sse(ctx context.Context, r io.Reader) <-chan dashboard.Snapshot {
 		}
 	}()
 	return out
+}
+
+// TestLeftOrEvicted: a node that leaves in order is shown "left", one
+// that dies "evicted", though another node's monitor may have evicted it.
+func TestLeftOrEvicted(t *testing.T) {
+	c := startCluster(t, 4)
+	d, err := dashboard.New(dashboard.Config{Node: c.nodes[0], Interval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer d.Close()
+
+	// shown waits until the dashboard shows node's departure, and says
+	// how.
+	shown := func(node string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s := d.Snapshot(t.Context())
+			for _, e := range s.Events {
+				if e.Node == node && (e.Kind == "left" || e.Kind == "evicted") {
+					return e.Kind
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s's departure not shown within 10s: %+v", node, s.Events)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	leaver, dead := c.nodes[3].UUID(), c.nodes[2].UUID()
+	require.NoError(t, c.nodes[3].Close())
+	assert.Equal(t, "left", shown(leaver), "a node that left in order")
+
+	c.net.Kill(dead)
+	c.store.SetUnreachable(dead, true)
+	assert.Equal(t, "evicted", shown(dead), "a node that died, whichever node evicted it")
 }
 
 func TestNewRequiresANode(t *testing.T) {
