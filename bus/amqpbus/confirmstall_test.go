@@ -59,3 +59,67 @@ func TestStalledConfirmClosesItsChannel(t *testing.T) {
 		awaitBody(t, got, want, "the broker delivers every message it took, the one of unknown outcome included")
 	}
 }
+
+// TestSlowListenerLosesNoConfirmOrReturn: amqp091-go drops a
+// notification its listener has not taken within 5 s. A publisher whose
+// notify goroutine was held that long (a paused or descheduled process)
+// lost the return of a message no queue took, and then reported that
+// message sent on its confirm, and lost later confirms, which stalled the
+// channel. Both are buffered now, and a confirm is settled only after the
+// returns handed over before it.
+func TestSlowListenerLosesNoConfirmOrReturn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a publisher's listener for 6 s")
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var hold atomic.Bool
+	amqpbus.OnConfirm(func(amqp.Confirmation) bool {
+		if hold.CompareAndSwap(true, false) {
+			close(held)
+			<-release // the listener is held, as in a paused process
+		}
+		return true
+	})
+	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
+
+	e := newEnv(t)
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1})
+	q := testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	hold.Store(true)
+	errs := make(chan error, 1)
+	go func() { errs <- tr.Publish(ctx, q, []byte(`"first"`)) }()
+	<-held
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, 3)
+	for _, p := range []struct{ name, queue string }{{"to nowhere", q + ".missing"}, {"second", q}, {"third", q}} {
+		go func() { results <- result{p.name, tr.Publish(ctx, p.queue, []byte(`"`+p.name+`"`))} }()
+	}
+	time.Sleep(6 * time.Second) // amqp091-go gives up on a listener after 5 s: hold it longer
+	close(release)
+	require.NoError(t, <-errs)
+	for range 3 {
+		r := <-results
+		if r.name == "to nowhere" {
+			assert.ErrorIs(t, r.err, message.ErrNoRoute, "a message no queue took is not reported sent")
+		} else {
+			assert.NoError(t, r.err, "publish %s confirmed", r.name)
+		}
+	}
+	got, bodies := consumeBodies(t, tr, q), []string{}
+	for range 3 {
+		select {
+		case b := <-got:
+			bodies = append(bodies, b)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("every message the broker took is delivered: got %v", bodies)
+		}
+	}
+	assert.ElementsMatch(t, []string{`"first"`, `"second"`, `"third"`}, bodies)
+}

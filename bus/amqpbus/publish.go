@@ -49,9 +49,12 @@ var testHookConfirm func(amqp.Confirmation) bool
 
 // publisher owns one channel in confirm mode. Its run goroutine
 // publishes; its notify goroutine receives both the returns and the
-// confirms on unbuffered channels: amqp091 delivers a mandatory message's
-// return before its confirm, from one reader goroutine, so one receiving
-// goroutine always sees the return first and can report no-route.
+// confirms. amqp091 hands a mandatory message's return over before its
+// confirm, from one reader goroutine, and drops a notification its
+// listener has not taken within 5 s (a process paused, descheduled): so
+// both go into buffers (notifyBuffer), and the notify goroutine takes
+// every return already buffered before it settles a confirm, so it sees
+// a message's return before the message's confirm.
 type publisher struct {
 	t        *Transport
 	s        *session
@@ -75,6 +78,13 @@ type publisher struct {
 
 var messageIDs atomic.Uint64
 
+// notifyBuffer is the room for a channel's returns and for its confirms
+// that its notify goroutine has not taken yet: amqp091's reader waits at
+// most 5 s for room, then drops the notification (a dropped confirm
+// would stall the channel; a dropped return would report a message no
+// queue took as sent).
+const notifyBuffer = 1024
+
 func newPublisher(s *session, id int) (*publisher, error) {
 	t := s.t
 	ch, err := s.conn.Channel()
@@ -89,8 +99,8 @@ func newPublisher(s *session, id int) (*publisher, error) {
 		s:        s,
 		id:       id,
 		ch:       ch,
-		returns:  ch.NotifyReturn(make(chan amqp.Return)),
-		confirms: ch.NotifyPublish(make(chan amqp.Confirmation)),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, notifyBuffer)),
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, notifyBuffer)),
 		chClosed: ch.NotifyClose(make(chan *amqp.Error, 1)),
 		pending:  make(map[uint64]*pubReq),
 		returned: make(map[string]bool),
@@ -123,8 +133,8 @@ func (p *publisher) reopen() error {
 	}
 	p.mu.Lock()
 	p.ch = ch
-	p.returns = ch.NotifyReturn(make(chan amqp.Return))
-	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation))
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, notifyBuffer))
+	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, notifyBuffer))
 	p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	p.tag = 0
 	p.pending = make(map[uint64]*pubReq)
@@ -207,13 +217,7 @@ func (p *publisher) notify() {
 		case <-tick.C:
 			p.checkStall(ch)
 		case ret, ok := <-p.returns:
-			if !ok {
-				p.returns = nil
-				continue
-			}
-			p.mu.Lock()
-			p.returned[ret.MessageId] = true
-			p.mu.Unlock()
+			p.noteReturn(ret, ok)
 		case c, ok := <-p.confirms:
 			if !ok {
 				p.fail()
@@ -222,6 +226,7 @@ func (p *publisher) notify() {
 			if f := testHookConfirm; f != nil && !f(c) {
 				continue
 			}
+			p.takeReturns() // the returns amqp091 handed over before this confirm
 			p.mu.Lock()
 			r := p.pending[c.DeliveryTag]
 			delete(p.pending, c.DeliveryTag)
@@ -250,6 +255,30 @@ func (p *publisher) notify() {
 				p.reason = e.Error()
 				p.mu.Unlock()
 			}
+		}
+	}
+}
+
+// noteReturn records a returned message (ok false: the returns channel
+// closed).
+func (p *publisher) noteReturn(ret amqp.Return, ok bool) {
+	if !ok {
+		p.returns = nil
+		return
+	}
+	p.mu.Lock()
+	p.returned[ret.MessageId] = true
+	p.mu.Unlock()
+}
+
+// takeReturns records every return already buffered.
+func (p *publisher) takeReturns() {
+	for p.returns != nil {
+		select {
+		case ret, ok := <-p.returns:
+			p.noteReturn(ret, ok)
+		default:
+			return
 		}
 	}
 }
