@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -74,7 +75,13 @@ func (n *Node) route(ctx context.Context, msg any, opts []bus.Option, send func(
 }
 
 func (c *Client) route(ctx context.Context, msg any, opts []bus.Option, send func(b *bus.CloudBus, target string, o []bus.Option) error) error {
-	return send(c.b, bus.APIPortal, opts)
+	err := send(c.b, bus.APIPortal, opts)
+	if errors.Is(err, message.ErrTimeout) {
+		// Perhaps refused as late, silently: the deadline was written with
+		// a wrong estimate of the cluster time. Measure again soon.
+		c.clock.nudge()
+	}
+	return err
 }
 
 // messageTypes registers, in reg, each value type a service's bus.Mux

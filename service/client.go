@@ -70,7 +70,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.ClockSyncTimeout == 0 {
 		cfg.ClockSyncTimeout = 2 * time.Second
 	}
-	cc := &clientClock{sync: heartbeat.NewClockSync(time.Now)}
+	cc := &clientClock{sync: heartbeat.NewClockSync(time.Now), nudged: make(chan struct{}, 1)}
 	b, err := bus.Open(ctx, bus.Config{
 		Transport:  cfg.Transport,
 		ClientOnly: true, // a reply queue and nothing else: the client broker user suffices

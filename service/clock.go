@@ -39,8 +39,19 @@ func (n *Node) clusterTimeReply() (wire.ClusterTime, error) {
 }
 
 type clientClock struct {
-	sync *heartbeat.ClockSync
-	b    *bus.CloudBus
+	sync   *heartbeat.ClockSync
+	b      *bus.CloudBus
+	nudged chan struct{} // buffered 1: measure again soon (see nudge)
+}
+
+// nudge asks run to measure again within its retry time, not at its next
+// period: a call ended without an answer, as one does whose deadline,
+// written with a wrong estimate, every node refuses as late, silently.
+func (c *clientClock) nudge() {
+	select {
+	case c.nudged <- struct{}{}:
+	default:
+	}
 }
 
 // sample measures the cluster time once. Its query carries only its time
@@ -70,12 +81,22 @@ func (c *clientClock) run(ctx context.Context, period, retry, timeout time.Durat
 	if _, _, ok := c.sync.Now(); !ok {
 		wait = retry
 	}
+	last := time.Now() // of the last measurement: a nudge measures at most once per retry
 	for {
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-time.After(wait):
+		case <-timer.C:
+		case <-c.nudged:
+			timer.Stop()
+			if d := retry - time.Since(last); d > 0 {
+				wait = min(wait, d)
+				continue
+			}
 		}
+		last = time.Now()
 		switch err := c.sample(ctx, timeout); {
 		case err == nil && c.sync.Doubting():
 			wait = retry
