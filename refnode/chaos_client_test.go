@@ -395,6 +395,7 @@ func startClientProc(t *testing.T, dir string, cfg chaosClientConfig) *clientPro
 	}
 	p.cmd.Env = append(env, chaosClientEnv+"="+string(raw))
 	p.cmd.Stdout, p.cmd.Stderr = so, se
+	p.cmd.SysProcAttr = childProcAttr() // ends with the test binary, even one killed
 	p.stdin, err = p.cmd.StdinPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())

@@ -73,6 +73,7 @@ func startChild(t *testing.T, dir, label string, args, env []string) *child {
 	c.cmd = exec.Command(refnodeBin, append([]string{"serve"}, args...)...)
 	c.cmd.Env = childEnv(env...)
 	c.cmd.Stdout, c.cmd.Stderr = out, errf
+	c.cmd.SysProcAttr = childProcAttr() // ends with the test binary, even one killed
 	c.started = time.Now()
 	require.NoError(t, c.cmd.Start())
 	go func() {

@@ -71,6 +71,7 @@ func (c *scaleCluster) start(ctx context.Context) (*scaleProc, error) {
 		return nil, err
 	}
 	cmd.Stderr = io.Discard
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s serve: %w", c.exe, err)
 	}
