@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudbus-go/cloudbus/internal/svcx"
@@ -82,6 +83,7 @@ type Dashboard struct {
 	events   []Event
 	counters map[string]uint64
 	last     *Snapshot // the last snapshot built
+	building *building // the snapshot being taken, if one is
 	rates    map[string]rateSample
 	res      map[string]map[string]int
 	gauges   map[string]int64
@@ -94,6 +96,9 @@ type rateSample struct {
 	handled uint64
 	at      time.Time
 }
+
+// builds counts the snapshots taken, for tests.
+var builds atomic.Uint64
 
 // maxEvents is how many recent events a dashboard keeps.
 const maxEvents = 50
@@ -322,23 +327,42 @@ func (d *Dashboard) record(e Event) {
 
 // Snapshot returns the dashboard's data now: the last snapshot if it is
 // younger than half an Interval, else a new one, asking every member
-// for its ring within ctx and at most an Interval (2 s at most).
+// for its ring within at most an Interval (2 s at most). Viewers asking
+// while a snapshot is being taken share it: a crowd of viewers costs the
+// cluster one round of ring queries per half Interval. ctx's values
+// (a trace) go with the queries; its end does not cut them short for
+// the other viewers.
 func (d *Dashboard) Snapshot(ctx context.Context) *Snapshot {
 	d.mu.Lock()
-	last := d.last
-	d.mu.Unlock()
-	if last != nil && time.Since(last.Time) < d.cfg.Interval/2 {
+	if last := d.last; last != nil && time.Since(last.Time) < d.cfg.Interval/2 {
+		d.mu.Unlock()
 		return last
 	}
-	s := d.build(ctx)
-	d.mu.Lock()
-	d.last = s
+	if b := d.building; b != nil {
+		d.mu.Unlock()
+		<-b.done // at most an Interval, 2 s
+		return b.snap
+	}
+	b := &building{done: make(chan struct{})}
+	d.building = b
 	d.mu.Unlock()
-	return s
+	b.snap = d.build(context.WithoutCancel(ctx))
+	d.mu.Lock()
+	d.last, d.building = b.snap, nil
+	d.mu.Unlock()
+	close(b.done)
+	return b.snap
+}
+
+// building is a snapshot being taken: snap is set when done closes.
+type building struct {
+	done chan struct{}
+	snap *Snapshot
 }
 
 // build takes a snapshot.
 func (d *Dashboard) build(ctx context.Context) *Snapshot {
+	builds.Add(1)
 	n := d.node
 	hb := n.Heartbeat()
 	ctx, cancel := context.WithTimeout(ctx, min(d.cfg.Interval, 2*time.Second))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -337,4 +338,27 @@ func TestShutdownEndsLiveUpdates(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, srv.Config.Shutdown(ctx))
 	assert.Less(t, time.Since(start), 2*time.Second, "Shutdown did not wait for the stream")
+}
+
+// TestViewersShareASnapshot: viewers asking at once share one snapshot
+// (one round of ring queries), not one each.
+func TestViewersShareASnapshot(t *testing.T) {
+	c := startCluster(t, 3)
+	d, err := dashboard.New(dashboard.Config{Node: c.nodes[0], Interval: time.Hour})
+	require.NoError(t, err)
+	defer d.Close()
+	before := dashboard.Builds()
+	const viewers = 20
+	var wg sync.WaitGroup
+	snaps := make(chan *dashboard.Snapshot, viewers)
+	for range viewers {
+		wg.Go(func() { snaps <- d.Snapshot(t.Context()) })
+	}
+	wg.Wait()
+	close(snaps)
+	for s := range snaps {
+		require.NotNil(t, s)
+		assert.Len(t, s.Members, 3)
+	}
+	assert.Equal(t, uint64(1), dashboard.Builds()-before, "%d viewers at once, one snapshot", viewers)
 }
