@@ -48,7 +48,12 @@ func TestServeREST(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	prefix := "rest-" + message.NewUUID()[:8]
+	prefix := "refnode-test-rest-" + randomHex(4)
+	t.Cleanup(func() { // the shared queues outlive the node; its own go with it
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cleanBroker(t, ctx, url, prefix, []string{prefix + ".message.api.portal", prefix + ".dead"})
+	})
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
