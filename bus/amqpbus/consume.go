@@ -59,6 +59,16 @@ type consumer struct {
 	resumeMu sync.Mutex
 	on       *session
 
+	// frames orders the frames this consumer sends on its channels
+	// (acknowledgements, rejections) with the channels' closing: once a
+	// channel is closing, nothing more is sent on it. A frame sent after
+	// the client's channel.close reaches the broker on a channel it has
+	// closed, and RabbitMQ answers that with a connection error (504
+	// CHANNEL_ERROR, expected 'channel.open'), which costs every channel
+	// of the connection.
+	frames  sync.RWMutex
+	closing map[*amqp.Channel]bool
+
 	mu          sync.Mutex
 	ch          *amqp.Channel // current channel
 	outstanding map[*amqp.Channel]int
@@ -229,7 +239,7 @@ func (c *consumer) run(f feed) {
 				// (kept unacknowledged until the channel closed, it
 				// would be invisible to a drain that deletes the queue
 				// once it looks empty).
-				_ = d.Nack(false, true)
+				_ = c.send(d.Acknowledger, func() error { return d.Nack(false, true) })
 			case recount:
 				c.recount(d)
 			default:
@@ -324,10 +334,10 @@ func (c *consumer) recount(d amqp.Delivery) {
 	err := c.t.publishTable(ctx, dest, d.Body, headers)
 	if err != nil {
 		c.t.log.Warn("could not requeue a redelivered message with its count; giving it back", "queue", c.queue, "err", err)
-		_ = d.Nack(false, true)
+		_ = c.send(d.Acknowledger, func() error { return d.Nack(false, true) })
 		return
 	}
-	_ = d.Ack(false)
+	_ = c.send(d.Acknowledger, func() error { return d.Ack(false) })
 }
 
 // deliveries reads the delivery count header (1 when absent: the first
@@ -361,7 +371,7 @@ func (c *consumer) stop() {
 		idle := err == nil && c.outstanding[ch] == 0
 		c.mu.Unlock()
 		if idle {
-			_ = ch.Close()
+			c.closeChannel(ch)
 		}
 	})
 }
@@ -416,7 +426,7 @@ func (c *consumer) markStopped() *amqp.Channel {
 func (c *consumer) abort() {
 	c.abortOnce.Do(func() {
 		close(c.aborted)
-		if c.stopThen(func(ch *amqp.Channel) { _ = ch.Close() }) {
+		if c.stopThen(c.closeChannel) {
 			return
 		}
 		// Cancelled before: its channel stayed open for the settlements
@@ -431,7 +441,7 @@ func (c *consumer) abort() {
 		closed := make(chan struct{})
 		if !c.t.spawn(func() { // the broker may not answer: wait for it at most stopWait
 			defer close(closed)
-			_ = ch.Close()
+			c.closeChannel(ch)
 		}) {
 			return // the transport is closing: its connection's close ends ch
 		}
@@ -442,6 +452,33 @@ func (c *consumer) abort() {
 		case <-timer.C:
 		}
 	})
+}
+
+// send runs f, which sends one frame on ch (the Acknowledger of a
+// delivery), unless ch is closing: then it sends nothing and fails, and
+// the broker takes back what ch held when it closes.
+func (c *consumer) send(ack amqp.Acknowledger, f func() error) error {
+	c.frames.RLock()
+	defer c.frames.RUnlock()
+	if ch, ok := ack.(*amqp.Channel); ok && c.closing[ch] {
+		return fmt.Errorf("amqpbus: settle a delivery of %s: its channel is closing, so the broker takes it back: %w", c.queue, message.ErrUnavailable)
+	}
+	return f()
+}
+
+// closeChannel closes ch once no frame is being sent on it, and lets
+// none be sent after (see frames). It waits for the broker's answer.
+func (c *consumer) closeChannel(ch *amqp.Channel) {
+	c.frames.Lock()
+	if c.closing == nil {
+		c.closing = make(map[*amqp.Channel]bool)
+	}
+	c.closing[ch] = true
+	c.frames.Unlock()
+	_ = ch.Close()
+	c.frames.Lock()
+	delete(c.closing, ch) // closed: amqp091-go sends nothing more on it
+	c.frames.Unlock()
 }
 
 // settled records that a delivery of ch was acknowledged or rejected.
@@ -455,7 +492,7 @@ func (c *consumer) settled(ch *amqp.Channel) {
 	idle := c.cancelDone && n <= 0 && ch == c.ch
 	c.mu.Unlock()
 	if idle {
-		c.t.spawn(func() { _ = ch.Close() }) // not on the caller's goroutine: Close waits for the broker
+		c.t.spawn(func() { c.closeChannel(ch) }) // not on the caller's goroutine: Close waits for the broker
 	}
 }
 
@@ -549,7 +586,7 @@ func (d *delivery) Ack() error {
 			d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 			return
 		}
-		err = d.d.Ack(false)
+		err = d.c.send(d.d.Acknowledger, func() error { return d.d.Ack(false) })
 		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})
 	return err
@@ -612,10 +649,11 @@ func (d *delivery) republish(queue, what string, extra amqp.Table) error {
 		}
 		maps.Copy(headers, extra)
 		if err = d.c.t.publishTable(ctx, queue, d.d.Body, headers); err != nil {
-			err = errors.Join(fmt.Errorf("amqpbus: %s a delivery of %s: %w", what, d.c.queue, err), d.d.Reject(true))
+			err = errors.Join(fmt.Errorf("amqpbus: %s a delivery of %s: %w", what, d.c.queue, err),
+				d.c.send(d.d.Acknowledger, func() error { return d.d.Reject(true) }))
 			return
 		}
-		err = d.d.Ack(false)
+		err = d.c.send(d.d.Acknowledger, func() error { return d.d.Ack(false) })
 	})
 	return err
 }
@@ -627,7 +665,7 @@ func (d *delivery) Reject(requeue bool) error {
 			d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 			return
 		}
-		err = d.d.Reject(requeue)
+		err = d.c.send(d.d.Acknowledger, func() error { return d.d.Reject(requeue) })
 		d.c.settled(d.d.Acknowledger.(*amqp.Channel))
 	})
 	return err
