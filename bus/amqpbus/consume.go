@@ -226,10 +226,11 @@ func (c *consumer) run(f feed) {
 			recount := d.Redelivered && c.limit.MaxDeliveries > 0
 			c.mu.Lock()
 			cancelled := c.cancelled
-			if !cancelled && !recount {
+			if !cancelled {
 				// Counted in the same step as the check: stop sees it
 				// outstanding and keeps the channel open for its
-				// settlement.
+				// settlement (a recount's too: it settles the original
+				// once its counted copy is published).
 				c.outstanding[d.Acknowledger.(*amqp.Channel)]++
 			}
 			c.mu.Unlock()
@@ -317,6 +318,7 @@ func (c *consumer) reconsume(s *session) {
 // the count passes the limit; then acknowledges the original. If that
 // publish fails, the message is given back to the broker as it came.
 func (c *consumer) recount(d amqp.Delivery) {
+	defer c.settled(d.Acknowledger.(*amqp.Channel))
 	n := deliveries(d.Headers) + 1
 	headers := amqp.Table{headerDeliveries: int64(n)}
 	dest := c.queue
