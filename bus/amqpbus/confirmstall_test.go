@@ -2,7 +2,10 @@ package amqpbus_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +30,7 @@ import (
 // confirmation (over a minute in CI, after a broker node's freeze).
 func TestStalledConfirmClosesItsChannel(t *testing.T) {
 	const stall = 300 * time.Millisecond
-	defer amqpbus.SetConfirmStall(stall, 20*time.Millisecond)()
+	t.Cleanup(amqpbus.SetConfirmStall(stall, 20*time.Millisecond)) // after the transport closed
 	var hold atomic.Bool
 	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
 	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
@@ -122,4 +125,68 @@ func TestSlowListenerLosesNoConfirmOrReturn(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, []string{`"first"`, `"second"`, `"third"`}, bodies)
+}
+
+// TestStallCloseWhilePublishingKeepsTheConnection: publishes racing the
+// close of their channel, whose confirmations stalled. A publish frame
+// written after channel.close reaches the broker on a channel whose close
+// it may have confirmed already, and RabbitMQ answers with a connection
+// error (504 CHANNEL_ERROR, expected 'channel.open'), which costs every
+// channel of the connection. Now the publisher writes nothing on a
+// channel once its close began: the publishes after it go through the
+// next channel.
+func TestStallCloseWhilePublishingKeepsTheConnection(t *testing.T) {
+	// Restored after the transport closed (cleanups run last-in first-out).
+	t.Cleanup(amqpbus.SetConfirmStall(50*time.Millisecond, 5*time.Millisecond))
+	var hold atomic.Bool
+	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
+	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
+
+	e := newEnv(t)
+	logs := &logLines{}
+	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1, Logger: slog.New(logs)})
+	q := testQueue(t)
+	ctx := t.Context()
+	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+
+	const rounds, publishers = 10, 8
+	var published, unknown atomic.Int64
+	for round := range rounds {
+		hold.Store(true) // every confirmation of the channel withheld: it stalls and closes
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		var wg sync.WaitGroup
+		for range publishers {
+			wg.Go(func() {
+				for rctx.Err() == nil {
+					// Shorter than the stall: a stream of new publishes
+					// meets the channel's close.
+					pctx, pcancel := context.WithTimeout(ctx, 10*time.Millisecond)
+					err := tr.Publish(pctx, q, []byte(`"x"`))
+					pcancel()
+					published.Add(1)
+					if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+						unknown.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		hold.Store(false)
+		// A probe: it may still meet a channel whose withheld
+		// confirmations close it (an unknown outcome), not a lost
+		// connection.
+		var err error
+		for range 10 {
+			if err = tr.Publish(ctx, q, []byte(`"probe"`)); err == nil || !strings.Contains(err.Error(), "closed by cloudbus") {
+				break
+			}
+		}
+		require.NoError(t, err, "round %d: a publish after the channel's close goes through a new channel", round)
+	}
+	closes := logs.count("closing its channel")
+	t.Logf("%d publishes in %d rounds, %d of them ended with an error other than their deadline; %d channels closed as stalled", published.Load(), rounds, unknown.Load(), closes)
+	assert.GreaterOrEqual(t, closes, rounds/2, "the stalled channel was closed under the publishes")
+	assert.Zero(t, tr.ConnectionsLost(), "no publish racing its channel's close cost the connection")
+	require.NoError(t, tr.DeleteQueue(ctx, q))
 }

@@ -74,6 +74,15 @@ type publisher struct {
 	declared map[string]bool    // fan-outs declared on this channel
 
 	notified chan struct{} // closed when the notify goroutine of the current channel returns
+
+	// sendMu orders the run goroutine's frames on the channel with
+	// checkStall's close of it: run holds it for reading from its check
+	// of stalled through its frame; the close takes it for writing once
+	// stalled is set, so no frame follows channel.close. RabbitMQ answers
+	// a frame on a channel whose close it has confirmed with a
+	// connection error (504 CHANNEL_ERROR expected 'channel.open'),
+	// which would cost every channel of the connection.
+	sendMu sync.RWMutex
 }
 
 var messageIDs atomic.Uint64
@@ -164,18 +173,22 @@ func (p *publisher) run() {
 			r.done <- err
 			continue
 		}
+		p.sendMu.RLock()
 		p.mu.Lock()
-		broken := p.broken
+		broken := p.broken || p.stalled // stalled: checkStall is closing the channel
 		p.mu.Unlock()
 		if broken {
+			p.sendMu.RUnlock()
 			if err := p.reopen(); err != nil {
 				r.done <- notSent(err)
 				continue
 			}
+			p.sendMu.RLock() // the new channel: nothing closes it yet
 		}
 		if r.exchange != "" && !r.via && !p.declared[r.exchange] {
 			// Publishing to a missing exchange would close the channel.
 			if err := p.ch.ExchangeDeclare(r.exchange, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+				p.sendMu.RUnlock()
 				r.done <- notSent(p.t.opError(p.s, "declare fan-out "+r.exchange, err))
 				continue
 			}
@@ -188,6 +201,7 @@ func (p *publisher) run() {
 		p.pending[tag] = r
 		p.mu.Unlock()
 		err := p.ch.Publish(r.exchange, r.key, r.exchange == "" || r.via, false, r.msg)
+		p.sendMu.RUnlock()
 		if err != nil {
 			p.mu.Lock()
 			mine := p.pending[tag] == r // else notify failed it meanwhile
@@ -312,6 +326,11 @@ func (p *publisher) checkStall(ch *amqp.Channel) {
 	p.t.wg.Add(1) // on a goroutine the transport counts: this one
 	go func() {   // channel.close waits for the broker: not on the notify goroutine
 		defer p.t.wg.Done()
+		// stalled is set: a frame of run's already under way ends first,
+		// and run writes no other one on ch (see sendMu).
+		p.sendMu.Lock()
+		//lint:ignore SA2001 a barrier: run's frame under way ends before channel.close
+		p.sendMu.Unlock()
 		_ = ch.Close()
 	}()
 }

@@ -207,3 +207,16 @@ func (l *logLines) has(s string) bool {
 	}
 	return false
 }
+
+// count reports how many messages containing s were logged.
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
