@@ -31,7 +31,7 @@ const (
 	rpStall = 5 * time.Second
 	// rpSweep is every node's -vm-sweep: several sweeps run while the
 	// test watches the record.
-	rpSweep = 5 * time.Second
+	rpSweep = 2 * time.Second
 	// rpCallTimeout is the stalled StartVm's deadline: longer than the
 	// eviction (about 3 s after the pause), so its caller learns of the
 	// eviction (node_left) rather than of its deadline.
@@ -43,7 +43,7 @@ const (
 	rpWindow = 2 * time.Second
 	// rpWatch is how long the test reads the record after X resumes, and
 	// rpReadEvery how often.
-	rpWatch     = 40 * time.Second
+	rpWatch     = 16 * time.Second
 	rpReadEvery = 500 * time.Millisecond
 	// rpBound bounds every wait that is not an acceptance figure.
 	rpBound = 30 * time.Second
@@ -52,7 +52,7 @@ const (
 // TestRepairFencedAndOrdered reproduces issue 23's lost acknowledged
 // write on three `refnode serve` processes, on RabbitMQ and PostgreSQL,
 // then on RabbitMQ and MariaDB, with the default heartbeat timing (beat
-// 500 ms, evict 3 s) and -vm-sweep 5s, each node through its own proxies;
+// 500 ms, evict 3 s) and -vm-sweep 2s, each node through its own proxies;
 // each process runs its own simulator, which cannot tell a VM's power.
 // Node X (slot A) also runs with -test-stall-vm-final-write 5s.
 //
@@ -65,7 +65,7 @@ const (
 // Once the stalled call's window has passed (its deadline plus 2 s) it
 // resumes X (SIGCONT): X's final write fails and X journals what its
 // hypervisor did with the version it had read; X rejoins with a new epoch
-// and owns the VM again. For 40 s the record, read directly from the
+// and owns the VM again. For 16 s (8 sweeps) the record, read directly from the
 // database, must stay stopped at the version of the acknowledged stop;
 // X must log the journal entry dropped as stale, repair nothing, and
 // count it (/status vms.stale_journal); and the VM's history (the calls,

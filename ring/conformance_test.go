@@ -22,6 +22,7 @@ func TestTableConformance(t *testing.T) {
 }
 
 func TestTableSmallConformance(t *testing.T) {
+	skipSameCodeUnderRace(t)
 	ringtest.RunWithFeatures(t, func(t *testing.T) ring.Ring {
 		r, err := ring.New(ring.Config{Partitions: 1 << 10})
 		require.NoError(t, err)
@@ -30,6 +31,7 @@ func TestTableSmallConformance(t *testing.T) {
 }
 
 func TestZeroTableConformance(t *testing.T) {
+	skipSameCodeUnderRace(t)
 	ringtest.RunWithFeatures(t, func(t *testing.T) ring.Ring { return new(ring.Table) },
 		ringtest.Features{ExtraMovement: true})
 }
@@ -40,4 +42,14 @@ func TestConsistentConformance(t *testing.T) {
 		require.NoError(t, err)
 		return r
 	}, ringtest.Features{ExtraMovement: true})
+}
+
+// skipSameCodeUnderRace skips, under the race detector, a conformance run
+// of a configuration whose code TestTableConformance already runs there
+// (about 15 s each under -race); CI runs it without -race.
+func skipSameCodeUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skipf("skipped under -race: TestTableConformance runs the same code there; CI runs it without -race: go test -count=1 -run '^%s$' ./ring", t.Name())
+	}
 }
