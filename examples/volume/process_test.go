@@ -93,6 +93,7 @@ func startVolumed(t *testing.T, broker, db, prefix string) *proc {
 	t.Helper()
 	p := &proc{exited: make(chan struct{})}
 	p.cmd = exec.Command(volumedBin)
+	p.cmd.SysProcAttr = childProcAttr() // it ends with the test binary
 	p.cmd.Env = append(os.Environ(), "VOLUME_BUS="+broker, "VOLUME_DB="+db, "VOLUME_PREFIX="+prefix, "VOLUME_LISTEN=127.0.0.1:0", "VOLUME_LOG_LEVEL=warn")
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
