@@ -81,8 +81,9 @@ const (
 // at a time with a 5 s deadline. An image client calls GetImage,
 // SetImageName with a unique name, or SetImageName with if_name (a
 // compare-and-set from the name it last saw); a VM client GetVm, or
-// mostly the StartVm or StopVm its last seen state allows, sometimes the
-// other, which the owner refuses (conflict). Clients 1 and 2 let the
+// mostly the StartVm or StopVm that changes its last seen state,
+// sometimes the other, which leaves the state as it was (or, a stop of
+// a VM never started, the owner refuses: conflict). Clients 1 and 2 let the
 // portal resend after node_left (bus.WithRetry(2)); client 0 does not.
 // Client 2 sends its image and VM calls in the fast delivery mode
 // (bus.Fast: transient, unconfirmed; docs/delivery.md), the others

@@ -47,7 +47,7 @@ type chaosVMOp struct {
 	Outcome  string `json:"outcome"` // ok, the error's code (outcomeOf)
 	Class    string `json:"class"`
 	// Refused is set for a start or stop refused as not allowed from the
-	// VM's state (conflict, "cannot start a VM that is running"): it
+	// VM's state (conflict, "cannot stop a VM that is created"): it
 	// did not happen, and says what the state was not.
 	Refused bool   `json:"refused,omitempty"`
 	State   string `json:"state,omitempty"`   // the reply's VM state
@@ -104,9 +104,10 @@ func refusedTransition(kind string, err error) bool {
 // runChaosClient: after a start or stop of unknown outcome it waits
 // until that call's deadline plus fdBound, so it has one operation at a
 // time on its VM. It reads 4 times in 10; otherwise it mostly asks for
-// the operation allowed from the state it last saw (a start of a
+// the operation that changes the state it last saw (a start of a
 // stopped VM, a stop of a running one), sometimes for the other, which
-// the owner refuses.
+// succeeds leaving the state as it was, or, a stop of a VM never
+// started, is refused.
 func runChaosVMClient(stop context.Context, cl *service.Client, cfg chaosClientConfig, k int, vm string, w *recordWriter) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(1000*cfg.Client+500+k)))
 	last := cloud.VMCreated // "" after an unknown outcome
@@ -161,10 +162,10 @@ func runChaosVMClient(stop context.Context, cl *service.Client, cfg chaosClientC
 		switch {
 		case o.Class == classOK:
 			last = rep.VM.State
-		case o.Refused && o.Kind == vmStart:
-			last = cloud.VMRunning
+		case o.Refused && o.Kind == vmStop:
+			last = cloud.VMCreated // the only state a stop is refused from, destroyed aside
 		case o.Refused:
-			last = cloud.VMStopped
+			last = cloud.VMDestroyed // the only state a start is refused from
 		case o.failed(), !o.writes():
 		default:
 			last = ""
@@ -408,13 +409,13 @@ func TestChaosHistoryVM(t *testing.T) {
 	}
 	ok := []chaosVMOp{
 		call(0, vmStart, 0, 10, classOK, "running", 2),
-		call(1, vmStart, 5, 15, "refused", "", 0), // after the start, concurrent with it
+		call(1, vmStop, 5, 15, "refused", "", 0), // concurrent with the start, before it
 		call(2, vmGet, 20, 25, classOK, "running", 2),
 		call(0, vmStop, 30, 40, classUnknown, "", 0),
 		call(1, vmGet, 50, 55, classOK, "running", 2), // the stop not yet
 		call(2, vmGet, 100, 110, classOK, "stopped", 3),
 		call(0, vmGet, 120, 130, classSafe, "", 0), // refused before it ran: left out
-		call(1, vmStop, 140, 150, "refused", "", 0),
+		call(3, vmStop, 1, 4, "refused", "", 0),    // before the start too: a stop is refused only from created
 	}
 	hist := vmHistory(ok, nil)
 	assert.Len(t, hist, len(ok)-1, "the call refused before it ran is left out")
@@ -473,8 +474,8 @@ func TestChaosHistoryVM(t *testing.T) {
 	assert.Equal(t, 9, fig.outside)
 	assert.Equal(t, 6, fig.outsideAnswered, "4 replies, 2 refusals")
 
-	assert.True(t, refusedTransition(vmStart, message.ErrConflict.WithDetails("cannot start a VM that is running; start is allowed from created, stopped")))
-	assert.False(t, refusedTransition(vmGet, message.ErrConflict.WithDetails("cannot start a VM that is running")))
+	assert.True(t, refusedTransition(vmStart, message.ErrConflict.WithDetails("cannot start a VM that is destroyed; start is allowed from created, stopped, running")))
+	assert.False(t, refusedTransition(vmGet, message.ErrConflict.WithDetails("cannot start a VM that is destroyed")))
 	assert.False(t, refusedTransition(vmStop, message.ErrBadRequest.WithDetails("invalid uuid")))
 	assert.False(t, refusedTransition(vmStop, message.ErrNotFound))
 }

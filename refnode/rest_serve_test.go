@@ -317,9 +317,9 @@ func TestCtlREST(t *testing.T) {
 	assert.Regexp(t, `(?m)^UUID +NAME +STATE +HOST +CPUS +MEMORY_MB +VERSION$`, out)
 	assert.Equal(t, 3, strings.Count(out, " 2 "), "3 VMs of 2 CPUs: %s", out)
 
-	code, _, errOut = ctl("vm", "start", vms[0])
-	assert.Equal(t, 1, code, "refused")
-	assert.Contains(t, errOut, "refnode ctl vm start: conflict: ")
+	code, _, errOut = ctl("vm", "reboot", vms[1])
+	assert.Equal(t, 1, code, "refused: never started")
+	assert.Contains(t, errOut, "refnode ctl vm reboot: conflict: ")
 	assert.Contains(t, errOut, "(HTTP 409)")
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %s", errOut)
 	code, _, errOut = ctl("vm", "get", message.NewUUID())

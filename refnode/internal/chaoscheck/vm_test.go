@@ -51,8 +51,14 @@ func TestVM(t *testing.T) {
 		{"a refusal where the transition is not allowed", []porcupine.Operation{
 			vop(0, stop, vmRefused, 0, 1),
 			vop(0, start, vmIs(cloud.VMRunning), 2, 3),
-			vop(1, start, vmRefused, 4, 5),
+			vop(1, reboot, vmIs(cloud.VMRunning), 4, 5),
+			vop(1, stop, vmIs(cloud.VMStopped), 6, 7),
+			vop(1, reboot, vmRefused, 8, 9),
 		}, true},
+		{"a refusal of a start of a running VM (it succeeds)", []porcupine.Operation{
+			vop(0, start, vmIs(cloud.VMRunning), 0, 1),
+			vop(1, start, vmRefused, 2, 3),
+		}, false},
 		{"a refusal where the transition is allowed", []porcupine.Operation{
 			vop(0, start, vmRefused, 0, 1),
 		}, false},
@@ -66,9 +72,14 @@ func TestVM(t *testing.T) {
 			vop(0, start, vmIs(cloud.VMRunning), 0, 1),
 			vop(1, vmRead, vmIs(cloud.VMStopped), 2, 3),
 		}, false},
-		{"two starts at once: one runs, the other is refused", []porcupine.Operation{
+		{"two starts at once: both succeed", []porcupine.Operation{
 			vop(0, start, vmIs(cloud.VMRunning), 0, 5),
-			vop(1, start, vmRefused, 1, 4),
+			vop(1, start, vmIs(cloud.VMRunning), 1, 4),
+		}, true},
+		{"a stop of a stopped VM succeeds", []porcupine.Operation{
+			vop(0, start, vmIs(cloud.VMRunning), 0, 1),
+			vop(0, stop, vmIs(cloud.VMStopped), 2, 3),
+			vop(1, stop, vmIs(cloud.VMStopped), 4, 5),
 		}, true},
 		{"an unknown start that did not take effect", []porcupine.Operation{
 			vop(0, start, vmUnknown, 0, 5),
@@ -141,9 +152,9 @@ func asResults(h []porcupine.Operation) []porcupine.Operation {
 func TestVMInit(t *testing.T) {
 	h := []porcupine.Operation{vop(0, vmOp(cloud.VMOpStart), vmIs(cloud.VMRunning), 0, 1)}
 	assert.True(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMStopped), h))
-	assert.False(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMRunning), h))
+	assert.False(t, porcupine.CheckOperations(chaoscheck.VM(cloud.VMDestroyed), h))
 	assert.True(t, porcupine.CheckOperations(chaoscheck.VMModel(cloud.VMStopped), asResults(h)))
-	assert.False(t, porcupine.CheckOperations(chaoscheck.VMModel(cloud.VMRunning), asResults(h)))
+	assert.False(t, porcupine.CheckOperations(chaoscheck.VMModel(cloud.VMDestroyed), asResults(h)))
 }
 
 func TestDescribeVM(t *testing.T) {
@@ -207,7 +218,7 @@ func TestVMModelChecked(t *testing.T) {
 	c.t = c.t.Add(time.Second)
 	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStart)), vmIs(cloud.VMRunning))
 	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStop)), vmIs(cloud.VMStopped))
-	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpStop)), vmRefused)
+	r.Return(r.Invoke(1, vm, vmOp(cloud.VMOpReboot)), vmRefused)
 	r.Fail(r.Invoke(1, vm, vmOp(cloud.VMOpReboot)))
 	c.t = c.t.Add(2 * time.Second) // past the stalled start's deadline
 	r.Return(r.Invoke(2, vm, vmRead), vmIs(cloud.VMStopped))

@@ -19,8 +19,12 @@
 // stopped, rebooted and destroyed. [Transition] is the one table of valid
 // operations: it names the state a VM passes through while an operation
 // runs and the state it ends in. An operation the table does not allow
-// fails with an error matching message.ErrBadRequest; retrying it fails
-// the same way until the VM's state changes.
+// fails with an error matching message.ErrConflict; retrying it fails
+// the same way until the VM's state changes. A start of a running VM and
+// a stop of a stopped one are allowed (they end where they began): an
+// operation sent again after its owner died mid-operation, once the
+// hypervisor had acted, finds the VM in the state it asked for and
+// succeeds.
 //
 // A transitional state ([VMStarting], [VMStopping], [VMRebooting]) is
 // seen by another operation only if the owner died in the middle of one;

@@ -20,13 +20,15 @@ type Hypervisor interface {
 	Ping(ctx context.Context, hostUUID string) error
 	// CreateVM defines vm on its host, stopped.
 	CreateVM(ctx context.Context, hostUUID string, vm VM) error
-	// StartVM starts a defined VM.
+	// StartVM starts a defined VM; starting a running VM succeeds.
 	StartVM(ctx context.Context, hostUUID, vmUUID string) error
 	// StopVM stops a VM; stopping a stopped VM succeeds.
 	StopVM(ctx context.Context, hostUUID, vmUUID string) error
 	// RebootVM reboots a running VM.
 	RebootVM(ctx context.Context, hostUUID, vmUUID string) error
-	// DestroyVM stops the VM if needed and removes it from its host.
+	// DestroyVM stops the VM if needed and removes it from its host;
+	// destroying a VM the host does not have succeeds (a destroy sent
+	// again after its first run acted must not fail forever).
 	DestroyVM(ctx context.Context, hostUUID, vmUUID string) error
 	// MigrateVM moves a VM from host from to host to, keeping its power
 	// state (a live migration of a running VM). It is idempotent: a VM

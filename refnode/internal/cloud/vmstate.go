@@ -51,9 +51,11 @@ type VMOp string
 
 // The VM operations.
 const (
-	// VMOpStart starts a created or stopped VM.
+	// VMOpStart starts a created or stopped VM; a running VM stays
+	// running, and the start succeeds.
 	VMOpStart VMOp = "start"
-	// VMOpStop stops a running VM (or one left transitional by a dead owner).
+	// VMOpStop stops a running VM (or one left transitional by a dead
+	// owner); a stopped VM stays stopped, and the stop succeeds.
 	VMOpStop VMOp = "stop"
 	// VMOpReboot reboots a running VM.
 	VMOpReboot VMOp = "reboot"
@@ -78,8 +80,8 @@ var transitions = map[VMOp]struct {
 	from          []VMState
 	during, after VMState
 }{
-	VMOpStart:   {[]VMState{VMCreated, VMStopped}, VMStarting, VMRunning},
-	VMOpStop:    {[]VMState{VMRunning, VMStarting, VMStopping, VMRebooting}, VMStopping, VMStopped},
+	VMOpStart:   {[]VMState{VMCreated, VMStopped, VMRunning}, VMStarting, VMRunning},
+	VMOpStop:    {[]VMState{VMRunning, VMStarting, VMStopping, VMRebooting, VMStopped}, VMStopping, VMStopped},
 	VMOpReboot:  {[]VMState{VMRunning}, VMRebooting, VMRunning},
 	VMOpDestroy: {[]VMState{VMCreated, VMStarting, VMRunning, VMStopping, VMStopped, VMRebooting}, "", VMDestroyed},
 }

@@ -17,12 +17,14 @@ func TestTransition(t *testing.T) {
 		cloud.VMOpStart: {
 			cloud.VMCreated: {cloud.VMStarting, cloud.VMRunning},
 			cloud.VMStopped: {cloud.VMStarting, cloud.VMRunning},
+			cloud.VMRunning: {cloud.VMStarting, cloud.VMRunning},
 		},
 		cloud.VMOpStop: {
 			cloud.VMRunning:   {cloud.VMStopping, cloud.VMStopped},
 			cloud.VMStarting:  {cloud.VMStopping, cloud.VMStopped},
 			cloud.VMStopping:  {cloud.VMStopping, cloud.VMStopped},
 			cloud.VMRebooting: {cloud.VMStopping, cloud.VMStopped},
+			cloud.VMStopped:   {cloud.VMStopping, cloud.VMStopped},
 		},
 		cloud.VMOpReboot: {
 			cloud.VMRunning: {cloud.VMRebooting, cloud.VMRunning},

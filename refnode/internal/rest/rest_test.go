@@ -280,6 +280,8 @@ func TestBadRequests(t *testing.T) {
 	require.Equal(t, http.StatusCreated, vm.status, vm.raw)
 	running := vm.str("uuid")
 	require.Equal(t, http.StatusOK, f.do(t, "POST", "/v1/vms/"+running+"/start", "", auth...).status)
+	created := f.do(t, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img), auth...)
+	require.Equal(t, http.StatusCreated, created.status, created.raw)
 
 	f.badRequests = true
 	for _, c := range []struct {
@@ -310,7 +312,7 @@ func TestBadRequests(t *testing.T) {
 		{"unknown image for a VM", "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, message.NewUUID()), nil, 404, "not_found", ""},
 		{"unknown action", "POST", "/v1/vms/" + running + "/explode", ``, nil, 404, "not_found", "action"},
 		{"unknown route", "GET", "/v2/vms", ``, nil, 404, "not_found", ""},
-		{"start a running VM", "POST", "/v1/vms/" + running + "/start", ``, nil, 409, "conflict", ""},
+		{"reboot a VM never started", "POST", "/v1/vms/" + created.str("uuid") + "/reboot", ``, nil, 409, "conflict", ""},
 		{"a host UUID taken", "POST", "/v1/hosts", fmt.Sprintf(`{"uuid":%q}`, host.str("uuid")), nil, 409, "already_exists", ""},
 		{"rename without a name", "PATCH", "/v1/images/" + img, `{}`, nil, 400, "bad_request", "name"},
 		{"bad limit", "GET", "/v1/vms?limit=0", ``, nil, 400, "bad_request", "limit"},

@@ -38,8 +38,8 @@
 // host, port, name and user, which is for the node's log (logged at Warn
 // with the message id), not for API clients.
 //
-// A VM operation the VM's state does not allow (a start of a running VM)
-// is refused with bad_request, and the refusal is recorded with the
+// A VM operation the VM's state does not allow (a reboot of a stopped VM)
+// is refused with conflict, and the refusal is recorded with the
 // message like a reply (fenced, in the operation's transaction): a later
 // copy of the message (a redelivery after a lost acknowledgement, a
 // portal's resend after node_left, a message moved from a dead node's

@@ -161,9 +161,16 @@ func TestVMLifecycle(t *testing.T) {
 		assert.Equal(t, f.c.Owner(vm), rep.Node)
 		assert.Empty(t, rep.Portal)
 
-		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
-		assert.ErrorIs(t, err, message.ErrConflict, "starting a running VM is not a valid transition")
-		assert.Contains(t, err.Error(), "cannot start a VM that is running")
+		again, err := service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		require.NoError(t, err, "a start of a running VM succeeds")
+		assert.Equal(t, cloud.VMRunning, again.VM.State)
+		p, _ := f.hv.PowerOf(vm)
+		assert.Equal(t, simhv.PowerOn, p)
+		created, err = service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: img, Name: "never started"})
+		require.NoError(t, err)
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.RebootVm{UUID: created.VM.UUID})
+		assert.ErrorIs(t, err, message.ErrConflict, "rebooting a VM never started is not a valid transition")
+		assert.Contains(t, err.Error(), "cannot reboot a VM that is created")
 
 		rep, err = service.Call[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
 		require.NoError(t, err)
@@ -193,23 +200,23 @@ func TestVMRefusalRecorded(t *testing.T) {
 		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: f.addImage(t), Name: "web"})
 		require.NoError(t, err)
 		vm := created.VM.UUID
-		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
-		require.NoError(t, err)
 
 		id := message.NewUUID()
-		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
-		require.ErrorIs(t, err, message.ErrConflict, "starting a running VM")
-		stopped, err := service.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.RebootVm{UUID: vm}, bus.WithID(id))
+		require.ErrorIs(t, err, message.ErrConflict, "rebooting a VM never started")
+		started, err := service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
 		require.NoError(t, err)
-		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(id))
-		require.ErrorIs(t, err, message.ErrConflict, "the same message again: its recorded refusal, though the VM is stopped now")
-		assert.Contains(t, err.Error(), "cannot start a VM that is running")
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.RebootVm{UUID: vm}, bus.WithID(id))
+		require.ErrorIs(t, err, message.ErrConflict, "the same message again: its recorded refusal, though the VM runs now")
+		assert.Contains(t, err.Error(), "cannot reboot a VM that is created")
 		got, err := service.Call[api.VmReply](ctx, f.cl, api.GetVm{UUID: vm})
 		require.NoError(t, err)
-		assert.Equal(t, cloud.VMStopped, got.VM.State, "the copy did not run")
-		assert.Equal(t, stopped.VM.Version, got.VM.Version)
-		p, _ := f.hv.PowerOf(vm)
-		assert.Equal(t, simhv.PowerOff, p, "nor did the hypervisor")
+		assert.Equal(t, cloud.VMRunning, got.VM.State)
+		assert.Equal(t, started.VM.Version, got.VM.Version, "the copy did not run")
+		assert.Zero(t, f.hv.Calls(simhv.OpRebootVM), "nor did the hypervisor")
+
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StopVm{UUID: vm})
+		require.NoError(t, err)
 
 		again := message.NewUUID()
 		first, err := service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm}, bus.WithID(again))
@@ -637,4 +644,96 @@ func addVM(t *testing.T, ctx context.Context, cl *service.Client) string {
 	created, err := service.Call[api.VmCreated](ctx, cl, api.CreateVm{ImageUUID: img})
 	require.NoError(t, err)
 	return created.VM.UUID
+}
+
+// deadStore is a node's view of the store: once dead is set (the node
+// was killed) nothing it writes commits, as a database that can no
+// longer reach the process.
+type deadStore struct {
+	cloud.Store
+	dead *atomic.Bool
+}
+
+func (s deadStore) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Context, tx cloud.Store) ([]byte, error)) ([]byte, error) {
+	return s.Store.Do(ctx, w, func(ctx context.Context, tx cloud.Store) ([]byte, error) {
+		out, err := fn(ctx, tx)
+		if err == nil && s.dead.Load() {
+			err = errors.New("test: the node is dead; its transaction does not commit")
+		}
+		return out, err
+	})
+}
+
+// TestOperationRepeatedAfterItsOwnerDied: a VM's owner dies after the
+// hypervisor started (then stopped, then destroyed) the VM and before
+// the record followed; the portal resends the message to the new owner
+// (WithRetry), whose takeover sweep records the power state the dead
+// owner left, before or after the copy runs. The copy finds the VM in
+// the state it asks for (or, for the destroy, gone from its host) and
+// is answered as done, not refused or failed: the VM is so because of
+// it. The same message repeated later (a REST client's retry under the
+// same Idempotency-Key) gets that answer again.
+func TestOperationRepeatedAfterItsOwnerDied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := message.NewRegistry()
+		require.NoError(t, api.Register(reg))
+		hv, err := simhv.New(simhv.Config{})
+		require.NoError(t, err)
+		db := memdb.New()
+		var (
+			c      *servicetest.Cluster
+			target atomic.Value // the VM whose next final write kills its owner
+			killed atomic.Int32
+			dead   [4]atomic.Bool
+		)
+		target.Store("")
+		c = servicetest.Start(t, servicetest.Options{Nodes: 4, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
+			s, err := services.New(services.Config{Store: deadStore{Store: db, dead: &dead[i]}, Hypervisor: hv, PingInterval: pingInterval,
+				StallVMFinalWrite: func(ctx context.Context, vm string) {
+					if target.CompareAndSwap(vm, "") { // the hypervisor acted: the owner dies before its write
+						dead[i].Store(true)
+						c.Kill(c.Node(i).UUID())
+						killed.Add(1)
+					}
+				}})
+			if err != nil {
+				panic(err)
+			}
+			return s.Services()
+		}})
+		db.UseFence(c.Store(), memfence.Config{})
+		cl := c.Client(t)
+		ctx := t.Context()
+		vm := addVM(t, ctx, cl)
+
+		for _, s := range []struct {
+			msg   any
+			state cloud.VMState
+			power simhv.Power
+		}{
+			{api.StartVm{UUID: vm}, cloud.VMRunning, simhv.PowerOn},
+			{api.StopVm{UUID: vm}, cloud.VMStopped, simhv.PowerOff},
+			{api.DestroyVm{UUID: vm}, cloud.VMDestroyed, ""},
+		} {
+			owner := c.Owner(vm)
+			before := killed.Load()
+			target.Store(vm)
+			id := message.NewUUID()
+			rep, err := service.Call[api.VmReply](ctx, cl, s.msg, bus.WithID(id), bus.WithRetry(3))
+			require.NoError(t, err, "%T, resent after its owner died", s.msg)
+			require.Equal(t, before+1, killed.Load(), "%T: the owner died after the hypervisor acted", s.msg)
+			assert.NotEqual(t, owner, rep.Node, "%T: answered by the new owner", s.msg)
+			assert.Equal(t, s.state, rep.VM.State, "%T", s.msg)
+			p, _ := hv.PowerOf(vm)
+			assert.Equal(t, s.power, p, "%T", s.msg)
+			got, err := db.VM(ctx, vm)
+			require.NoError(t, err)
+			assert.Equal(t, s.state, got.State, "%T: recorded", s.msg)
+
+			again, err := service.Call[api.VmReply](ctx, cl, s.msg, bus.WithID(id), bus.WithRetry(3))
+			require.NoError(t, err, "%T: the same message again", s.msg)
+			assert.Equal(t, rep.VM, again.VM, "%T: the recorded answer", s.msg)
+			c.WaitConverged(t, 5*time.Second)
+		}
+	})
 }

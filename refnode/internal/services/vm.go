@@ -210,6 +210,13 @@ type vmOutcome struct {
 // node_left, moved from a dead node's queue) gets the same refusal, and
 // does not run where the state has changed since, after its caller was
 // told it did not happen.
+//
+// A start of a running VM (a stop of a stopped one) is allowed and runs
+// like any other: the hypervisor makes sure of the state, the record is
+// written. So a copy of a start sent to a new owner after the old one
+// died between its hypervisor call and its commit succeeds, whether or
+// not the new owner's takeover sweep recorded the power state first:
+// refusing it would tell its caller the start did not happen.
 func (s *VMService) operate(ctx context.Context, r *bus.Request, op cloud.VMOp) (api.VmReply, error) {
 	id := r.Resource() // the VM's UUID, canonical: the bus checked
 	start := time.Now()

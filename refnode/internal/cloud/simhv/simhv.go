@@ -357,9 +357,10 @@ func (h *Hypervisor) RebootVM(ctx context.Context, hostUUID, vmUUID string) erro
 	})
 }
 
-// DestroyVM implements [cloud.Hypervisor.DestroyVM].
+// DestroyVM implements [cloud.Hypervisor.DestroyVM]: the host must be
+// up; a VM it does not have is destroyed already.
 func (h *Hypervisor) DestroyVM(ctx context.Context, hostUUID, vmUUID string) error {
-	return h.vmOp(ctx, OpDestroyVM, hostUUID, vmUUID, func(hs *host) error { delete(hs.vms, vmUUID); return nil })
+	return h.onHost(ctx, OpDestroyVM, hostUUID, "vm "+vmUUID, func(hs *host) error { delete(hs.vms, vmUUID); return nil })
 }
 
 // MigrateVM implements [cloud.Hypervisor.MigrateVM]: both hosts must be

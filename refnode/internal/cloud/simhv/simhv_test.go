@@ -69,6 +69,8 @@ func TestVMsAndFailures(t *testing.T) {
 	require.NoError(t, hv.DestroyVM(ctx, host, vm))
 	_, ok := hv.PowerOf(vm)
 	assert.False(t, ok)
+	require.NoError(t, hv.DestroyVM(ctx, host, vm), "a VM the host does not have is destroyed already")
+	assert.ErrorIs(t, hv.StartVM(ctx, host, vm), simhv.ErrUnknown, "but it cannot be started")
 }
 
 // TestMigrateVM: a move keeps the VM's power state, can be made again
