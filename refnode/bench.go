@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -69,16 +70,17 @@ type benchOptions struct {
 
 // benchOp is one operation's figures.
 type benchOp struct {
-	Name      string         `json:"operation"`
-	OK        int            `json:"ok"`
-	Errors    map[string]int `json:"errors"`          // final failures by code
-	Attempts  map[string]int `json:"failed_attempts"` // every failed attempt by code
-	PerSecond float64        `json:"per_second"`
-	P50MS     float64        `json:"p50_ms"`
-	P90MS     float64        `json:"p90_ms"`
-	P99MS     float64        `json:"p99_ms"`
-	MaxMS     float64        `json:"max_ms"`
-	latencies []time.Duration
+	Name       string            `json:"operation"`
+	OK         int               `json:"ok"`
+	Errors     map[string]int    `json:"errors"`                // final failures by code
+	ErrorTexts map[string]string `json:"error_texts,omitempty"` // the first final failure's message for each code
+	Attempts   map[string]int    `json:"failed_attempts"`       // every failed attempt by code
+	PerSecond  float64           `json:"per_second"`
+	P50MS      float64           `json:"p50_ms"`
+	P90MS      float64           `json:"p90_ms"`
+	P99MS      float64           `json:"p99_ms"`
+	MaxMS      float64           `json:"max_ms"`
+	latencies  []time.Duration
 }
 
 // benchReport is what refnode bench prints.
@@ -92,7 +94,7 @@ type benchReport struct {
 	ByNode      map[string]int `json:"requests_by_node"` // successful requests by the node that handled them
 	Killed      string         `json:"killed,omitempty"` // the node -kill-after killed, and when
 	Running     int            `json:"running_in_database"`
-	Lost        int            `json:"lost"`
+	Lost        int            `json:"lost"` // VMs whose start was answered done, not running in the database
 }
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -315,9 +317,12 @@ func runBench(ctx context.Context, o benchOptions, apis []string, e *embeddedClu
 				code = f.code
 			}
 			if op.Errors == nil {
-				op.Errors = map[string]int{}
+				op.Errors, op.ErrorTexts = map[string]int{}, map[string]string{}
 			}
 			op.Errors[code]++
+			if _, ok := op.ErrorTexts[code]; !ok {
+				op.ErrorTexts[code] = err.Error()
+			}
 			return
 		}
 		op.OK++
@@ -346,7 +351,10 @@ func runBench(ctx context.Context, o benchOptions, apis []string, e *embeddedClu
 		defer t.Stop()
 	}
 	work := make(chan int)
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		started sync.Map // UUID -> true: the VMs whose start was answered done
+	)
 	start := time.Now()
 	for range min(o.concurrency, o.vms) {
 		wg.Go(func() {
@@ -360,6 +368,9 @@ func runBench(ctx context.Context, o benchOptions, apis []string, e *embeddedClu
 					t1 := time.Now()
 					_, err = c.do(ctx, "POST", "/v1/vms/"+id+"/start", key+"-start", nil, attempt(ops[1]))
 					record(ops[1], time.Since(t1), err)
+					if err == nil {
+						started.Store(id, true)
+					}
 				}
 				progress.add()
 			}
@@ -388,18 +399,24 @@ func runBench(ctx context.Context, o benchOptions, apis []string, e *embeddedClu
 	}
 	r.Operations = ops
 	r.ByNode = c.byNode
-	running, err := countRunning(ctx, c, image)
+	running, err := readRunning(ctx, c, image)
 	if err != nil {
 		return nil, fmt.Errorf("read the VMs back: %w", err)
 	}
-	r.Running, r.Lost = running, ops[1].OK-running
+	r.Running = len(running)
+	started.Range(func(id, _ any) bool {
+		if !running[id.(string)] {
+			r.Lost++
+		}
+		return true
+	})
 	return r, nil
 }
 
-// countRunning pages through the image's VMs in the database and counts
-// the running ones.
-func countRunning(ctx context.Context, c *benchClient, image string) (int, error) {
-	running, cursor := 0, ""
+// readRunning pages through the image's VMs in the database and returns
+// the UUIDs of the running ones.
+func readRunning(ctx context.Context, c *benchClient, image string) (map[string]bool, error) {
+	running, cursor := map[string]bool{}, ""
 	for {
 		q := url.Values{"image_uuid": {image}, "limit": {"1000"}}
 		if cursor != "" {
@@ -407,6 +424,7 @@ func countRunning(ctx context.Context, c *benchClient, image string) (int, error
 		}
 		var page struct {
 			Items []struct {
+				UUID  string `json:"uuid"`
 				State string `json:"state"`
 			} `json:"items"`
 			NextCursor string `json:"next_cursor"`
@@ -417,7 +435,7 @@ func countRunning(ctx context.Context, c *benchClient, image string) (int, error
 			var req *http.Request
 			req, err = http.NewRequestWithContext(ctx, "GET", api+"/v1/vms?"+q.Encode(), nil)
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			if c.token != "" {
 				req.Header.Set("Authorization", "Bearer "+c.token)
@@ -436,11 +454,11 @@ func countRunning(ctx context.Context, c *benchClient, image string) (int, error
 			}
 		}
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		for _, v := range page.Items {
 			if v.State == "running" {
-				running++
+				running[v.UUID] = true
 			}
 		}
 		if page.NextCursor == "" {
@@ -477,6 +495,11 @@ func printBench(w io.Writer, r *benchReport) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%.1fms\t%.1fms\t%.1fms\t%.1fms\n", op.Name, op.OK, byCode(op.Errors), byCode(op.Attempts), op.PerSecond, op.P50MS, op.P90MS, op.P99MS, op.MaxMS)
 	}
 	_ = tw.Flush()
+	for _, op := range r.Operations {
+		for _, code := range slices.Sorted(maps.Keys(op.ErrorTexts)) {
+			fmt.Fprintf(w, "%s failed, %s: %s\n", op.Name, code, op.ErrorTexts[code])
+		}
+	}
 	fmt.Fprintf(w, "\n%d VMs in %.2fs: %.0f VMs/s created and started; %d running in the database, %d lost\n", r.VMs, r.Seconds, r.VMsPerSec, r.Running, r.Lost)
 	if r.Killed != "" {
 		fmt.Fprintf(w, "killed: %s\n", r.Killed)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,9 +41,11 @@ func TestBenchKill(t *testing.T) {
 		t.Skip("the race detector is on: CI runs TestBenchKill without it, in the serial step")
 	}
 	code, out, errOut := runCmd(t, nil, "bench", "-o", "json", "-vms", "1000", "-concurrency", "30", "-kill-after", "100ms", "-heartbeat", "100ms", "-evict-after", "1s")
-	require.Equal(t, 0, code, "%s\n%s", out, errOut)
 	var r benchReport
-	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	jsonErr := json.Unmarshal([]byte(out), &r)
+	// The first line says what failed: CI shows a failure's first lines.
+	require.Equal(t, 0, code, "%s\n%s\n%s", benchOutcome(r, jsonErr), out, errOut)
+	require.NoError(t, jsonErr, out)
 	assert.Equal(t, 1000, r.VMs)
 	require.Len(t, r.Operations, 2)
 	for _, op := range r.Operations {
@@ -61,4 +64,18 @@ func TestBenchKill(t *testing.T) {
 		}
 	}
 	t.Logf("with node C killed after 100ms: %.0f VMs/s, %d failed attempts hidden by retries (%v, %v)", r.VMsPerSec, failed, r.Operations[0].Attempts, r.Operations[1].Attempts)
+}
+
+// benchOutcome is a bench report's outcome on one line: each operation's
+// errors and failed attempts by code, the VMs lost.
+func benchOutcome(r benchReport, jsonErr error) string {
+	if jsonErr != nil {
+		return fmt.Sprintf("no JSON report (%v)", jsonErr)
+	}
+	var b strings.Builder
+	for _, op := range r.Operations {
+		fmt.Fprintf(&b, "%s: ok %d, errors %v %q, failed attempts %v; ", op.Name, op.OK, op.Errors, op.ErrorTexts, op.Attempts)
+	}
+	fmt.Fprintf(&b, "%d running, %d lost", r.Running, r.Lost)
+	return b.String()
 }

@@ -193,14 +193,20 @@ func (c *cluster) converged() bool {
 
 // kill crashes m: no goodbye, no heartbeat, no bus, no database. Its
 // durable queues stay; the survivors evict it after the threshold.
+//
+// The bus goes first, as everything goes at once for a process killed:
+// cut from the database while still on the bus, its running handlers
+// would answer their callers with the database's errors, which no
+// crashed process sends (a handler still running after the kill, as
+// Network.Kill does not wait for it, reaches nobody).
 func (c *cluster) kill(m *member) {
 	c.mu.Lock()
 	m.killed = true
 	c.mu.Unlock()
 	id := m.node.UUID()
+	c.net.Kill(id)
 	c.hb.SetUnreachable(id, true)
 	c.db.SetUnreachable(id, true)
-	c.net.Kill(id)
 }
 
 // await polls cond every millisecond until it holds or ctx ends.
