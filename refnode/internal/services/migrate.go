@@ -44,7 +44,10 @@ func (s *VMService) migrate(ctx context.Context, r *bus.Request, m api.MigrateVm
 //     nothing moved.
 //  3. moved, on the VM's owner: the hypervisor moves the VM (idempotent:
 //     a VM already on the target stays), the VM's record names the
-//     target, and the job succeeds, in one transaction.
+//     target, and the job succeeds, in one transaction. A VM destroyed
+//     meanwhile (on the host its record names, while the move of a run
+//     whose record failed may have put it on the target) is destroyed
+//     on the target too, and the job fails with code conflict.
 //
 // A job still pending at its Deadline fails with code timeout; one past
 // step 1 is driven to its end, never left half-way, unless its move
@@ -129,6 +132,25 @@ func (s *VMService) runMigration(ctx context.Context, claim fence.Claim, vm, job
 		if err != nil {
 			return j, err
 		}
+		if rec.State == cloud.VMDestroyed {
+			// Destroyed while the job was pending, on the host its record
+			// names: an earlier run may have moved it to the target
+			// before its record failed, so it goes from there too.
+			if err := tx.Verify(ctx); err != nil {
+				return j, err
+			}
+			opCtx, cancel := context.WithTimeout(ctx, s.opTimeout)
+			err := s.hv.DestroyVM(opCtx, args.HostUUID, vm)
+			cancel()
+			if err != nil {
+				return j, fmt.Errorf("vmInstance: vm %s was destroyed while its migration was pending: destroy it on the target host %s too: %w; job %s resumes at the next try", vm, args.HostUUID, err, jobID)
+			}
+			return tx.UpdateJob(ctx, jobID, func(j *cloud.Job) error {
+				j.Node, j.UpdatedAt = node, time.Now()
+				failJob(j, message.ErrConflict.WithDetails(fmt.Sprintf("vm %s was destroyed while this migration was pending; it is on no host", vm)))
+				return nil
+			})
+		}
 		switch rec.HostUUID {
 		case args.HostUUID: // moved by an earlier run whose record failed, or recorded already
 		case args.Source:
@@ -166,7 +188,7 @@ func (s *VMService) runMigration(ctx context.Context, claim fence.Claim, vm, job
 			return nil
 		})
 	})
-	if err == nil {
+	if err == nil && job.State == cloud.JobSucceeded {
 		s.log.Info("vm migrated", "vm", vm, "job", jobID, "from", args.Source, "to", args.HostUUID, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return job, err

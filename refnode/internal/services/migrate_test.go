@@ -255,3 +255,49 @@ func TestMigrateGivesUpPastDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateAfterDestroy: a migration's move was made on the hypervisor
+// and its record failed (the VM is on the target, its record names the
+// source); the VM is destroyed before the job resumes, on the source its
+// record names, which no longer has it. The resumed job destroys it on
+// the target too and fails with code conflict: no VM is left running on
+// a host with its record destroyed.
+func TestMigrateAfterDestroy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := start(t, 3, simhv.Config{})
+		ctx := t.Context()
+		hosts := f.addHosts(t, 2)
+		created, err := service.Call[api.VmCreated](ctx, f.cl, api.CreateVm{ImageUUID: f.addImage(t)})
+		require.NoError(t, err)
+		vm, source := created.VM.UUID, created.VM.HostUUID
+		target := f.otherHost(t, vm, hosts)
+		_, err = service.Call[api.VmReply](ctx, f.cl, api.StartVm{UUID: vm})
+		require.NoError(t, err)
+		job := f.migrateJob(t, vm, target, time.Hour)
+		require.NoError(t, f.hv.MigrateVM(ctx, source, target, vm))
+		_, err = f.db.UpdateJob(ctx, job, func(j *cloud.Job) error {
+			b, _ := json.Marshal(api.MigrateArgs{HostUUID: target, Source: source})
+			j.Args, j.State, j.Step = string(b), cloud.JobRunning, api.StepPrepared
+			return nil
+		})
+		require.NoError(t, err)
+
+		rep, err := service.Call[api.VmReply](ctx, f.cl, api.DestroyVm{UUID: vm})
+		require.NoError(t, err, "the source its record names does not have it: destroyed already there")
+		assert.Equal(t, cloud.VMDestroyed, rep.VM.State)
+		p, ok := f.hv.PowerOf(vm)
+		require.True(t, ok, "still on the target, until the job resumes")
+		assert.Equal(t, simhv.PowerOn, p)
+
+		j, err := service.Call[api.JobReply](ctx, f.cl, api.MigrateVm{UUID: vm, HostUUID: target, Job: job}) // as the owner's sweep resumes it
+		require.NoError(t, err)
+		assert.Equal(t, cloud.JobFailed, j.Job.State, "%+v", j.Job)
+		assert.Equal(t, string(message.ErrConflict.Code), j.Job.Code)
+		assert.Contains(t, j.Job.Error, "destroyed while this migration was pending")
+		_, ok = f.hv.PowerOf(vm)
+		assert.False(t, ok, "destroyed on the target too")
+		got, err := f.db.VM(ctx, vm)
+		require.NoError(t, err)
+		assert.Equal(t, cloud.VMDestroyed, got.State)
+	})
+}
