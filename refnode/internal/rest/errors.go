@@ -67,6 +67,12 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error, keyed bool
 	if text == "" {
 		text = err.Error()
 	}
+	if d := e.Description; e.Code == message.ErrInternal.Code && d != message.ErrInternal.Description && !strings.Contains(text, d) {
+		// A handler's uncoded error crosses the bus as an internal
+		// error whose description is its text (message.AsError), and
+		// Details above holds only where the call went: say why.
+		text += ": " + d
+	}
 	out := apiError{Code: string(e.Code), Message: text, Retry: retryName(e.Retry())}
 	var inv *api.InvalidError
 	if errors.As(err, &inv) && len(inv.Fields) > 0 {

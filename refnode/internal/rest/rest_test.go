@@ -60,6 +60,7 @@ func (s *flakyStore) VM(ctx context.Context, id string) (cloud.VM, error) {
 // the REST API served through a client of it.
 type fixture struct {
 	c      *servicetest.Cluster
+	hv     *simhv.Hypervisor
 	store  *flakyStore
 	api    http.Handler
 	router routers.Router // of the OpenAPI document: every request's answer is checked against it
@@ -75,7 +76,7 @@ func start(t *testing.T, nodes int, token string) *fixture {
 	hv, err := simhv.New(simhv.Config{})
 	require.NoError(t, err)
 	db := memdb.New()
-	f := &fixture{store: &flakyStore{Store: db}}
+	f := &fixture{hv: hv, store: &flakyStore{Store: db}}
 	_, f.router = loadOpenAPI(t)
 	f.c = servicetest.Start(t, servicetest.Options{
 		Nodes:    nodes,
@@ -441,4 +442,21 @@ func TestMigrateJobs(t *testing.T) {
 			assert.Equal(t, c.field, got.errField("field"), got.raw)
 		})
 	}
+}
+
+// TestServerFailureSaysWhy: a 500 (the hypervisor failed) gives the
+// handler's reason, not only where the call went.
+func TestServerFailureSaysWhy(t *testing.T) {
+	f := start(t, 2, "")
+	require.Equal(t, http.StatusCreated, f.do(t, "POST", "/v1/hosts", `{}`).status)
+	img := f.do(t, "POST", "/v1/images", `{}`).str("uuid")
+	vm := f.do(t, "POST", "/v1/vms", fmt.Sprintf(`{"image_uuid":%q}`, img))
+	require.Equal(t, http.StatusCreated, vm.status, vm.raw)
+	f.hv.FailNext(simhv.OpStartVM, 1)
+	got := f.do(t, "POST", "/v1/vms/"+vm.str("uuid")+"/start", "")
+	assert.Equal(t, http.StatusInternalServerError, got.status, got.raw)
+	assert.Equal(t, "internal", got.errField("code"), got.raw)
+	assert.Contains(t, got.errField("message"), "simhv: injected failure", got.raw)
+	assert.Contains(t, got.errField("message"), "the VM stays created", got.raw)
+	t.Logf("%s", got.raw)
 }
