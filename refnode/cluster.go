@@ -153,11 +153,16 @@ func (c *cluster) all() []*member {
 	return slices.Clone(c.members)
 }
 
-// wasKilled reports whether m was killed.
-func (c *cluster) wasKilled(m *member) bool {
+// markKilled marks m killed, as kill does first, and reports whether it
+// was not marked before: a caller that kills m a moment later (after
+// answering the request to) claims the kill here, so that a second
+// request meanwhile finds m killed already.
+func (c *cluster) markKilled(m *member) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return m.killed
+	first := !m.killed
+	m.killed = true
+	return first
 }
 
 // live returns the members that were not killed and serve.

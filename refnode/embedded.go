@@ -180,7 +180,7 @@ func (e *embeddedCluster) serveKill(w http.ResponseWriter, r *http.Request) {
 		if want == "" || (want != a.m.label && want != a.m.node.UUID()) {
 			continue
 		}
-		if e.c.wasKilled(a.m) {
+		if !e.c.markKilled(a.m) {
 			http.Error(w, fmt.Sprintf("node %s was killed already", a.m.label), http.StatusConflict)
 			return
 		}
