@@ -10,10 +10,11 @@ import (
 )
 
 // callAllocsMax bounds the allocations of one Call over membus, both
-// sides counted (BenchmarkCall/membus): half of the 108 it made before
-// the hot path was trimmed. The race detector's instrumentation
+// sides counted (45 here, 48 in BenchmarkCall/membus) since envelopes are encoded
+// by hand and a handler's context is made lazily (56 before; 108 before
+// the hot path was first trimmed). The race detector's instrumentation
 // allocates more, so the test runs without it.
-const callAllocsMax = 54
+const callAllocsMax = 48
 
 func TestCallAllocs(t *testing.T) {
 	ctx := context.Background()

@@ -166,7 +166,7 @@ func (b *CloudBus) start(ctx context.Context) error {
 	if err := b.tr.DeclareQueue(ctx, b.reply, driver.QueueOptions{Kind: driver.QueueTemporary}); err != nil {
 		return fmt.Errorf("bus: declare reply queue %s: %w", b.reply, err)
 	}
-	c, err := b.tr.Consume(ctx, b.reply, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, b.onReply)
+	c, err := b.tr.Consume(ctx, b.reply, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch, NonBlocking: true}, b.onReply)
 	if err != nil {
 		return fmt.Errorf("bus: consume reply queue %s: %w", b.reply, err)
 	}
@@ -287,7 +287,7 @@ func (b *CloudBus) serve(ctx context.Context, id string, h Handler) error {
 			return fmt.Errorf("bus: register %s: declare entry %s: %w", id, b.apiEntry(), err)
 		}
 	}
-	c, err := b.tr.Consume(ctx, s.queue, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch}, func(d driver.Delivery) { b.onDelivery(s, d) })
+	c, err := b.tr.Consume(ctx, s.queue, driver.ConsumeOptions{Prefetch: b.cfg.Prefetch, NonBlocking: true}, func(d driver.Delivery) { b.onDelivery(s, d) })
 	if err != nil {
 		undo()
 		return fmt.Errorf("bus: register %s: consume %s: %w", id, s.queue, err)

@@ -16,11 +16,10 @@ type deadline struct {
 
 func (d deadline) late(now time.Time) bool { return !d.at.IsZero() && !now.Before(d.at) }
 
-func (d deadline) context(parent context.Context) (context.Context, context.CancelFunc) {
-	if d.at.IsZero() {
-		return context.WithCancel(parent)
-	}
-	return context.WithDeadline(parent, d.at)
+// context returns parent with the deadline, made lazily; stop it when
+// done.
+func (d deadline) context(parent context.Context) *lazyContext {
+	return newLazyContext(parent, d.at)
 }
 
 // deadlineOf returns env's deadline as read at arrived: the earlier of
@@ -78,60 +77,101 @@ func (b *CloudBus) stampLeft(env *wire.Envelope, left time.Duration) {
 	}
 }
 
-// replyContext is context.WithTimeout(context.Background(), d) for the
-// publish of a reply, made lazily: its timer exists only once something
-// waits on Done. A publish that does not block (membus, the fast mode)
-// never waits, and the context then costs one allocation instead of
-// four. stop is the cancel function.
-type replyContext struct {
-	at time.Time
+// lazyContext is context.WithDeadline(parent, at) (context.WithCancel
+// for a zero at), made lazily: the context, its timer and its channel
+// exist only once something waits on Done or looks up a Value. A handler
+// that never does, and the publish of a reply that does not block
+// (membus, the fast mode), then cost one allocation instead of four and
+// no timer. stop is the cancel function.
+type lazyContext struct {
+	parent context.Context
+	at     time.Time
 
 	mu      sync.Mutex
-	ctx     context.Context // made by the first Done
+	ctx     context.Context // made by the first Done or Value
 	cancel  context.CancelFunc
 	stopped bool
 }
 
-func newReplyContext(d time.Duration) *replyContext {
-	return &replyContext{at: time.Now().Add(d)}
+// newLazyContext returns a context ending at at, or with parent; stop
+// it when done.
+func newLazyContext(parent context.Context, at time.Time) *lazyContext {
+	return &lazyContext{parent: parent, at: at}
+}
+
+// newReplyContext is context.WithTimeout(context.Background(), d), made
+// lazily.
+func newReplyContext(d time.Duration) *lazyContext {
+	return newLazyContext(context.Background(), time.Now().Add(d))
 }
 
 // Deadline implements [context.Context].
-func (c *replyContext) Deadline() (time.Time, bool) { return c.at, true }
+func (c *lazyContext) Deadline() (time.Time, bool) {
+	if c.at.IsZero() {
+		return c.parent.Deadline()
+	}
+	if pd, ok := c.parent.Deadline(); ok && pd.Before(c.at) {
+		return pd, true
+	}
+	return c.at, true
+}
 
-// Done implements [context.Context].
-func (c *replyContext) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// made returns the context, making it first; c.mu is held.
+func (c *lazyContext) made() context.Context {
 	if c.ctx == nil {
-		c.ctx, c.cancel = context.WithDeadline(context.Background(), c.at)
+		if c.at.IsZero() {
+			c.ctx, c.cancel = context.WithCancel(c.parent)
+		} else {
+			c.ctx, c.cancel = context.WithDeadline(c.parent, c.at)
+		}
 		if c.stopped {
 			c.cancel()
 		}
 	}
-	return c.ctx.Done()
+	return c.ctx
+}
+
+// Done implements [context.Context].
+func (c *lazyContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.made().Done()
 }
 
 // Err implements [context.Context].
-func (c *replyContext) Err() error {
+func (c *lazyContext) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.ctx != nil:
+	if c.ctx != nil {
 		return c.ctx.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	switch {
 	case c.stopped:
 		return context.Canceled
-	case !time.Now().Before(c.at):
+	case !c.at.IsZero() && !time.Now().Before(c.at):
 		return context.DeadlineExceeded
 	}
 	return nil
 }
 
-// Value implements [context.Context]: a reply's context carries none.
-func (c *replyContext) Value(any) any { return nil }
+// Value implements [context.Context]: the parent's values. The context
+// is made first (but for context.Background, which has none), so that
+// what the context package looks up through Value (context.Cause) finds
+// this context's own state.
+func (c *lazyContext) Value(key any) any {
+	if c.parent == context.Background() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.made().Value(key)
+}
 
 // stop cancels c and releases its timer, if it made one.
-func (c *replyContext) stop() {
+func (c *lazyContext) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped = true

@@ -46,7 +46,7 @@ func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 		// The reply is published from the service's workers, which Close
 		// waits for: this callback must not block.
 		if replyTo, corr, ok := wire.ReplyAddress(d.Body(), b.cfg.MaxMessageSize); ok && b.validReplyTo(replyTo) {
-			_ = s.sched.submit("", &job{run: func() { b.replyRefusal(s.id, replyTo, corr, err) }, requeue: func() {}})
+			_ = s.sched.submit("", &job{run: func() { b.replyRefusal(s.id, replyTo, corr, err) }})
 		}
 		return
 	}
@@ -98,7 +98,7 @@ func (b *CloudBus) onDelivery(s *service, d driver.Delivery) {
 			b.handle(s, env, d, arrived, dl)
 			b.noteSize(size)
 		},
-		requeue: func() { _ = d.Reject(true) },
+		d: d,
 	}
 	key := ""
 	if env.ResourceUUID != "" {
@@ -125,8 +125,9 @@ func (b *CloudBus) handle(s *service, env *wire.Envelope, d driver.Delivery, arr
 		b.refuseLate(s.id, env, d, arrived, dl)
 		return
 	}
-	ctx, cancel := dl.context(b.base)
-	defer cancel()
+	lc := dl.context(b.base)
+	defer lc.stop()
+	var ctx context.Context = lc
 	if err := d.Check(ctx); err != nil {
 		given := errors.Is(err, message.ErrUnavailable) || errors.Is(err, message.ErrClosed)
 		if !given && dl.late(time.Now()) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -40,8 +41,8 @@ type line struct {
 }
 
 type job struct {
-	run     func() // handles, replies, acknowledges
-	requeue func() // gives the delivery back if it never runs
+	run func()          // handles, replies, acknowledges
+	d   driver.Delivery // given back if the job never runs; nil: nothing to give back
 }
 
 func newScheduler(maxConc, perKey int) *scheduler {
@@ -264,7 +265,9 @@ func (s *scheduler) close() {
 	s.parked = nil
 	s.mu.Unlock()
 	for _, j := range back {
-		j.requeue()
+		if j.d != nil {
+			_ = j.d.Reject(true)
+		}
 	}
 	s.wg.Wait()
 }

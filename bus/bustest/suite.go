@@ -131,6 +131,7 @@ var scenarios = []scenario{
 	{name: "calls sharing one message id each get their own reply", fast: true, run: testSharedID},
 	{name: "close with calls in flight", fast: true, run: testCloseInFlight},
 	{name: "ordering from one sender into one queue", fast: true, run: testOrdering},
+	{name: "a non-blocking consumer's handler runs one call at a time, in order", run: testNonBlockingConsumer},
 	{name: "unknown message type", fast: true, run: testUnknownType},
 	{name: "handler error codes cross the wire", fast: true, run: testErrorCodes},
 	{name: "handler panic becomes an error reply and the consumer survives", fast: true, run: testPanic},

@@ -2,6 +2,8 @@ package bustest
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -155,4 +157,81 @@ func testAbortAfterCancel(t *testing.T, c *cluster) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Cancel() })
 	assert.Equal(t, "held", recv(t, again, 10*time.Second, "the message the cancelled consumer held, after its Abort"))
+}
+
+// testNonBlockingConsumer: a consumer that declares its handler
+// non-blocking (driver.ConsumeOptions.NonBlocking; membus then calls it
+// on the publisher's goroutine) still gets its messages one call at a
+// time and each sender's in the order sent, with two senders publishing
+// at once and the handler publishing into its own queue.
+func testNonBlockingConsumer(t *testing.T, c *cluster) {
+	ctx := t.Context()
+	consumerTr := c.env.Transport(t, message.NewUUID())
+	q := declareQueue(t, c, consumerTr, "nonblocking.q", driver.QueueOptions{})
+	const perSender, every = 200, 10
+	want := 2*perSender + 2*perSender/every
+	var (
+		mu      sync.Mutex
+		running int
+		overlap int
+		last    = map[string]int{}
+		order   []string // out-of-order arrivals
+		seen    int
+		all     = make(chan struct{})
+	)
+	_, err := consumerTr.Consume(ctx, q, driver.ConsumeOptions{Prefetch: 8, NonBlocking: true}, func(d driver.Delivery) {
+		mu.Lock()
+		running++
+		if running > 1 {
+			overlap++
+		}
+		body := string(d.Body())
+		sender := body[:2] // "a-", "b-", or "c-a", "c-b" for the handler's
+		if sender == "c-" {
+			sender = body[:3]
+		}
+		n, _ := strconv.Atoi(body[len(sender):])
+		if prev, ok := last[sender]; ok && n <= prev {
+			order = append(order, fmt.Sprintf("%s after %s%05d", body, sender, prev))
+		}
+		last[sender] = n
+		mu.Unlock()
+		if body[0] != 'c' && n%every == 0 {
+			// Into its own queue, from its own handler: it must wait
+			// for this call to end.
+			assert.NoError(t, consumerTr.Publish(context.Background(), q, fmt.Appendf(nil, "c-%c%05d", body[0], n)))
+		}
+		_ = d.Ack()
+		mu.Lock()
+		running--
+		seen++
+		if seen == want {
+			close(all)
+		}
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, sender := range []byte{'a', 'b'} {
+		tr := c.env.Transport(t, message.NewUUID())
+		wg.Go(func() {
+			for i := range perSender {
+				if !assert.NoError(t, tr.Publish(ctx, q, fmt.Appendf(nil, "%c-%05d", sender, i))) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("bustest: %d of %d messages handled within 30s", seen, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, overlap, "bustest: calls of one consumer's handler overlapped")
+	assert.Empty(t, order, "bustest: a sender's messages were handled out of order")
 }

@@ -211,6 +211,47 @@ func (n *Network) enqueueLocked(q *queue, data []byte) {
 	n.dispatchLocked(q)
 }
 
+// publishLocked puts a copy of data into q as enqueueLocked does, and
+// returns the delivery that the caller must hand to its consumer's
+// handle itself, after it unlocks (consumer.runInline), if there is one:
+// when q holds no other ready message and the consumer that is next in
+// turn asked for it (driver.ConsumeOptions.NonBlocking) and is not
+// handling another. Any other consumer gets the message as dispatchLocked
+// gives it, in the same turn.
+func (n *Network) publishLocked(q *queue, data []byte) *delivery {
+	if len(q.msgs) > 0 || len(q.consumers) == 0 {
+		n.enqueueLocked(q, data)
+		return nil
+	}
+	c := n.pickLocked(q)
+	if c == nil {
+		n.enqueueLocked(q, data)
+		return nil
+	}
+	n.seq++
+	m := &msg{seq: n.seq, data: slices.Clone(data)}
+	d := n.handOverLocked(q, c, m)
+	if !c.nonBlocking || c.busy || len(c.inbox) > 0 {
+		c.inbox = append(c.inbox, d)
+		c.wakeUp()
+		return nil
+	}
+	c.busy = true
+	d.handed = true
+	m.handed++
+	c.t.wg.Add(1) // Close waits for this handle call too
+	return d
+}
+
+// handOverLocked makes m a delivery to c, counted as unsettled.
+func (n *Network) handOverLocked(q *queue, c *consumer, m *msg) *delivery {
+	d := &delivery{net: n, c: c, q: q, m: m, redelivered: m.redelivered}
+	c.unacked++
+	q.unacked++
+	c.t.outstanding[d] = struct{}{}
+	return d
+}
+
 // requeueLocked puts m back in q at its original position.
 func (n *Network) requeueLocked(q *queue, m *msg) {
 	if q.deleted {
@@ -234,10 +275,7 @@ func (n *Network) dispatchLocked(q *queue) {
 			n.deadLetterLocked(q, m)
 			continue
 		}
-		d := &delivery{net: n, c: c, q: q, m: m, redelivered: m.redelivered}
-		c.unacked++
-		q.unacked++
-		c.t.outstanding[d] = struct{}{}
+		d := n.handOverLocked(q, c, m)
 		c.inbox = append(c.inbox, d)
 		c.wakeUp()
 	}

@@ -214,18 +214,24 @@ func (t *Transport) Publish(ctx context.Context, queue string, data []byte) erro
 	}
 	n := t.net
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if err := t.checkLocked("publish to", queue); err != nil {
+		n.mu.Unlock()
 		return notSent(err)
 	}
 	q, ok := n.queues[queue]
 	if !ok {
+		n.mu.Unlock()
 		return fmt.Errorf("membus: publish: queue %s does not exist: %w", queue, message.ErrNoRoute)
 	}
 	if t.droppedLocked() {
+		n.mu.Unlock()
 		return nil // lost on the way, silently
 	}
-	n.enqueueLocked(q, data)
+	d := n.publishLocked(q, data)
+	n.mu.Unlock()
+	if d != nil {
+		d.c.runInline(d)
+	}
 	return nil
 }
 
@@ -312,13 +318,14 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts driver.Consu
 		return nil, fmt.Errorf("membus: consume: queue %s does not exist: %w", queue, message.ErrNoRoute)
 	}
 	c := &consumer{
-		t:        t,
-		q:        q,
-		prefetch: max(opts.Prefetch, 1),
-		handle:   handle,
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		t:           t,
+		q:           q,
+		prefetch:    max(opts.Prefetch, 1),
+		nonBlocking: opts.NonBlocking,
+		handle:      handle,
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	q.consumers = append(q.consumers, c)
 	t.consumers[c] = struct{}{}
@@ -372,10 +379,14 @@ type consumer struct {
 	q        *queue
 	prefetch int
 	handle   func(driver.Delivery)
+	// nonBlocking: handle may be called on a publisher's goroutine
+	// (driver.ConsumeOptions.NonBlocking; Network.publishLocked).
+	nonBlocking bool
 
 	// Guarded by net.mu:
 	unacked int
 	inbox   []*delivery // dispatched to this consumer, not yet handed over
+	busy    bool        // a handle call runs (on run's goroutine or a publisher's)
 	stopped bool
 	aborted bool // Abort gave back what it held
 
@@ -400,20 +411,36 @@ func (c *consumer) run() {
 			return
 		case <-c.wake:
 		}
-		for {
-			n := c.t.net
-			n.mu.Lock()
-			if c.stopped || len(c.inbox) == 0 {
-				n.mu.Unlock()
-				break
-			}
+		n := c.t.net
+		n.mu.Lock()
+		for !c.stopped && !c.busy && len(c.inbox) > 0 {
 			d := popFront(&c.inbox)
 			d.handed = true
 			d.m.handed++
+			c.busy = true
 			n.mu.Unlock()
 			c.handle(d)
+			n.mu.Lock()
+			c.busy = false
 		}
+		n.mu.Unlock()
 	}
+}
+
+// runInline calls handle with d on the publisher's goroutine
+// (Network.publishLocked marked c busy and counted the call in the
+// transport's wait group). Deliveries dispatched to c meanwhile wait in
+// its inbox, and run's goroutine takes them once this call is over.
+func (c *consumer) runInline(d *delivery) {
+	defer c.t.wg.Done()
+	c.handle(d)
+	n := c.t.net
+	n.mu.Lock()
+	c.busy = false
+	if len(c.inbox) > 0 {
+		c.wakeUp()
+	}
+	n.mu.Unlock()
 }
 
 // stopLocked detaches c from its queue; messages dispatched to it but not
