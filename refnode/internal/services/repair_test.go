@@ -25,8 +25,6 @@ import (
 	"github.com/cloudbus-go/cloudbus/refnode/internal/cloud/simhv"
 	"github.com/cloudbus-go/cloudbus/refnode/internal/services"
 	"github.com/cloudbus-go/cloudbus/service"
-	"github.com/cloudbus-go/cloudbus/service/nodekit"
-	"github.com/cloudbus-go/cloudbus/service/servicetest"
 	"github.com/cloudbus-go/cloudbus/service/servicetest/chaos"
 )
 
@@ -107,35 +105,22 @@ func (s *finalStall) stall(_ context.Context, vm string) {
 // linearizable against cloud.Transition.
 func TestStaleJournalNotApplied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := message.NewRegistry()
-		require.NoError(t, api.Register(reg))
 		hv, err := simhv.New(simhv.Config{Adopt: true})
 		require.NoError(t, err)
 		db := memdb.New()
 		logs := &logBuffer{}
 		st := &finalStall{}
 		const sweep = time.Second
-		var mu sync.Mutex
-		sets := map[int]*services.Set{}
-		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
-			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
-				StallVMFinalWrite: st.stall, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-			if err != nil {
-				panic(err)
-			}
-			mu.Lock()
-			sets[i] = s
-			mu.Unlock()
-			return s.Services()
-		}})
+		c, set := startServices(t, 3, func(int) services.Config {
+			return services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
+				StallVMFinalWrite: st.stall, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+		})
 		t.Cleanup(st.free) // before the cluster closes, should the test fail while X stalls
 		db.UseFence(c.Store(), memfence.Config{MaxAge: heartbeat.TestConfig().EvictAfter})
 		setOf := func(node string) *services.Set {
-			mu.Lock()
-			defer mu.Unlock()
-			for i, s := range sets {
+			for i := range 3 {
 				if c.Node(i).UUID() == node {
-					return s
+					return set(i)
 				}
 			}
 			t.Fatalf("no node %s", node)
@@ -273,22 +258,16 @@ func TestStaleJournalNotApplied(t *testing.T) {
 // repairs from that.
 func TestRepairOrderedAfterLaterWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := message.NewRegistry()
-		require.NoError(t, api.Register(reg))
 		sim, err := simhv.New(simhv.Config{})
 		require.NoError(t, err)
 		hv := &slowPower{Hypervisor: sim}
 		db := memdb.New()
 		logs := &logBuffer{}
 		const sweep = time.Second
-		c := servicetest.Start(t, servicetest.Options{Nodes: 2, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
-			s, err := services.New(services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
-				Logger: slog.New(slog.NewTextHandler(logs, nil))})
-			if err != nil {
-				panic(err)
-			}
-			return s.Services()
-		}})
+		c, _ := startServices(t, 2, func(int) services.Config {
+			return services.Config{Store: db, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
+				Logger: slog.New(slog.NewTextHandler(logs, nil))}
+		})
 		db.UseFence(c.Store(), memfence.Config{})
 		cl := c.Client(t)
 		ctx := t.Context()

@@ -542,27 +542,16 @@ func (s cutStore) UpdateVM(ctx context.Context, uuid string, update func(*cloud.
 // the journal entry's base is still the record's version.
 func TestVMJournalRepairs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := message.NewRegistry()
-		require.NoError(t, api.Register(reg))
 		hv, err := simhv.New(simhv.Config{Adopt: true})
 		require.NoError(t, err)
 		db := memdb.New()
 		logs := &logBuffer{}
 		var cut atomic.Bool
-		sets := map[int]*services.Set{}
-		var mu sync.Mutex
 		const sweep = 2 * time.Second
-		c := servicetest.Start(t, servicetest.Options{Nodes: 3, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
-			s, err := services.New(services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
-				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-			if err != nil {
-				panic(err)
-			}
-			mu.Lock()
-			sets[i] = s
-			mu.Unlock()
-			return s.Services()
-		}})
+		c, set := startServices(t, 3, func(int) services.Config {
+			return services.Config{Store: cutStore{Store: db, cut: &cut}, Hypervisor: hv, PingInterval: pingInterval, VMSweepInterval: sweep,
+				StallVMFinalWrite: func(context.Context, string) { cut.Store(true) }, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+		})
 		db.UseFence(c.Store(), memfence.Config{})
 		cl := c.Client(t)
 		ctx := t.Context()
@@ -583,14 +572,12 @@ func TestVMJournalRepairs(t *testing.T) {
 		})
 		t.Logf("recorded %s after the heal (virtual time; sweep every %s)", time.Since(healed), sweep)
 		var total services.VMStats
-		mu.Lock()
-		for _, s := range sets {
-			st := s.VM.Stats()
+		for i := range 3 {
+			st := set(i).VM.Stats()
 			total.Repairs += st.Repairs
 			total.Journaled += st.Journaled
 			total.StaleJournal += st.StaleJournal
 		}
-		mu.Unlock()
 		assert.Equal(t, uint64(1), total.Repairs)
 		assert.Zero(t, total.Journaled, "the entry applied is gone")
 		assert.Zero(t, total.StaleJournal, "nothing wrote the VM since the failed write: the entry was current")
@@ -634,6 +621,32 @@ func TestDomainLimits(t *testing.T) {
 
 // addVM adds a host, an image and a VM on it through cl's api.portal and
 // returns the VM's UUID.
+// startServices starts a cluster of n nodes, node i running the services
+// cfg(i) configures, with the API's messages registered. It returns the
+// cluster and node i's services.Set.
+func startServices(t *testing.T, n int, cfg func(i int) services.Config) (*servicetest.Cluster, func(i int) *services.Set) {
+	t.Helper()
+	reg := message.NewRegistry()
+	require.NoError(t, api.Register(reg))
+	var mu sync.Mutex
+	sets := map[int]*services.Set{} // by node index; a node started again replaces its entry
+	c := servicetest.Start(t, servicetest.Options{Nodes: n, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
+		s, err := services.New(cfg(i))
+		if err != nil {
+			panic(err)
+		}
+		mu.Lock()
+		sets[i] = s
+		mu.Unlock()
+		return s.Services()
+	}})
+	return c, func(i int) *services.Set {
+		mu.Lock()
+		defer mu.Unlock()
+		return sets[i]
+	}
+}
+
 func addVM(t *testing.T, ctx context.Context, cl *service.Client) string {
 	t.Helper()
 	_, err := service.Call[api.HostReply](ctx, cl, api.AddHost{UUID: message.NewUUID(), Address: "10.0.0.1"})
@@ -675,8 +688,6 @@ func (s deadStore) Do(ctx context.Context, w fence.Guard, fn func(ctx context.Co
 // same Idempotency-Key) gets that answer again.
 func TestOperationRepeatedAfterItsOwnerDied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := message.NewRegistry()
-		require.NoError(t, api.Register(reg))
 		hv, err := simhv.New(simhv.Config{})
 		require.NoError(t, err)
 		db := memdb.New()
@@ -687,20 +698,16 @@ func TestOperationRepeatedAfterItsOwnerDied(t *testing.T) {
 			dead   [4]atomic.Bool
 		)
 		target.Store("")
-		c = servicetest.Start(t, servicetest.Options{Nodes: 4, Registry: reg, Services: func(i int, _ nodekit.Env) []service.Service {
-			s, err := services.New(services.Config{Store: deadStore{Store: db, dead: &dead[i]}, Hypervisor: hv, PingInterval: pingInterval,
+		c, _ = startServices(t, 4, func(i int) services.Config {
+			return services.Config{Store: deadStore{Store: db, dead: &dead[i]}, Hypervisor: hv, PingInterval: pingInterval,
 				StallVMFinalWrite: func(ctx context.Context, vm string) {
 					if target.CompareAndSwap(vm, "") { // the hypervisor acted: the owner dies before its write
 						dead[i].Store(true)
 						c.Kill(c.Node(i).UUID())
 						killed.Add(1)
 					}
-				}})
-			if err != nil {
-				panic(err)
-			}
-			return s.Services()
-		}})
+				}}
+		})
 		db.UseFence(c.Store(), memfence.Config{})
 		cl := c.Client(t)
 		ctx := t.Context()
