@@ -66,7 +66,9 @@ func (p *fastPublisher) run() {
 // PublishFast implements [driver.FastPublisher]: a transient publish,
 // neither mandatory nor confirmed, to the default exchange with the
 // queue name as routing key, or through entry. It returns once the
-// library wrote it to the connection. A missing queue or binding, a
+// connection took it (into the socket, or into the transport's buffer
+// for it, written next unless the broker stopped reading). A missing
+// queue or binding, a
 // missing entry (which also closes the publishing channel; the next
 // publish opens another), a broker restart and a connection lost after
 // the write all lose the message without an error.

@@ -137,7 +137,7 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 				}
 				lim = newLimitConn(conn, t.cfg.MaxMessageSize)
 				lim.now = t.mono
-				return lim, nil
+				return newWriteConn(lim), nil // amqp091's writes, gathered
 			},
 		})
 		done <- result{c, err}
