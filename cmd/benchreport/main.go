@@ -9,10 +9,13 @@
 // settings, in the confirmed and the fast delivery mode, one-way and
 // Call at 1 and 64 callers), the in-memory bus's Call against Go
 // channels doing the same JSON (package bus), and the ring's balance
-// test and Locate benchmark. Each benchmark runs -count times (default
-// 5); go test repeats a benchmark with all its sub-benchmarks, so the
-// bus and its baseline alternate. The table gives medians, with the p99
-// latency of the calls, and each ratio of medians.
+// test and Locate benchmark. Each runs in -count rounds (default 5), one
+// go test process per round, so the bus and its baseline alternate (go
+// test -count would repeat each sub-benchmark in a row), and every other
+// round runs each RabbitMQ baseline before its bus benchmark
+// (CLOUDBUS_BENCH_BASELINE_FIRST=1): in one process the second of a pair
+// measures faster. The table gives medians, with the p99 latency of the
+// calls, and each ratio of medians.
 package main
 
 import (
@@ -135,12 +138,20 @@ func (r results) names() []string {
 // and unit pairs.
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 
-// bench runs the benchmarks matching pattern in pkg and parses them.
+// bench runs the benchmarks matching pattern in pkg, in count rounds of
+// one go test process each (every other one with the baselines first),
+// and parses them.
 func bench(pkg, pattern, benchtime string, count int) (results, error) {
-	out, err := goTest(pkg, "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime, "-count", strconv.Itoa(count))
-	if err != nil {
-		return nil, err
+	var all strings.Builder
+	for round := range count {
+		env := []string{"CLOUDBUS_BENCH_BASELINE_FIRST=" + strconv.Itoa(round%2)}
+		out, err := goTestEnv(env, pkg, "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime, "-count", "1")
+		if err != nil {
+			return nil, err
+		}
+		all.WriteString(out)
 	}
+	out := all.String()
 	r := results{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -169,10 +180,16 @@ func bench(pkg, pattern, benchtime string, count int) (results, error) {
 // goTest runs go test on pkg with args, printing progress to stderr, and
 // returns its output.
 func goTest(pkg string, args ...string) (string, error) {
+	return goTestEnv(nil, pkg, args...)
+}
+
+// goTestEnv is goTest with env added to the environment.
+func goTestEnv(env []string, pkg string, args ...string) (string, error) {
 	args = append([]string{"test", pkg}, args...)
-	fmt.Fprintf(os.Stderr, "benchreport: go %s\n", strings.Join(args, " "))
+	fmt.Fprintf(os.Stderr, "benchreport: %sgo %s\n", strings.Join(append(env, ""), " "), strings.Join(args, " "))
 	var out bytes.Buffer
 	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("benchreport: go %s: %w\n%s", strings.Join(args, " "), err, out.String())
