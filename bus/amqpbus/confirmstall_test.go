@@ -31,15 +31,7 @@ import (
 func TestStalledConfirmClosesItsChannel(t *testing.T) {
 	const stall = 300 * time.Millisecond
 	t.Cleanup(amqpbus.SetConfirmStall(stall, 20*time.Millisecond)) // after the transport closed
-	var hold atomic.Bool
-	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
-	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
-
-	e := newEnv(t)
-	logs := &logLines{}
-	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1, Logger: slog.New(logs)})
-	q := testQueue(t)
-	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	tr, q, hold, logs := withheldConfirms(t)
 	require.NoError(t, tr.Publish(t.Context(), q, []byte(`"before"`)))
 
 	hold.Store(true)
@@ -61,6 +53,23 @@ func TestStalledConfirmClosesItsChannel(t *testing.T) {
 	for _, want := range []string{`"before"`, `"held"`, `"after"`} {
 		awaitBody(t, got, want, "the broker delivers every message it took, the one of unknown outcome included")
 	}
+}
+
+// withheldConfirms dials a transport with one publishing channel, logging
+// to logs, and declares a temporary queue q; while hold is set, the
+// transport sees none of the broker's confirmations. Set the confirm
+// stall (SetConfirmStall) before: its cleanup must run after the
+// transport's close.
+func withheldConfirms(t *testing.T) (tr *amqpbus.Transport, q string, hold *atomic.Bool, logs *logLines) {
+	hold = new(atomic.Bool)
+	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
+	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
+	e := newEnv(t)
+	logs = &logLines{}
+	tr = e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1, Logger: slog.New(logs)})
+	q = testQueue(t)
+	require.NoError(t, tr.DeclareQueue(t.Context(), q, driver.QueueOptions{Kind: driver.QueueTemporary}))
+	return tr, q, hold, logs
 }
 
 // TestSlowListenerLosesNoConfirmOrReturn: amqp091-go drops a
@@ -138,16 +147,8 @@ func TestSlowListenerLosesNoConfirmOrReturn(t *testing.T) {
 func TestStallCloseWhilePublishingKeepsTheConnection(t *testing.T) {
 	// Restored after the transport closed (cleanups run last-in first-out).
 	t.Cleanup(amqpbus.SetConfirmStall(50*time.Millisecond, 5*time.Millisecond))
-	var hold atomic.Bool
-	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
-	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
-
-	e := newEnv(t)
-	logs := &logLines{}
-	tr := e.dial(t, message.NewUUID(), amqpbus.Config{Publishers: 1, Logger: slog.New(logs)})
-	q := testQueue(t)
+	tr, q, hold, logs := withheldConfirms(t)
 	ctx := t.Context()
-	require.NoError(t, tr.DeclareQueue(ctx, q, driver.QueueOptions{Kind: driver.QueueTemporary}))
 
 	const rounds, publishers = 10, 8
 	var published, unknown atomic.Int64
