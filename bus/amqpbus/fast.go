@@ -68,10 +68,10 @@ func (p *fastPublisher) run() {
 // queue name as routing key, or through entry. It returns once the
 // connection took it (into the socket, or into the transport's buffer
 // for it, written next unless the broker stopped reading). A missing
-// queue or binding, a
-// missing entry (which also closes the publishing channel; the next
-// publish opens another), a broker restart and a connection lost after
-// the write all lose the message without an error.
+// queue or binding, a missing entry (which also closes the publishing
+// channel; the next publish opens another), a broker restart and a
+// connection lost after the write all lose the message without an
+// error.
 func (t *Transport) PublishFast(ctx context.Context, entry, queue string, data []byte) error {
 	op := "publish fast to queue " + queue
 	if entry != "" {
