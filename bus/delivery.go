@@ -16,10 +16,12 @@ type DeliveryMode uint8
 
 const (
 	// Confirmed, the default: a persistent, mandatory publish that the
-	// broker confirmed. Send and the sending half of Call return only
-	// once the broker took the message; a missing queue fails at once
-	// with message.ErrNoRoute; a message in a durable queue survives a
-	// broker restart.
+	// broker confirmed. Send returns only once the broker took the
+	// message; a missing queue fails at once with message.ErrNoRoute; a
+	// message in a durable queue survives a broker restart. A Call ends
+	// with its reply even if the broker has not confirmed its request
+	// yet (the reply proves that the request arrived), and fails as soon
+	// as the broker refuses the request.
 	Confirmed DeliveryMode = iota
 	// Fast: a transient publish, neither mandatory nor confirmed, which
 	// returns once the message left this process. A missing queue drops

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/internal/busx"
 	"github.com/cloudbus-go/cloudbus/internal/wire"
 	"github.com/cloudbus-go/cloudbus/message"
@@ -181,21 +182,44 @@ func (b *CloudBus) roundTrip(ctx context.Context, env *wire.Envelope, o busx.Cal
 	b.mu.Unlock()
 	defer b.forget(env.CorrelationID)
 
-	if err := b.publish(ctx, env); err != nil {
+	published, err := b.startRequest(ctx, env)
+	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-p.done:
-		if p.err != nil {
-			return nil, p.err
+	for {
+		select {
+		case err := <-published:
+			if err == nil {
+				published = nil // confirmed: the reply is what is left
+				continue
+			}
+			select {
+			case <-p.done: // the reply came: the request arrived after all
+				return p.result()
+			default:
+			}
+			if ctx.Err() != nil {
+				return nil, ctxError(ctx)
+			}
+			return nil, err
+		case <-p.done:
+			return p.result()
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
 		}
-		if p.reply.Error != nil {
-			return nil, p.reply.Error
-		}
-		return p.reply, nil
-	case <-ctx.Done():
-		return nil, ctxError(ctx)
 	}
+}
+
+// result is the call's outcome once done is closed: the reply, or the
+// error it carries, or why the call ended without one.
+func (p *pendingCall) result() (*wire.Envelope, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if p.reply.Error != nil {
+		return nil, p.reply.Error
+	}
+	return p.reply, nil
 }
 
 // forget removes a pending call; a reply arriving later is late.
@@ -388,22 +412,50 @@ func bound(ctx context.Context, o busx.CallOptions, def time.Duration, always bo
 	return ctx, func() {}
 }
 
-// publishEncoded publishes data, env encoded, to env's service id:
-// through api.portal's entry for the portal.
+// publishEncoded publishes data, env encoded, to env's service id.
 func (b *CloudBus) publishEncoded(ctx context.Context, env *wire.Envelope, data []byte, fast bool) error {
-	entry := ""
+	entry, queue := b.route(env)
+	return b.publishData(ctx, entry, queue, data, fast)
+}
+
+// route returns the queue env goes to, and the entry it goes through ("",
+// but api.portal's entry for the portal).
+func (b *CloudBus) route(env *wire.Envelope) (entry, queue string) {
 	if env.ServiceID == APIPortal {
 		entry = b.apiEntry()
 	}
-	return b.publishData(ctx, entry, b.queueName(env.ServiceID), data, fast)
+	return entry, b.queueName(env.ServiceID)
+}
+
+// encodeStamped stamps env's deadline from ctx and encodes env.
+func (b *CloudBus) encodeStamped(ctx context.Context, env *wire.Envelope) ([]byte, error) {
+	if err := b.stampDeadline(ctx, env); err != nil {
+		return nil, err
+	}
+	return wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+}
+
+// startRequest publishes env, a call's request. With a transport that
+// can report a confirmed publish's outcome later (driver.PublishStarter),
+// in the confirmed mode, it returns at once with a channel that receives
+// the outcome: the call's reply may come first, and ends the call. Else
+// it publishes, and returns a nil channel once the transport took env.
+func (b *CloudBus) startRequest(ctx context.Context, env *wire.Envelope) (<-chan error, error) {
+	ps, ok := b.tr.(driver.PublishStarter)
+	if !ok || isFast(env) {
+		return nil, b.publish(ctx, env)
+	}
+	data, err := b.encodeStamped(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	entry, queue := b.route(env)
+	return ps.StartPublish(ctx, entry, queue, data), nil
 }
 
 // publish stamps the deadline, encodes and publishes env.
 func (b *CloudBus) publish(ctx context.Context, env *wire.Envelope) error {
-	if err := b.stampDeadline(ctx, env); err != nil {
-		return err
-	}
-	data, err := wire.EncodeEnvelope(env, b.cfg.MaxMessageSize)
+	data, err := b.encodeStamped(ctx, env)
 	if err != nil {
 		return err
 	}

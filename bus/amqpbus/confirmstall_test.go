@@ -1,6 +1,7 @@
 package amqpbus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,8 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cloudbus-go/cloudbus/bus"
 	"github.com/cloudbus-go/cloudbus/bus/amqpbus"
+	"github.com/cloudbus-go/cloudbus/bus/bustest"
 	"github.com/cloudbus-go/cloudbus/bus/driver"
+	"github.com/cloudbus-go/cloudbus/internal/testenv"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -190,4 +194,38 @@ func TestStallCloseWhilePublishingKeepsTheConnection(t *testing.T) {
 	assert.GreaterOrEqual(t, closes, rounds/2, "the stalled channel was closed under the publishes")
 	assert.Zero(t, tr.ConnectionsLost(), "no publish racing its channel's close cost the connection")
 	require.NoError(t, tr.DeleteQueue(ctx, q))
+}
+
+// TestCallEndsBeforeItsRequestIsConfirmed: a reply proves that its
+// request arrived, so a call ends with its reply while the broker's
+// confirmation of the request is still missing (RabbitMQ confirms a
+// persistent message once it is on disk, which can come after the
+// reply). Before, the call waited for that confirmation first: here,
+// withheld until the stall check closed the channel, it failed the call
+// with an unknown outcome although its reply had come.
+func TestCallEndsBeforeItsRequestIsConfirmed(t *testing.T) {
+	const stall = 1500 * time.Millisecond
+	t.Cleanup(amqpbus.SetConfirmStall(stall, 50*time.Millisecond)) // after the transports closed
+	hold := new(atomic.Bool)
+	amqpbus.OnConfirm(func(amqp.Confirmation) bool { return !hold.Load() })
+	t.Cleanup(func() { amqpbus.OnConfirm(nil) })
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	caller, echo, _ := pairOverProxy(t, testenv.AMQPURL(t), &logs, &mu)
+
+	hold.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := bus.Call[bustest.Echoed](ctx, caller, echo, bustest.Echo{Text: "unconfirmed", Seq: 1})
+	took := time.Since(start)
+	require.NoError(t, err, "the reply ends the call, confirmed or not")
+	assert.Equal(t, "unconfirmed", r.Text)
+	assert.Less(t, took, stall, "the call did not wait for the confirmation")
+	t.Logf("a call whose request was never confirmed ended with its reply after %s", took.Round(time.Millisecond))
+
+	hold.Store(false)
+	r, err = bus.Call[bustest.Echoed](ctx, caller, echo, bustest.Echo{Text: "confirmed", Seq: 2})
+	require.NoError(t, err)
+	assert.Equal(t, "confirmed", r.Text)
 }

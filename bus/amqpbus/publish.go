@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/cloudbus-go/cloudbus/bus/driver"
 	"github.com/cloudbus-go/cloudbus/message"
 )
 
@@ -368,6 +369,26 @@ func target(r *pubReq) string {
 // its confirm and fails with message.ErrNoRoute within a round trip.
 func (t *Transport) Publish(ctx context.Context, queue string, data []byte) error {
 	return t.publish(ctx, "", queue, data, amqp.Persistent)
+}
+
+var _ driver.PublishStarter = (*Transport)(nil)
+
+// StartPublish implements [driver.PublishStarter]: Publish, or PublishVia
+// through entry, on a goroutine that Close waits for; ctx and Close bound
+// it as they bound Publish.
+func (t *Transport) StartPublish(ctx context.Context, entry, queue string, data []byte) <-chan error {
+	errc := make(chan error, 1)
+	started := t.spawn(func() {
+		if entry == "" {
+			errc <- t.Publish(ctx, queue, data)
+		} else {
+			errc <- t.PublishVia(ctx, entry, queue, data)
+		}
+	})
+	if !started {
+		errc <- fmt.Errorf("amqpbus: publish to queue %s: %w", queue, message.ErrClosed)
+	}
+	return errc
 }
 
 // Broadcast implements [driver.Transport]: a confirmed publish to the

@@ -92,6 +92,24 @@ type MessageCounter interface {
 	Messages(ctx context.Context, queue string) (int, error)
 }
 
+// PublishStarter is implemented by a [Transport] whose Publish and
+// PublishVia wait for the broker's confirmation. Package bus uses it to
+// publish a call's request: the call's reply can come back before the
+// broker confirms the request (RabbitMQ confirms a persistent message
+// once it is on disk, or once a consumer acknowledged it), and a reply
+// proves that the request arrived, so the call ends with its reply
+// without that wait. With a transport without it, a call waits for
+// Publish or PublishVia to return before it waits for its reply.
+type PublishStarter interface {
+	// StartPublish publishes as Publish (entry "") or PublishVia would,
+	// without waiting for the outcome: the returned channel receives
+	// their error exactly once (nil once the broker confirmed the
+	// message). ctx bounds the publish as it bounds Publish; data must
+	// not change until the outcome arrived. The caller may stop
+	// listening at any time.
+	StartPublish(ctx context.Context, entry, queue string, data []byte) <-chan error
+}
+
 // FastPublisher is implemented by a [Transport] that can publish in the
 // fast delivery mode: the message is not persisted, not checked for a
 // route and not confirmed by the broker. Package bus uses it for the
