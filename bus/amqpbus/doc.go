@@ -80,6 +80,10 @@
 //  1. AMQP heartbeats every Config.Heartbeat.
 //  2. A probe (Config.ProbeInterval, Config.ProbeTimeout): a silent link
 //     is dropped within ProbeInterval + ProbeTimeout, 1.25 s by default.
+//     Its answers also tell how far the broker has read what the
+//     transport wrote: fast publishes (PublishFast) wait while more than
+//     512 KiB are unread, so that they never bury the probe's frame under
+//     more than the broker reads in ProbeTimeout.
 //  3. A watchdog: a tick more than 500 ms late means the process was
 //     paused; a delivery read before or right after the pause then passes
 //     [driver.Delivery.Check] only once the broker answered a probe sent

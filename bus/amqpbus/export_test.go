@@ -27,6 +27,15 @@ func OnDeclared(f func()) { testHookDeclared = f }
 // the publisher: false withholds it. nil removes it.
 func OnConfirm(f func(amqp.Confirmation) bool) { testHookConfirm = f }
 
+// SetFastWindow sets how far fast publishes may run ahead of what the
+// broker has been seen to read, for the transports dialled from now on;
+// restore sets it back.
+func SetFastWindow(n int64) (restore func()) {
+	old := fastWindow
+	fastWindow = n
+	return func() { fastWindow = old }
+}
+
 // SetConfirmStall sets how long a publish may wait for its confirmation
 // before its channel is closed, and how often that is checked, for the
 // transports dialled from now on; restore sets them back.

@@ -28,12 +28,17 @@ type session struct {
 	conn   *amqp.Connection
 	raw    net.Conn   // the TCP (or TLS) connection under conn, closed to kill it
 	lim    *limitConn // what amqp091 reads: it knows when bytes last arrived
+	wc     *writeConn // what amqp091 writes: it counts the bytes taken
 	pubs   []*publisher
 	fast   []*fastPublisher
 
 	probeCh  *amqp.Channel // the liveness probe's own channel
 	probeNow chan struct{} // cap 1: asks the prober for a round trip at once
 	proved   atomic.Int64  // monotonic ns (since t.epoch) when the newest successful probe was sent
+	// The stream position (wc.taken) when the newest probe was sent, and
+	// when the newest one the broker answered was: the broker has read
+	// every byte before readMark. See fastWindow.
+	probeMark, readMark atomic.Int64
 
 	ctlMu sync.Mutex // serializes operations on ctl
 	ctl   *amqp.Channel
@@ -115,6 +120,7 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 	}
 	var raw net.Conn   // set by Dial below, before DialConfig returns
 	var lim *limitConn // the same, as amqp091 reads it
+	var wc *writeConn  // the same, as amqp091 writes it
 	go func() {
 		c, err := amqp.DialConfig(url, amqp.Config{
 			Heartbeat:  t.cfg.Heartbeat,
@@ -137,7 +143,8 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 				}
 				lim = newLimitConn(conn, t.cfg.MaxMessageSize)
 				lim.now = t.mono
-				return newWriteConn(lim), nil // amqp091's writes, gathered
+				wc = newWriteConn(lim) // amqp091's writes, gathered
+				return wc, nil
 			},
 		})
 		done <- result{c, err}
@@ -163,7 +170,7 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 		}
 		return nil, fmt.Errorf("amqpbus: connect to %s: %s: %w", masked, t.scrub(r.err), message.ErrUnavailable)
 	}
-	s := &session{t: t, url: i, masked: masked, conn: r.c, raw: raw, lim: lim, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
+	s := &session{t: t, url: i, masked: masked, conn: r.c, raw: raw, lim: lim, wc: wc, lost: make(chan struct{}), probeNow: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		s.close()
 		return nil, err
@@ -302,11 +309,13 @@ func (s *session) kill(why string) {
 }
 
 // probe checks every ProbeInterval, and at once when asked (after a
-// pause of the process), that the broker answers a round trip on the
-// session's probe channel; a round trip that takes longer than
-// ProbeTimeout kills the connection. A success records when the probe
-// was sent: the connection was alive then, so every delivery read before
-// is still held (the broker requeues only when a connection closes).
+// pause of the process, or by fast publishes: see fastWindow), that the
+// broker answers a round trip on the session's probe channel; a round
+// trip that takes longer than ProbeTimeout kills the connection. A
+// success records when the probe was sent: the connection was alive
+// then, so every delivery read before is still held (the broker requeues
+// only when a connection closes); and how far the broker had read the
+// bytes written to it: up to the probe's frame.
 func (s *session) probe() {
 	t := s.t
 	defer t.wg.Done()
@@ -322,6 +331,8 @@ func (s *session) probe() {
 		case <-s.probeNow:
 		}
 		sent := t.mono()
+		mark := s.wc.taken.Load() // the bytes ahead of the probe's frame
+		s.probeMark.Store(mark)
 		done := make(chan error, 1)
 		t.wg.Add(1)
 		go func() { // basic.qos / qos-ok: a round trip with no effect; ends when the connection does
@@ -345,6 +356,7 @@ func (s *session) probe() {
 				break
 			}
 		}
+		s.readMark.Store(mark) // only this goroutine stores it: it only grows
 		t.probed()
 	}
 }

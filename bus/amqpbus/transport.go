@@ -31,6 +31,7 @@ type Transport struct {
 
 	reqs     chan *pubReq   // publishes, taken by the current session's publishers
 	fastReqs []chan *pubReq // fast publishes, one line per fast publisher, chosen by target
+	window   int64          // fastWindow when dialled
 
 	mu        sync.Mutex
 	sess      *session // nil while reconnecting
@@ -102,6 +103,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		closing:   make(chan struct{}),
 		born:      time.Now(),
 		probeWake: make(chan struct{}),
+		window:    fastWindow,
 	}
 	t.log = cfg.Logger
 	t.life, t.endLife = context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,8 @@ type writeConn struct {
 	werr    error     // the socket write that failed
 	closed  bool      // Close was called
 	flushed sync.WaitGroup
+
+	taken atomic.Int64 // bytes Write took, in all: the position in the stream to the broker
 }
 
 // writeConnMax bounds the bytes a writeConn holds: a write waits while
@@ -77,6 +80,7 @@ func (w *writeConn) Write(p []byte) (int, error) {
 		w.buf, w.spare = w.spare, nil
 	}
 	w.buf = append(w.buf, p...)
+	w.taken.Add(int64(len(p)))
 	if !w.writing {
 		w.writing = true
 		w.flushed.Add(1)
