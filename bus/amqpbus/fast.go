@@ -72,7 +72,8 @@ func (p *fastPublisher) run() {
 // seen read by the broker (its liveness probes tell how far it read),
 // so that senders faster than the broker wait instead of burying the
 // probe under seconds of the broker's reading; a ctx that ends
-// meanwhile fails it unsent, with message.ErrTimeout. A missing
+// meanwhile fails it unsent (message.ErrTimeout at a deadline,
+// message.ErrCanceled if cancelled). A missing
 // queue or binding, a missing entry (which also closes the publishing
 // channel; the next publish opens another), a broker restart and a
 // connection lost after the write all lose the message without an
