@@ -69,8 +69,9 @@ type Config struct {
 	ProbeInterval time.Duration
 
 	// ProbeTimeout is how long a probe may wait for the broker's answer,
-	// while no other byte arrives either, before the connection is
-	// declared dead, closed and reconnected. Default 1 s.
+	// while no other byte arrives either and the broker takes none of the
+	// bytes queued ahead of the probe, before the connection is declared
+	// dead, closed and reconnected. Default 1 s.
 	ProbeTimeout time.Duration
 
 	// ReconnectMax caps the backoff between reconnection attempts after

@@ -39,6 +39,7 @@ type session struct {
 	// when the newest one the broker answered was: the broker has read
 	// every byte before readMark. See fastWindow.
 	probeMark, readMark atomic.Int64
+	acked               uint64 // the broker's TCP acknowledgements at the last look (sending); the probe goroutine's
 
 	ctlMu sync.Mutex // serializes operations on ctl
 	ctl   *amqp.Channel
@@ -144,6 +145,7 @@ func (t *Transport) connect(ctx context.Context, i int) (*session, error) {
 				lim = newLimitConn(conn, t.cfg.MaxMessageSize)
 				lim.now = t.mono
 				wc = newWriteConn(lim) // amqp091's writes, gathered
+				wc.mono = t.mono
 				return wc, nil
 			},
 		})
@@ -333,6 +335,7 @@ func (s *session) probe() {
 		sent := t.mono()
 		mark := s.wc.taken.Load() // the bytes ahead of the probe's frame
 		s.probeMark.Store(mark)
+		s.sending() // note how far the broker's TCP acknowledged
 		done := make(chan error, 1)
 		t.wg.Add(1)
 		go func() { // basic.qos / qos-ok: a round trip with no effect; ends when the connection does
@@ -364,8 +367,10 @@ func (s *session) probe() {
 // awaitProbe waits for the probe's answer on done. It reports false if
 // the session or the transport ended first, or, with an error, if the
 // broker did not answer within ProbeTimeout while sending nothing else
-// either: an answer queued behind a long body the broker is still
-// sending is waited for, since that link is alive.
+// either and taking none of ours: an answer queued behind a long body
+// the broker is still sending, or a probe queued behind a long publish
+// still on its way to the broker, is waited for, since that link is
+// alive.
 func (s *session) awaitProbe(done <-chan error) (answered bool, err error) {
 	t := s.t
 	timer := time.NewTimer(t.cfg.ProbeTimeout)
@@ -375,7 +380,7 @@ func (s *session) awaitProbe(done <-chan error) (answered bool, err error) {
 		case err := <-done:
 			return true, err
 		case <-timer.C:
-			if !s.streaming() {
+			if !s.streaming() && !s.sending() {
 				return false, fmt.Errorf("the broker did not answer a round trip within %s (a silently dropped link?)", t.cfg.ProbeTimeout)
 			}
 			timer.Reset(t.cfg.ProbeTimeout)
@@ -386,6 +391,30 @@ func (s *session) awaitProbe(done <-chan error) (answered bool, err error) {
 		}
 	}
 }
+
+// sending reports whether bytes of ours wait on their way to the broker
+// and move: a socket write completed within the last ProbeTimeout while
+// more waited to be written; or, where the kernel tells (tcpAcked: Linux
+// TCP), the broker's TCP stack acknowledged at least sendingMoved bytes
+// since the last look while more wait unacknowledged. A probe's frame
+// waits behind them (a long publish on a slow link: 3 MiB at 2 MB/s
+// takes 1.5 s), and that link is alive. A dead link acknowledges
+// nothing, and a frozen broker stops taking bytes once its socket's
+// buffer is full. Only the probe goroutine calls it.
+func (s *session) sending() bool {
+	moved := false
+	if acked, waiting, ok := tcpAcked(s.raw); ok {
+		moved = waiting && acked >= s.acked+sendingMoved
+		s.acked = acked
+	}
+	waiting, wrote := s.wc.backlog()
+	return moved || waiting && s.t.mono()-wrote < int64(s.t.cfg.ProbeTimeout)
+}
+
+// sendingMoved is what the broker's TCP stack must acknowledge between
+// two looks for sending to count the link alive: more than a heartbeat
+// or a probe (a few bytes each), which an idle link still carries.
+const sendingMoved = 16 << 10
 
 // streaming reports whether bytes from the broker arrived within the
 // last ProbeTimeout.

@@ -41,6 +41,12 @@ type writeConn struct {
 	flushed sync.WaitGroup
 
 	taken atomic.Int64 // bytes Write took, in all: the position in the stream to the broker
+
+	// For the liveness probe (backlog): writes waiting for room, and
+	// when (mono) a socket write last completed.
+	waiters int
+	mono    func() int64
+	wrote   atomic.Int64
 }
 
 // writeConnMax bounds the bytes a writeConn holds: a write waits while
@@ -68,7 +74,9 @@ func (w *writeConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.werr == nil && !w.closed && len(w.buf) >= writeConnMax {
+		w.waiters++
 		w.room.Wait()
+		w.waiters--
 	}
 	switch {
 	case w.werr != nil:
@@ -99,6 +107,9 @@ func (w *writeConn) flush() {
 		w.buf = nil
 		w.mu.Unlock()
 		_, err := w.Conn.Write(out)
+		if err == nil && w.mono != nil {
+			w.wrote.Store(w.mono())
+		}
 		w.mu.Lock()
 		if cap(out) <= writeConnKeep {
 			w.spare = out[:0]
@@ -114,6 +125,16 @@ func (w *writeConn) flush() {
 	if failed {
 		_ = w.Conn.Close() // amqp091's reader ends, and with it the connection
 	}
+}
+
+// backlog reports whether bytes wait to reach the socket (in the buffer,
+// in a socket write under way, or in writes waiting for room) and, if
+// so, when a socket write last completed.
+func (w *writeConn) backlog() (waiting bool, wrote int64) {
+	w.mu.Lock()
+	waiting = len(w.buf) > 0 || w.writing || w.waiters > 0
+	w.mu.Unlock()
+	return waiting, w.wrote.Load()
 }
 
 // Read reads the connection; once a socket write failed, it returns that
