@@ -32,8 +32,11 @@ func TestDatabaseCutEvictsNobody(t *testing.T) {
 	table := fmt.Sprintf("cloudbus_test_cut_%s", message.NewUUID()[:12])
 	// Fast, but not so fast that a database reconnect on a loaded CI
 	// machine (the race detector, parallel packages) takes more than the
-	// two intervals rule 4 of package heartbeat guarantees after an outage.
-	hb := heartbeat.Config{Interval: 200 * time.Millisecond, Lease: 800 * time.Millisecond, EvictAfter: 1200 * time.Millisecond, OpTimeout: 200 * time.Millisecond}
+	// two intervals rule 4 of package heartbeat guarantees after an outage:
+	// with 200 ms intervals (and store calls), one node's reconnects kept
+	// timing out for a second after the heal in one CI run, and a peer
+	// evicted it.
+	hb := heartbeat.Config{Interval: 300 * time.Millisecond, Lease: 1200 * time.Millisecond, EvictAfter: 1800 * time.Millisecond, OpTimeout: 300 * time.Millisecond}
 	ctx := t.Context()
 
 	direct, err := sqlstore.Open(ctx, sqlstore.Config{URL: dsn, Table: table, MaxOpenConns: 1})
