@@ -2,6 +2,8 @@ package amqpbus_test
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -93,12 +95,45 @@ func (e *env) dial(t testing.TB, node string, cfg amqpbus.Config) *amqpbus.Trans
 		}
 		return c, err
 	}
+	if cfg.Logger == nil {
+		// The transport's warnings (a connection lost, a probe that went
+		// unanswered) in the output of a test that fails.
+		cfg.Logger = slog.New(slog.NewTextHandler(testOutput(t), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", node[:min(8, len(node))])
+	}
 	tr, err := amqpbus.Dial(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("dial RabbitMQ: %v", err)
 	}
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr
+}
+
+// testOutput returns t's output, dropping what is written once t's
+// cleanups (the transports' Close among them: registered later, they
+// run first) are over.
+func testOutput(t testing.TB) io.Writer {
+	w := &lateWriter{w: t.Output()}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+type lateWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	done bool
+}
+
+func (w *lateWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return len(p), nil
+	}
+	return w.w.Write(p)
 }
 
 func (e *env) Transport(t *testing.T, node string) driver.Transport {
